@@ -1,0 +1,127 @@
+"""The algorithm API: a few hooks around one round loop that the algorithm does not own.
+
+The engine runs every round the same way (see ``fedbench/engine/rounds.py``)::
+
+    ctx    = algo.begin_round(state, clients)          # broadcast + per-client state of the S sampled clients
+    x      = ctx.start                                 # [S, P] local iterates
+    for k in range(K):                                 # K_i local steps (clients past their K_i are frozen)
+        x  = algo.local_step(ctx, x, grad, lr)         # grad(z): minibatch gradient at z, [S, P] -> [S, P]
+    up     = algo.upload(ctx, x, steps, lr)            # what each client sends, {name: [S, P]}
+    algo.server_update(state, ctx, up, weights)        # aggregate, move the global model
+
+Everything is a flat parameter vector: ``[P]`` for server quantities, ``[S, P]`` for the round's
+clients, ``[N, P]`` for per-client state kept across rounds (SCAFFOLD's c_i, FedDyn's ∇L_i),
+so update rules read like the papers' equations and the engine can execute the S clients one
+by one or all at once. Algorithms never do I/O, pick devices or print.
+
+Communication is counted from what the hooks return: every tensor in ``ctx.broadcast`` is
+sent to each sampled client, every tensor in the upload dict is sent by each client, at 32
+bits per float.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import torch
+from pydantic import BaseModel
+
+from fedbench.optim import ServerOptimizer
+from fedbench.registry import NoParams, Registry
+
+State = dict[str, torch.Tensor]
+GradFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class RoundContext:
+    """What the S sampled clients of one round start from.
+
+    ``broadcast`` holds the server's message (``[P]`` tensors, identical for every client);
+    ``per_client`` holds client-specific ``[S, ...]`` tensors that the clients already own
+    (e.g. SCAFFOLD's c_i), so they cost no communication.
+    """
+
+    clients: torch.Tensor
+    broadcast: dict[str, torch.Tensor]
+    per_client: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def start(self) -> torch.Tensor:
+        """Initial local iterates ``[S, P]``: the broadcast global model for every client."""
+        x = self.broadcast["x"]
+        return x.unsqueeze(0).expand(len(self.clients), -1).clone()
+
+    def select(self, rows: slice) -> "RoundContext":
+        """The context of a subset of the round's clients (the sequential engine uses one row)."""
+        return RoundContext(
+            self.clients[rows], self.broadcast, {k: v[rows] for k, v in self.per_client.items()}
+        )
+
+
+@dataclass(frozen=True)
+class AlgorithmContext:
+    """Facts about the federation an algorithm may use: N, P, and each client's sample count n_i."""
+
+    num_clients: int
+    dim: int
+    client_sizes: torch.Tensor  # [N] float
+    device: torch.device
+
+
+class Algorithm:
+    """FedAvg (McMahan et al. 2017) and the base of every algorithm.
+
+    Local work is plain SGD, ``x ← x − η_l·∇f_i(x; ξ)``; the server moves the global model along
+    the weighted mean change Δ = Σ_i w_i (x_i − x) with the configured server optimizer
+    (:mod:`fedbench.optim`), which makes FedAvgM, FedAdam, FedYogi and FedAMSGrad configuration.
+    """
+
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
+        self.params = params
+        self.server = server
+        self.ctx = ctx
+
+    # -- state -------------------------------------------------------------------------
+    def init_state(self, x0: torch.Tensor) -> State:
+        """Server state at round 0: the global model ``x`` and the server optimizer's state."""
+        return {"x": x0.clone(), **{f"opt.{k}": v for k, v in self.server.init(x0).items()}}
+
+    def client_table(self, like: torch.Tensor) -> torch.Tensor:
+        """A preallocated zero ``[N, P]`` per-client state table with ``like``'s dtype and device."""
+        return like.new_zeros((self.ctx.num_clients, like.numel()))
+
+    # -- hooks ---------------------------------------------------------------------------
+    def begin_round(self, state: State, clients: torch.Tensor) -> RoundContext:
+        return RoundContext(clients, {"x": state["x"]})
+
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn, lr: float) -> torch.Tensor:
+        return x - lr * grad(x)
+
+    def upload(self, ctx: RoundContext, x: torch.Tensor, steps: torch.Tensor, lr: float) -> dict[str, torch.Tensor]:
+        """Client message after local work; ``steps`` [S] are the local steps each client took."""
+        return {"delta": x - ctx.broadcast["x"]}
+
+    def server_update(
+        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
+    ) -> dict[str, Any]:
+        """Aggregate and update ``state`` in place; return per-round logs (may be empty)."""
+        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
+        return {}
+
+    # -- helpers -------------------------------------------------------------------------
+    def apply_server_step(self, state: State, delta: torch.Tensor) -> None:
+        """x ← server optimizer step along Δ, keeping its state under ``opt.*`` keys."""
+        opt = {k[4:]: v for k, v in state.items() if k.startswith("opt.")}
+        state["x"] = self.server.step(state["x"], delta, opt)
+
+
+def weighted_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ_i w_i rows_i for ``rows`` [S, P] and weights [S] that sum to one."""
+    return weights @ rows
+
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")

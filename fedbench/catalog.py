@@ -1,0 +1,41 @@
+"""What ``fedbench list`` shows: every registry with one-line descriptions and model sizes."""
+
+from __future__ import annotations
+
+from fedbench.algorithms import ALGORITHMS
+from fedbench.data import DATASETS
+from fedbench.data.partition import PARTITIONS
+from fedbench.models import MODELS, build_model, count_parameters
+
+# The input each model is usually paired with, for the parameter count shown by `fedbench list`.
+REFERENCE_INPUTS: dict[str, tuple[tuple[int, ...], int, str]] = {
+    "mlp": ((1, 28, 28), 10, "MNIST"),
+    "logreg": ((60,), 10, "Synthetic"),
+    "lenet5": ((3, 32, 32), 10, "CIFAR-10"),
+    "resnet18": ((3, 32, 32), 10, "CIFAR-10"),
+    "cnn1d": ((1, 40), 10, "MNIST-1D"),
+    "small_cnn": ((1, 8, 8), 10, "digits"),
+}
+
+
+def _params_of(entry) -> str:
+    fields = entry.params.model_fields
+    return ", ".join(f"{k}={f.default!r}" for k, f in fields.items()) or "—"
+
+
+def catalog() -> dict[str, list[tuple[str, ...]]]:
+    """Section → rows; the first row of each section is its header."""
+    algos = [("name", "label", "description", "params (defaults)", "server defaults")]
+    algos += [(e.name, e.extra.get("label", e.name), e.description, _params_of(e), str(e.extra.get("server", "—"))) for e in ALGORITHMS]
+    datasets = [("name", "description", "params (defaults)")]
+    datasets += [(e.name, e.description, _params_of(e)) for e in DATASETS]
+    models = [("name", "description", "params (defaults)", "parameters")]
+    for e in MODELS:
+        shape, classes, what = REFERENCE_INPUTS.get(e.name, (None, 10, ""))
+        size = "—"
+        if shape is not None:
+            size = f"{count_parameters(build_model(e.name, {}, shape, classes)):,} ({what})"
+        models.append((e.name, e.description, _params_of(e), size))
+    partitions = [("kind", "description", "params (defaults)")]
+    partitions += [(e.name, e.description, _params_of(e)) for e in PARTITIONS]
+    return {"algorithms": algos, "datasets": datasets, "models": models, "partitions": partitions}

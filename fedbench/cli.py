@@ -1,0 +1,155 @@
+"""The ``fedbench`` command line (Typer): each command is a few lines calling into the package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="fedbench: run federated-learning scenarios from YAML, then build paper-style tables and curves.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+
+OUT = typer.Option(Path("results"), "--out", help="results folder: SQLite index + checkpoints")
+SETS = typer.Option(None, "--set", help="override a scenario key, e.g. --set rounds=5 --set partition.omega=0.5")
+
+
+def _load(scenario: Path, overrides: Optional[list[str]]):
+    from fedbench.scenario import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(scenario, overrides or [])
+    except ScenarioError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
+    if seeds is None:
+        return None
+    try:
+        return [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        console.print(f"[red]--seeds: expected comma-separated integers like 0,1,2, got {seeds!r}[/red]")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(
+    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing the scenario's `seeds`"),
+    device: str = typer.Option("auto", help="auto (CUDA if present), cpu, cuda or cuda:N"),
+    out: Path = OUT,
+    data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
+    download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
+    only: Optional[str] = typer.Option(None, help="comma-separated algorithm labels or names to run"),
+    overrides: Optional[list[str]] = SETS,
+) -> None:
+    """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
+    from fedbench.runs import run_scenario
+
+    sc = _load(scenario, overrides)
+    outcomes = run_scenario(
+        sc, out, device=device, data_dir=data_dir, download=download,
+        seeds=_parse_seeds(seeds), only=only.split(",") if only else None, console=console,
+    )
+    _print_summary(out, sc.name)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)
+
+
+@app.command()
+def validate(scenario: Path = typer.Argument(..., help="scenario YAML file"), overrides: Optional[list[str]] = SETS) -> None:
+    """Check a scenario without training and show its resolved runs and their hashes."""
+    from fedbench.scenario import resolve_runs
+
+    sc = _load(scenario, overrides)
+    table = Table(title=f"{sc.name}: {len(sc.algorithms)} algorithm(s) × seeds {sc.seeds}")
+    for col in ("label", "algorithm", "params", "server", "spec hash"):
+        table.add_column(col)
+    for spec in resolve_runs(sc):
+        params = {k: v for k, v in spec.algorithm.items() if k not in ("name", "label")}
+        server = spec.server.model_dump()
+        table.add_row(spec.label, spec.algorithm["name"], str(params or "—"), str(server), spec.spec_hash()[:16])
+    console.print(table)
+    console.print(f"[green]{scenario} is valid[/green]")
+
+
+@app.command("list")
+def list_(what: str = typer.Argument("all", help="all | algorithms | datasets | models | partitions")) -> None:
+    """List the registered algorithms, datasets, models (with parameter counts) and partitions."""
+    from fedbench.catalog import catalog
+
+    sections = catalog()
+    if what != "all" and what not in sections:
+        console.print(f"[red]unknown section {what!r}; choose from all, {', '.join(sections)}[/red]")
+        raise typer.Exit(2)
+    for name, rows in sections.items():
+        if what in ("all", name):
+            table = Table(title=name)
+            for col in rows[0]:
+                table.add_column(col)
+            for row in rows[1:]:
+                table.add_row(*row)
+            console.print(table)
+
+
+@app.command()
+def table(
+    out: Path = OUT,
+    scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
+    tables_dir: Path = typer.Option(Path("tables"), help="where the .md/.tex/.csv tables are written"),
+) -> None:
+    """Build accuracy / rounds-to-target / bits-to-target tables (Markdown, LaTeX, CSV) from the store."""
+    from fedbench.report.tables import write_tables
+    from fedbench.store import ResultsStore
+
+    paths = write_tables(ResultsStore(out), tables_dir, scenario)
+    _print_summary(out, scenario)
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+@app.command()
+def plot(
+    out: Path = OUT,
+    scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
+    figures_dir: Path = typer.Option(Path("figures"), help="where the PNG curves are written"),
+    x: str = typer.Option("both", help="x axis: round, bits or both"),
+) -> None:
+    """Draw test accuracy vs rounds and/or vs communicated bits (mean over seeds with a band)."""
+    from fedbench.report.plots import plot_curves
+    from fedbench.store import ResultsStore
+
+    if x not in ("round", "bits", "both"):
+        console.print(f"[red]--x must be round, bits or both, got {x!r}[/red]")
+        raise typer.Exit(2)
+    store = ResultsStore(out)
+    axes = ["round", "bits"] if x == "both" else [x]
+    for axis in axes:
+        for p in plot_curves(store, figures_dir, scenario, x=axis):
+            console.print(f"wrote {p}")
+
+
+def _print_summary(out: Path, scenario: Optional[str]) -> None:
+    from fedbench.report.tables import rich_table, summarize
+    from fedbench.store import ResultsStore
+
+    store = ResultsStore(out)
+    runs = store.runs(scenario)
+    if runs.empty:
+        console.print("[yellow]no runs in the store yet[/yellow]")
+        return
+    summary = summarize(runs, store.metrics(runs["run_id"]))
+    for name, part in summary.groupby("scenario", sort=False):
+        console.print(rich_table(part, str(name)))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,1 @@
+"""The engine: data and model setup, the shared round loop, local training, checkpoints."""

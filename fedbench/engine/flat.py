@@ -1,0 +1,86 @@
+"""A model seen as a flat parameter vector: the engine's bridge between nn.Modules and algorithms.
+
+Algorithms work on ``[P]``/``[S, P]`` tensors; this module turns a flat vector back into the
+module's parameters (views, no copies) for a functional forward pass, returns the minibatch
+gradient as a flat vector, and evaluates a flat model on a whole split. Buffers (BatchNorm
+running statistics) are kept apart from parameters as a name → tensor dict.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from fedbench.data.base import ArraySplit
+
+Buffers = dict[str, torch.Tensor]
+
+
+class FlatModel:
+    """Functional view of ``module`` with parameters packed in one ``[P]`` vector."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+        params = list(module.named_parameters())
+        self.names = [n for n, _ in params]
+        self.shapes = [p.shape for _, p in params]
+        self.numels = [p.numel() for _, p in params]
+        self.dim = sum(self.numels)
+
+    def flatten(self) -> torch.Tensor:
+        """The module's current parameters as one detached ``[P]`` vector."""
+        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()])
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Name → parameter-shaped views into ``flat``."""
+        chunks = torch.split(flat, self.numels)
+        return {n: c.view(s) for n, c, s in zip(self.names, chunks, self.shapes)}
+
+    def buffers(self) -> Buffers:
+        """A copy of the module's buffers (empty for models without BatchNorm)."""
+        return {n: b.detach().clone() for n, b in self.module.named_buffers()}
+
+    def buffer_numel(self) -> int:
+        return sum(b.numel() for b in self.module.buffers() if b.is_floating_point())
+
+    def logits(self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
+
+    def loss_and_grad(
+        self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean cross-entropy on (x, y) at ``flat`` and its gradient ``[P]`` (train mode;
+        BatchNorm running statistics in ``buffers`` are updated in place)."""
+        self.module.train()
+        point = flat.detach().requires_grad_(True)
+        loss = F.cross_entropy(self.logits(point, buffers, x), y)
+        (grad,) = torch.autograd.grad(loss, point)
+        return loss.detach(), grad
+
+    @torch.no_grad()
+    def evaluate(self, flat: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int) -> tuple[float, float]:
+        """(accuracy, mean cross-entropy) of the model ``flat`` on a whole split, eval mode."""
+        self.module.eval()
+        correct, total_loss = 0, 0.0
+        for start in range(0, len(split), batch_size):
+            x, y = split.x[start : start + batch_size], split.y[start : start + batch_size]
+            out = self.logits(flat, buffers, x)
+            total_loss += float(F.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+        return correct / len(split), total_loss / len(split)
+
+
+def average_buffers(per_client: list[Buffers], weights: torch.Tensor) -> Buffers:
+    """Weighted mean of the clients' float buffers; integer counters take the maximum."""
+    if not per_client or not per_client[0]:
+        return {}
+    out = {}
+    for name, first in per_client[0].items():
+        stacked = torch.stack([b[name] for b in per_client])
+        if first.is_floating_point():
+            out[name] = torch.tensordot(weights.to(first.dtype), stacked, dims=1)
+        else:
+            out[name] = stacked.max(0).values
+    return out

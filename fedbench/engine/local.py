@@ -1,0 +1,93 @@
+"""Local work of the round's clients, executed one client after another (the reference path).
+
+The gradient oracle an algorithm receives returns, for each row z of ``[s, P]``,
+clip(∇f_i(z; ξ)) + λ·z on the step's minibatch ξ — the order of ``clip_grad_norm_`` followed by
+``torch.optim.SGD(weight_decay=λ)`` — so an algorithm's own correction terms are never clipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedbench.algorithms.base import Algorithm, RoundContext
+from fedbench.data.base import ArraySplit
+from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.flat import Buffers, FlatModel
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """The per-step settings the oracle needs (from the scenario's ``local`` block)."""
+
+    weight_decay: float
+    clip_grad_norm: float | None
+
+
+class GradientOracle:
+    """Minibatch gradient at any point(s) for one client and one local step."""
+
+    def __init__(self, model: FlatModel, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, cfg: LocalConfig):
+        self.model, self.buffers, self.x, self.y, self.cfg = model, buffers, x, y, cfg
+        self.first_loss: torch.Tensor | None = None
+
+    def __call__(self, points: torch.Tensor) -> torch.Tensor:
+        grads = []
+        for z in points:
+            loss, g = self.model.loss_and_grad(z, self.buffers, self.x, self.y)
+            if self.first_loss is None:
+                self.first_loss = loss
+            if self.cfg.clip_grad_norm is not None:
+                g = g * torch.clamp(self.cfg.clip_grad_norm / (g.norm() + 1e-6), max=1.0)
+            if self.cfg.weight_decay:
+                g = g + self.cfg.weight_decay * z
+            grads.append(g)
+        return torch.stack(grads)
+
+
+@dataclass
+class LocalResult:
+    """The round's client work: uploads ``{name: [S, P]}``, steps [S], buffers and mean losses [S]."""
+
+    uploads: dict[str, torch.Tensor]
+    steps: torch.Tensor
+    buffers: list[Buffers]
+    losses: torch.Tensor
+
+
+def run_clients_sequential(
+    algo: Algorithm,
+    ctx: RoundContext,
+    model: FlatModel,
+    global_buffers: Buffers,
+    train: ArraySplit,
+    batcher: ClientBatcher,
+    steps: list[int],
+    lr: float,
+    cfg: LocalConfig,
+) -> LocalResult:
+    """Train each sampled client in turn from ``ctx.start`` and collect its upload."""
+    uploads: dict[str, list[torch.Tensor]] = {}
+    all_buffers, losses = [], []
+    for row, client in enumerate(ctx.clients.tolist()):
+        sub = ctx.select(slice(row, row + 1))
+        buffers = {k: v.clone() for k, v in global_buffers.items()}
+        x = sub.start
+        step_losses = []
+        for _ in range(steps[row]):
+            idx = batcher.next(client)
+            oracle = GradientOracle(model, buffers, train.x[idx], train.y[idx], cfg)
+            x = algo.local_step(sub, x, oracle, lr)
+            step_losses.append(oracle.first_loss)
+        k = torch.tensor([steps[row]], dtype=x.dtype, device=x.device)
+        for name, value in algo.upload(sub, x, k, lr).items():
+            uploads.setdefault(name, []).append(value)
+        all_buffers.append(buffers)
+        losses.append(torch.stack(step_losses).mean())
+    return LocalResult(
+        {k: torch.cat(v) for k, v in uploads.items()},
+        torch.tensor(steps),
+        all_buffers,
+        torch.stack(losses),
+    )

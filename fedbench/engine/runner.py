@@ -1,0 +1,154 @@
+"""The round loop shared by every algorithm, with recording, divergence detection and resume.
+
+One round (1-based t): sample S clients from the ``("sampling", t)`` stream, let the algorithm
+broadcast, train the clients locally (η_l = lr·decay^(t−1)), let the algorithm aggregate and
+update the server, evaluate the global model on the whole test set every ``eval.every``
+rounds, and commit the round's metrics to the store. A checkpoint every ``checkpoint_every``
+rounds lets an interrupted run resume with identical numbers.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+import math
+
+import torch
+
+from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedbench.engine.flat import average_buffers
+from fedbench.engine.local import LocalConfig, run_clients_sequential
+from fedbench.engine.setup import DataCache, RunSetup, build_run
+from fedbench.scenario import RunSpec
+from fedbench.seeding import numpy_stream
+from fedbench.store import ResultsStore, RunRecord
+
+BITS_PER_FLOAT = 32
+RoundCallback = Callable[[int, dict[str, float | None]], None]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended: ``finished``, ``diverged``, ``failed`` or ``skipped`` (already done)."""
+
+    run_id: str
+    status: str
+    error: str | None = None
+
+
+def run_id_of(spec: RunSpec, seed: int) -> str:
+    return f"{spec.spec_hash()[:16]}-s{seed}"
+
+
+def sample_clients(num: int, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:
+    """S distinct clients, uniformly without replacement, sorted (the ``("sampling", t)`` stream)."""
+    chosen = numpy_stream(seed, "sampling", round_).choice(num, size=per_round, replace=False)
+    return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
+
+
+def aggregation_weights(spec: RunSpec, sizes: torch.Tensor) -> torch.Tensor:
+    """n_i/Σn over the sampled clients (``samples``) or 1/S (``uniform``)."""
+    if spec.server.weighting == "uniform":
+        return torch.full_like(sizes, 1.0 / len(sizes))
+    return sizes / sizes.sum()
+
+
+class RoundLoop:
+    """Executes the rounds of one run on a prepared :class:`RunSetup`."""
+
+    def __init__(self, spec: RunSpec, seed: int, setup: RunSetup):
+        self.spec, self.seed, self.s = spec, seed, setup
+        self.state = setup.algorithm.init_state(setup.x0)
+        self.buffers = setup.buffers0
+        self.local_cfg = LocalConfig(spec.local.weight_decay, spec.local.clip_grad_norm)
+
+    def steps_of(self, clients: list[int]) -> list[int]:
+        local = self.spec.local
+        if local.iterations is not None:
+            return [local.iterations] * len(clients)
+        return [self.s.batcher.steps_for_epochs(c, local.epochs) for c in clients]
+
+    def round(self, t: int) -> tuple[dict[str, float | None], dict]:
+        """Run round t; return (metrics, extra logs)."""
+        spec, s = self.spec, self.s
+        start = time.perf_counter()
+        clients = sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t, s.x0.device)
+        lr = spec.local.lr * spec.local.lr_decay ** (t - 1)
+        ctx = s.algorithm.begin_round(self.state, clients)
+        result = run_clients_sequential(
+            s.algorithm, ctx, s.model, self.buffers, s.data.train, s.batcher,
+            self.steps_of(clients.tolist()), lr, self.local_cfg,
+        )
+        weights = aggregation_weights(spec, s.client_sizes[clients])
+        extra = s.algorithm.server_update(self.state, ctx, result.uploads, weights)
+        self.buffers = average_buffers(result.buffers, weights)
+        n = len(clients)
+        buffer_bits = n * s.model.buffer_numel() * BITS_PER_FLOAT
+        metrics: dict[str, float | None] = {
+            "train_loss": float(result.losses.mean()),
+            "bits_up": sum(v.numel() for v in result.uploads.values()) * BITS_PER_FLOAT + buffer_bits,
+            "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
+            "test_acc": None,
+            "test_loss": None,
+        }
+        if t % spec.eval.every == 0 or t == spec.rounds:
+            acc, loss = s.model.evaluate(self.state["x"], self.buffers, s.data.test, spec.eval.batch_size)
+            metrics["test_acc"], metrics["test_loss"] = acc, loss
+        metrics["wall_s"] = time.perf_counter() - start
+        return metrics, {"lr": lr, **extra}
+
+    def diverged(self, metrics: dict[str, float | None]) -> bool:
+        values = [metrics["train_loss"], metrics["test_loss"]]
+        bad = any(v is not None and not math.isfinite(v) for v in values)
+        return bad or not bool(torch.isfinite(self.state["x"]).all())
+
+    def checkpoint(self, t: int) -> dict:
+        return {"round": t, "state": self.state, "buffers": self.buffers, "batcher": self.s.batcher.state_dict()}
+
+    def restore(self, payload: dict) -> int:
+        self.state, self.buffers = payload["state"], payload["buffers"]
+        self.s.batcher.load_state_dict(payload["batcher"])
+        return int(payload["round"])
+
+
+def execute_run(
+    spec: RunSpec,
+    seed: int,
+    store: ResultsStore,
+    cache: DataCache,
+    scenario_hash: str,
+    on_round: RoundCallback | None = None,
+) -> RunOutcome:
+    """Run (or resume, or skip) one (spec, seed); never raises for a failing run: records it."""
+    run_id = run_id_of(spec, seed)
+    status = store.status(run_id)
+    if status in ("finished", "diverged"):
+        return RunOutcome(run_id, "skipped")
+    record = RunRecord(run_id, spec.scenario, scenario_hash, spec.spec_hash(), spec.label, seed, spec.to_json())
+    store.start_run(record)
+    ckpt_path = store.checkpoint_path(run_id)
+    try:
+        loop = RoundLoop(spec, seed, build_run(spec, seed, cache))
+        payload = load_checkpoint(ckpt_path, cache.device)
+        done = loop.restore(payload) if payload else 0
+        store.truncate_after(run_id, done)
+        for t in range(done + 1, spec.rounds + 1):
+            metrics, extra = loop.round(t)
+            store.record_round(run_id, t, metrics, extra)
+            if on_round:
+                on_round(t, metrics)
+            if loop.diverged(metrics):
+                store.finish_run(run_id, "diverged", f"non-finite loss or model at round {t}")
+                ckpt_path.unlink(missing_ok=True)
+                return RunOutcome(run_id, "diverged")
+            if t % spec.checkpoint_every == 0 and t < spec.rounds:
+                save_checkpoint(ckpt_path, loop.checkpoint(t))
+    except Exception as exc:  # a crashed run is recorded and never stops the suite
+        store.finish_run(run_id, "failed", "".join(traceback.format_exception(exc)))
+        return RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
+    store.finish_run(run_id, "finished")
+    ckpt_path.unlink(missing_ok=True)
+    return RunOutcome(run_id, "finished")

@@ -1,0 +1,92 @@
+"""Build everything a run needs from its resolved spec and seed: data, partition, model, algorithm."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fedbench.algorithms import ALGORITHMS, Algorithm, AlgorithmContext
+from fedbench.data import DatasetSplits, load_dataset
+from fedbench.data.partition import PARTITIONS
+from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.flat import Buffers, FlatModel
+from fedbench.models import build_model
+from fedbench.optim import ServerOptimizer
+from fedbench.scenario import RunSpec
+from fedbench.seeding import numpy_stream, torch_seed
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when present, else the CPU; ``cuda`` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+    return torch.device(name)
+
+
+class DataCache:
+    """Datasets loaded once per process and kept on the training device."""
+
+    def __init__(self, data_dir: Path, download: bool, device: torch.device):
+        self.data_dir, self.download, self.device = data_dir, download, device
+        self._loaded: dict[str, DatasetSplits] = {}
+
+    def get(self, spec: dict) -> DatasetSplits:
+        key = json.dumps(spec, sort_keys=True)
+        if key not in self._loaded:
+            params = {k: v for k, v in spec.items() if k != "name"}
+            data = load_dataset(spec["name"], params, self.data_dir, self.download)
+            self._loaded[key] = data.to(self.device)
+        return self._loaded[key]
+
+
+@dataclass
+class RunSetup:
+    """The pieces of one run, ready for the round loop."""
+
+    data: DatasetSplits
+    parts: list[torch.Tensor]
+    client_sizes: torch.Tensor
+    model: FlatModel
+    x0: torch.Tensor
+    buffers0: Buffers
+    algorithm: Algorithm
+    batcher: ClientBatcher
+
+
+def partition_clients(spec: RunSpec, data: DatasetSplits, seed: int) -> list[torch.Tensor]:
+    """Client index tensors on the data's device, from the ``("partition",)`` stream."""
+    entry = PARTITIONS.get(spec.partition["kind"])
+    params = entry.params.model_validate({k: v for k, v in spec.partition.items() if k != "kind"})
+    labels = data.train.y.cpu().numpy()
+    parts = entry.obj(labels, spec.clients.num, numpy_stream(seed, "partition"), params, data.client_ids)
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise ValueError(
+            f"partition {spec.partition} left {len(empty)} of {spec.clients.num} clients without data "
+            f"(e.g. client {empty[0]}); use fewer clients or a partition with min_samples"
+        )
+    return [torch.as_tensor(p, dtype=torch.int64, device=data.train.y.device) for p in parts]
+
+
+def build_run(spec: RunSpec, seed: int, cache: DataCache) -> RunSetup:
+    """Load data, split it, initialise the model from the ``("init",)`` stream, build the algorithm."""
+    device = cache.device
+    data = cache.get(spec.dataset)
+    parts = partition_clients(spec, data, seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed(seed, "init"))
+        params = {k: v for k, v in spec.model.items() if k != "name"}
+        module = build_model(spec.model["name"], params, data.input_shape, data.num_classes)
+    model = FlatModel(module.to(device))
+    sizes = torch.tensor([len(p) for p in parts], dtype=torch.float32, device=device)
+    entry = ALGORITHMS.get(spec.algorithm["name"])
+    algo_params = entry.params.model_validate({k: v for k, v in spec.algorithm.items() if k not in ("name", "label")})
+    ctx = AlgorithmContext(num_clients=spec.clients.num, dim=model.dim, client_sizes=sizes, device=device)
+    algorithm = entry.obj(algo_params, ServerOptimizer(spec.server), ctx)
+    batcher = ClientBatcher(parts, spec.local.batch_size, seed)
+    return RunSetup(data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher)

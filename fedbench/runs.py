@@ -1,0 +1,62 @@
+"""Run a whole scenario: every (algorithm, seed) through the engine, with a live progress bar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fedbench.engine.runner import RunOutcome, execute_run
+from fedbench.engine.setup import DataCache, resolve_device
+from fedbench.scenario import Scenario, resolve_runs, scenario_hash
+from fedbench.store import ResultsStore
+
+
+def run_scenario(
+    scenario: Scenario,
+    out: Path,
+    device: str = "auto",
+    data_dir: Path = Path("data"),
+    download: bool = False,
+    seeds: list[int] | None = None,
+    only: list[str] | None = None,
+    console: Console | None = None,
+) -> list[RunOutcome]:
+    """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``."""
+    console = console or Console()
+    if seeds is not None:
+        scenario = scenario.model_copy(update={"seeds": seeds})
+    specs = resolve_runs(scenario)
+    if only:
+        specs = [s for s in specs if s.label in only or s.algorithm["name"] in only]
+        if not specs:
+            raise ValueError(f"--only {only} matches no algorithm label or name of {scenario.name}")
+    store = ResultsStore(out)
+    cache = DataCache(data_dir, download, resolve_device(device))
+    shash = scenario_hash(scenario)
+    outcomes = []
+    columns = [
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
+    ]
+    with Progress(*columns, console=console, transient=False) as progress:
+        for spec in specs:
+            for seed in scenario.seeds:
+                task = progress.add_task(f"{spec.label:<12} seed {seed}", total=spec.rounds, acc="—")
+
+                def on_round(t: int, metrics: dict, task=task) -> None:
+                    acc = metrics.get("test_acc")
+                    fields = {"acc": f"{100 * acc:.2f}%"} if acc is not None else {}
+                    progress.update(task, completed=t, **fields)
+
+                outcome = execute_run(spec, seed, store, cache, shash, on_round)
+                if outcome.status == "skipped":
+                    progress.update(task, completed=spec.rounds, acc="(done before)")
+                elif outcome.status != "finished":
+                    progress.update(task, acc=f"[red]{outcome.status}[/red]")
+                    if outcome.error:
+                        console.print(f"[red]{spec.label} seed {seed} {outcome.status}: {outcome.error}[/red]")
+                outcomes.append(outcome)
+    console.print(f"device: {cache.device}; results in {out}/")
+    return outcomes

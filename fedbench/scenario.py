@@ -1,0 +1,348 @@
+"""Scenario files: the typed schema, loading with YAML-path errors, and resolved-run hashing.
+
+A scenario file describes one experiment table: a dataset, a model, a client population and
+its partition, the local work, the number of rounds, and a list of algorithms to compare over
+several seeds. Each (algorithm, seed) pair becomes one *run*, identified by the hash of its
+fully resolved :class:`RunSpec` (every default filled in) and the seed.
+
+Registered components (dataset, model, partition, algorithm) take their parameters inline::
+
+    dataset: {name: digits, test_fraction: 0.25}
+    partition: {kind: dirichlet, omega: 0.1}
+    algorithms:
+      - {name: fedprox, mu: 0.01}
+
+and each component's own pydantic schema validates them, so every error names its YAML path
+(``partition.omega: Input should be greater than 0, got -1``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedbench.registry import Registry, UnknownNameError
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; ``problems`` lists ``path: message`` lines."""
+
+    def __init__(self, problems: list[str], source: str = "scenario"):
+        self.problems = problems
+        super().__init__(f"{source} is invalid:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class Strict(BaseModel):
+    """Base of every schema block: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class Component(BaseModel):
+    """A registered component chosen by ``name`` with its parameters inline."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class PartitionSpec(BaseModel):
+    """How the training set is split across clients: ``kind`` plus that kind's parameters."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: str = "iid"
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ClientsSpec(Strict):
+    """The client population: N clients, S of them sampled uniformly without replacement each round."""
+
+    num: int = Field(ge=1, description="number of clients N")
+    per_round: int = Field(ge=1, description="clients sampled per round S (≤ N)")
+
+    @model_validator(mode="after")
+    def _s_le_n(self) -> "ClientsSpec":
+        if self.per_round > self.num:
+            raise ValueError(f"per_round ({self.per_round}) must be ≤ num ({self.num})")
+        return self
+
+
+class LocalSpec(Strict):
+    """Local work of a sampled client in one round (plain SGD steps on its own data)."""
+
+    iterations: int | None = Field(default=None, ge=1, description="local steps I per round")
+    epochs: float | None = Field(default=None, gt=0, description="local epochs E per round (steps = ⌈E·n_i/B⌉)")
+    batch_size: int = Field(default=32, ge=1)
+    lr: float = Field(default=0.01, gt=0, description="local learning rate η_l at round 1")
+    lr_decay: float = Field(default=1.0, gt=0, le=1, description="η_l at round t is lr·lr_decay^(t−1)")
+    weight_decay: float = Field(default=0.0, ge=0)
+    clip_grad_norm: float | None = Field(default=None, gt=0, description="clip each minibatch gradient's norm")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "LocalSpec":
+        if (self.iterations is None) == (self.epochs is None):
+            raise ValueError("set exactly one of 'iterations' and 'epochs'")
+        return self
+
+
+class EvalSpec(Strict):
+    """Evaluation of the global model on the whole test set."""
+
+    every: int = Field(default=1, ge=1, description="evaluate every k rounds (and always at the last round)")
+    batch_size: int = Field(default=1024, ge=1)
+
+
+class ServerSpec(Strict):
+    """Server optimizer applied to the aggregated model change Δ = Σ w_i (x_i − x).
+
+    ``sgd``: x ← x + lr·m with m = momentum·m + Δ (FedAvg at lr=1, momentum=0; FedAvgM otherwise).
+    ``adam``/``yogi``/``amsgrad``: Reddi et al. (2021) Alg. 2, x ← x + lr·m/(√v + eps).
+    """
+
+    optimizer: Literal["sgd", "adam", "yogi", "amsgrad"] = "sgd"
+    lr: float = Field(default=1.0, gt=0, description="server learning rate η_g")
+    momentum: float = Field(default=0.0, ge=0, lt=1, description="server momentum β (sgd only)")
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.99, ge=0, lt=1)
+    eps: float = Field(default=1e-3, gt=0, description="adaptivity τ in m/(√v + τ)")
+    initial_accumulator: float = Field(default=0.0, ge=0, description="v_0 of adam/yogi/amsgrad")
+    bias_correction: bool = False
+    weighting: Literal["samples", "uniform"] = Field(
+        default="samples", description="aggregation weights: n_i/Σn (samples) or 1/S (uniform)"
+    )
+
+
+class CompressionSpec(Strict):
+    """Uplink compression. Only ``none`` (32-bit floats) exists yet; compressors come with the FedCAMS issue."""
+
+    kind: Literal["none"] = "none"
+    bits: Literal[32] = 32
+
+
+class AlgorithmSpec(BaseModel):
+    """One compared method: registry ``name``, display ``label``, ``server`` overrides, inline params."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    label: str | None = None
+    server: dict[str, Any] = Field(default_factory=dict)
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Scenario(Strict):
+    """A whole scenario file (see the README for every key)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", description="used in table/figure file names")
+    description: str = ""
+    dataset: Component
+    model: Component
+    clients: ClientsSpec
+    partition: PartitionSpec = Field(default_factory=PartitionSpec)
+    local: LocalSpec
+    rounds: int = Field(ge=1)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    compression: CompressionSpec = Field(default_factory=CompressionSpec)
+    algorithms: list[AlgorithmSpec] = Field(min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    targets: list[float] = Field(default_factory=list, description="target test accuracies in (0, 1]")
+    checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
+
+    @model_validator(mode="after")
+    def _checks(self) -> "Scenario":
+        bad = [t for t in self.targets if not 0 < t <= 1]
+        if bad:
+            raise ValueError(f"targets must lie in (0, 1] (accuracy as a fraction), got {bad}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
+        return self
+
+
+class RunSpec(Strict):
+    """One fully resolved run (without its seed): what the engine executes and the store hashes."""
+
+    scenario: str
+    dataset: dict[str, Any]
+    model: dict[str, Any]
+    clients: ClientsSpec
+    partition: dict[str, Any]
+    local: LocalSpec
+    rounds: int
+    eval: EvalSpec
+    compression: CompressionSpec
+    algorithm: dict[str, Any]
+    server: ServerSpec
+    targets: list[float]
+    checkpoint_every: int
+
+    def spec_hash(self) -> str:
+        """SHA-256 of the canonical JSON of everything that changes results (targets excluded)."""
+        payload = self.model_dump(mode="json", exclude={"targets", "checkpoint_every"})
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    @property
+    def label(self) -> str:
+        return str(self.algorithm["label"])
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _format_errors(err: ValidationError, prefix: str = "") -> list[str]:
+    lines = []
+    for e in err.errors():
+        path = _loc(tuple(e["loc"]))
+        path = f"{prefix}.{path}" if prefix and path else (prefix or path or "(top level)")
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] != "missing" and "input" in e and not isinstance(e["input"], dict):
+            msg = f"{msg}, got {e['input']!r}"
+        lines.append(f"{path}: {msg}")
+    return lines
+
+
+def _check_params(registry: Registry, name: str, params: dict, path: str, key: str = "name") -> tuple[dict, list[str]]:
+    """Validate ``params`` against the registry entry's schema; return resolved params and problems."""
+    try:
+        entry = registry.get(name)
+    except UnknownNameError as exc:
+        return {}, [f"{path}.{key}: {exc}"]
+    try:
+        return entry.params.model_validate(params).model_dump(mode="json"), []
+    except ValidationError as exc:
+        return {}, _format_errors(exc, path)
+
+
+def set_override(raw: dict[str, Any], assignment: str) -> None:
+    """Apply one ``dotted.key=value`` override (value parsed as YAML) to a raw scenario dict."""
+    if "=" not in assignment:
+        raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE, e.g. rounds=5"])
+    key, value = assignment.split("=", 1)
+    node = raw
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ScenarioError([f"--set {key}: {part!r} is not a mapping"])
+    node[parts[-1]] = yaml.safe_load(value)
+
+
+def parse_scenario(raw: Any, source: str = "scenario", overrides: list[str] = ()) -> Scenario:
+    """Validate a raw mapping (as read from YAML) into a :class:`Scenario`; raise :class:`ScenarioError`."""
+    if not isinstance(raw, dict):
+        raise ScenarioError([f"(top level): expected a mapping of keys, got {type(raw).__name__}"], source)
+    raw = copy.deepcopy(raw)
+    for name in ("dataset", "model"):  # `dataset: digits` shorthand
+        if isinstance(raw.get(name), str):
+            raw[name] = {"name": raw[name]}
+    for assignment in overrides:
+        set_override(raw, assignment)
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(_format_errors(exc), source) from None
+    problems = [p for spec in resolve_runs(scenario, collect=True) for p in spec]
+    if problems:
+        raise ScenarioError(problems, source)
+    return scenario
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
+    """Read and validate a scenario YAML file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ScenarioError([f"file not found: {path}"], str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"not valid YAML: {exc}"], str(path)) from None
+    return parse_scenario(raw, str(path), overrides)
+
+
+def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
+    """One :class:`RunSpec` per algorithm entry, every default filled in.
+
+    Server settings resolve in this order (later wins): :class:`ServerSpec` defaults, the
+    algorithm's registered defaults (e.g. ``fedadam`` → ``optimizer: adam, lr: 0.1``), the
+    scenario's ``server`` block (shared by every algorithm), the algorithm entry's ``server``. With ``collect=True``
+    returns lists of problems instead (used by validation).
+    """
+    from fedbench.algorithms import ALGORITHMS
+    from fedbench.data import DATASETS
+    from fedbench.data.partition import PARTITIONS
+    from fedbench.models import MODELS
+
+    problems: list[str] = []
+    dataset, p = _check_params(DATASETS, scenario.dataset.name, scenario.dataset.params(), "dataset")
+    problems += p
+    model, p = _check_params(MODELS, scenario.model.name, scenario.model.params(), "model")
+    problems += p
+    partition, p = _check_params(PARTITIONS, scenario.partition.kind, scenario.partition.params(), "partition", "kind")
+    problems += p
+    specs, labels = [], set()
+    for i, algo in enumerate(scenario.algorithms):
+        path = f"algorithms[{i}]"
+        params, p = _check_params(ALGORITHMS, algo.name, algo.params(), path)
+        problems += p
+        if p:
+            continue
+        entry = ALGORITHMS.get(algo.name)
+        label = algo.label or entry.extra.get("label", algo.name)
+        if label in labels:
+            problems.append(f"{path}.label: {label!r} is used twice; give each entry a distinct label")
+        labels.add(label)
+        server_raw = {**entry.extra.get("server", {}), **scenario.server.model_dump(exclude_unset=True), **algo.server}
+        try:
+            server = ServerSpec.model_validate(server_raw)
+        except ValidationError as exc:
+            problems += _format_errors(exc, f"{path}.server")
+            continue
+        specs.append(
+            RunSpec(
+                scenario=scenario.name,
+                dataset={"name": scenario.dataset.name, **dataset},
+                model={"name": scenario.model.name, **model},
+                clients=scenario.clients,
+                partition={"kind": scenario.partition.kind, **partition},
+                local=scenario.local,
+                rounds=scenario.rounds,
+                eval=scenario.eval,
+                compression=scenario.compression,
+                algorithm={"name": algo.name, "label": label, **params},
+                server=server,
+                targets=scenario.targets,
+                checkpoint_every=scenario.checkpoint_every,
+            )
+        )
+    if collect:
+        return [problems]
+    if problems:
+        raise ScenarioError(problems)
+    return specs
+
+
+def scenario_hash(scenario: Scenario) -> str:
+    """Hash of the whole resolved scenario (all its runs' hashes and its seeds)."""
+    parts = [spec.spec_hash() for spec in resolve_runs(scenario)] + [str(s) for s in scenario.seeds]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()

@@ -1,0 +1,220 @@
+"""The results database: one SQLite file per output folder, plus the checkpoint folder.
+
+``<out>/fedbench.sqlite`` holds a ``runs`` table (one row per (run spec, seed)) and a ``metrics``
+table (one row per recorded round). SQLite runs in WAL mode with ``synchronous=NORMAL`` and every
+write commits at once, so a run killed at any moment keeps every round it recorded (an OS crash
+or power loss may still drop the last few commits; a killed process never does). Several
+processes may write the same file: each call opens its own short-lived connection (safe across
+``fork``) and waits up to :data:`BUSY_TIMEOUT_S` for a competing writer.
+
+Non-finite metrics: SQLite stores ±inf as they are, and stores NaN as NULL, so a NaN reads back
+as NaN from :meth:`ResultsStore.metrics` (indistinguishable there from "not recorded").
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import astuple, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+RUN_STATUSES = ("running", "finished", "diverged", "failed")
+METRIC_COLUMNS = ("test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "wall_s")
+DB_NAME = "fedbench.sqlite"
+BUSY_TIMEOUT_S = 30.0
+
+_RUN_FIELDS = ("run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed", "spec_json")
+_STATUS_SQL = ", ".join(f"'{s}'" for s in RUN_STATUSES)
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS runs (
+    run_id        TEXT PRIMARY KEY,
+    scenario      TEXT NOT NULL,
+    scenario_hash TEXT NOT NULL,
+    spec_hash     TEXT NOT NULL,
+    algorithm     TEXT NOT NULL,
+    seed          INTEGER NOT NULL,
+    status        TEXT NOT NULL CHECK (status IN ({_STATUS_SQL})),
+    error         TEXT,
+    spec_json     TEXT NOT NULL,
+    created       TEXT NOT NULL,
+    updated       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id     TEXT NOT NULL REFERENCES runs (run_id),
+    round      INTEGER NOT NULL CHECK (round >= 1),
+    {", ".join(f"{c} REAL" for c in METRIC_COLUMNS)},
+    extra      TEXT,
+    PRIMARY KEY (run_id, round)
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Identity and resolved spec of one run (one algorithm entry of a scenario, one seed)."""
+
+    run_id: str  # f"{spec_hash[:16]}-s{seed}"
+    scenario: str  # scenario name (from the YAML)
+    scenario_hash: str  # hash of the whole resolved scenario file
+    spec_hash: str  # hash of the resolved single-algorithm run spec
+    algorithm: str  # display label of the algorithm entry, e.g. "FedAvg"
+    seed: int
+    spec_json: str  # the fully resolved run spec as JSON (with a "targets" list in [0, 1])
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _jsonable(value: Any) -> Any:
+    """``json.dumps`` fallback for tensors, numpy arrays and numpy scalars."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"extra log value of type {type(value).__name__} is not JSON-serialisable")
+
+
+def _as_float(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metric {name!r} must be a number or None, got {value!r}") from exc
+
+
+class ResultsStore:
+    """The results index of one output folder (``<out>/fedbench.sqlite`` + ``<out>/checkpoints/``)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        """Create the folders and the schema if missing (idempotent); switch the file to WAL."""
+        self.out_dir = Path(out_dir)
+        self.db_path = self.out_dir / DB_NAME
+        self.checkpoint_dir = self.out_dir / "checkpoints"
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file itself
+            conn.executescript(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A fresh autocommit connection (every statement is its own committed transaction)."""
+        conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            yield conn
+        finally:
+            conn.close()
+
+    def status(self, run_id: str) -> str | None:
+        """The run's status, or None if the store has never seen it."""
+        with self._connect() as conn:
+            row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def start_run(self, rec: RunRecord) -> None:
+        """Insert the run as 'running', or put an existing run back to 'running' (keeping its
+        rounds and creation time; its descriptive fields are refreshed from ``rec``)."""
+        now = _now()
+        with self._connect() as conn:
+            row = conn.execute("SELECT spec_hash, seed FROM runs WHERE run_id = ?", (rec.run_id,)).fetchone()
+            if row is not None and (row[0], row[1]) != (rec.spec_hash, rec.seed):
+                raise ValueError(
+                    f"run {rec.run_id!r} already exists with spec_hash {row[0][:16]}… seed {row[1]}, "
+                    f"not spec_hash {rec.spec_hash[:16]}… seed {rec.seed}"
+                )
+            conn.execute(
+                f"INSERT INTO runs ({', '.join(_RUN_FIELDS)}, status, error, created, updated) "
+                f"VALUES ({', '.join('?' * len(_RUN_FIELDS))}, 'running', NULL, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET scenario = excluded.scenario, "
+                "scenario_hash = excluded.scenario_hash, algorithm = excluded.algorithm, "
+                "spec_json = excluded.spec_json, status = 'running', error = NULL, updated = excluded.updated",
+                (*astuple(rec), now, now),
+            )
+
+    def record_round(
+        self,
+        run_id: str,
+        round: int,
+        metrics: Mapping[str, float | None],
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Commit one round's metrics (missing ones are NULL); recording a round again replaces it."""
+        unknown = sorted(set(metrics) - set(METRIC_COLUMNS))
+        if unknown:
+            raise ValueError(f"unknown metric(s) {unknown} for run {run_id!r}; allowed: {', '.join(METRIC_COLUMNS)}")
+        if round < 1:
+            raise ValueError(f"round must be >= 1 (rounds are 1-based), got {round} for run {run_id!r}")
+        values = [_as_float(c, metrics.get(c)) for c in METRIC_COLUMNS]
+        extra_json = None if extra is None else json.dumps(dict(extra), default=_jsonable, sort_keys=True)
+        with self._connect() as conn:
+            try:
+                conn.execute(
+                    f"INSERT OR REPLACE INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}, extra) "
+                    f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))}, ?)",
+                    (run_id, int(round), *values, extra_json),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise KeyError(f"run {run_id!r} is not in the store; call start_run first") from exc
+
+    def truncate_after(self, run_id: str, round: int) -> None:
+        """Delete the run's rows with round > ``round`` (before resuming from a checkpoint)."""
+        with self._connect() as conn:
+            conn.execute("DELETE FROM metrics WHERE run_id = ? AND round > ?", (run_id, int(round)))
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        """Set the run's final (or any) status and error text."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {status!r} for run {run_id!r}; allowed: {', '.join(RUN_STATUSES)}")
+        with self._connect() as conn:
+            cur = conn.execute(
+                "UPDATE runs SET status = ?, error = ?, updated = ? WHERE run_id = ?",
+                (status, error, _now(), run_id),
+            )
+        if cur.rowcount == 0:
+            raise KeyError(f"run {run_id!r} is not in the store; call start_run first")
+
+    def checkpoint_path(self, run_id: str) -> Path:
+        """Where the run's resumable checkpoint lives: ``<out>/checkpoints/<run_id>.pt``."""
+        return self.checkpoint_dir / f"{run_id}.pt"
+
+    def runs(self, scenario: str | None = None) -> pd.DataFrame:
+        """One row per run, in creation order, optionally only those of ``scenario``."""
+        columns = (*_RUN_FIELDS[:6], "status", "error", "spec_json", "created", "updated")
+        query = f"SELECT {', '.join(columns)} FROM runs"
+        params: tuple[Any, ...] = ()
+        if scenario is not None:
+            query, params = query + " WHERE scenario = ?", (scenario,)
+        with self._connect() as conn:
+            rows = conn.execute(query + " ORDER BY rowid", params).fetchall()
+        frame = pd.DataFrame(rows, columns=list(columns))
+        return frame.astype({"seed": "int64"})
+
+    def metrics(self, run_ids: Iterable[str] | None = None) -> pd.DataFrame:
+        """Long (tidy) metric rows sorted by (run_id, round); NULL reads as NaN."""
+        columns = ("run_id", "round", *METRIC_COLUMNS, "extra")
+        query = f"SELECT {', '.join(columns)} FROM metrics"
+        with self._connect() as conn:
+            if run_ids is None:
+                rows = conn.execute(query).fetchall()
+            else:
+                wanted = json.dumps([str(r) for r in run_ids])
+                rows = conn.execute(query + " WHERE run_id IN (SELECT value FROM json_each(?))", (wanted,)).fetchall()
+        frame = pd.DataFrame(rows, columns=list(columns))
+        frame = frame.astype({"round": "int64", **{c: "float64" for c in METRIC_COLUMNS}})
+        return frame.sort_values(["run_id", "round"], ignore_index=True)
+
+    def last_round(self, run_id: str) -> int | None:
+        """The highest recorded round of the run, or None if it has none."""
+        with self._connect() as conn:
+            row = conn.execute("SELECT MAX(round) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row[0] is None else int(row[0])
