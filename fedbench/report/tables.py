@@ -1,0 +1,243 @@
+"""Paper-style tables from the store: accuracy, rounds-to-target and bits-to-target per algorithm.
+
+Conventions (also written under every Markdown table):
+- top accuracy of a seed = max test accuracy over its evaluated rounds; final = last evaluated round;
+- mean ± std over seeds, std = sample std (ddof=1) for ≥ 2 seeds and 0 for a single seed;
+- a diverged or failed seed has no top/final accuracy: the other seeds are averaged and the cell
+  says how many were left out, "81.20 ± 0.30 (1 div.)"; '—' when no seed is left;
+- rounds/bits to target τ: first evaluated round with test_acc ≥ τ, and the cumulative
+  bits_up + bits_down through that round, averaged over the seeds that reached τ (a seed that
+  reached τ before diverging counts); "(k/n)" when only k of n seeds did, '—' when none did.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.table import Table
+from tabulate import tabulate
+
+FORMATS = ("markdown", "latex", "csv")
+BAD_STATUSES = {"diverged": "div.", "failed": "failed"}
+DASH = "—"
+_COUNTS = ("seeds", "finished", "diverged", "failed", "running")
+_ACC_TOL = 1e-9  # test_acc ≥ τ − tol, so 0.1·8 counts as reaching 0.8
+
+
+def _targets(spec_json: str) -> list[float]:
+    return [float(t) for t in json.loads(spec_json).get("targets", [])]
+
+
+def _tag(tau: float) -> str:
+    return f"{tau:g}"
+
+
+def _std(values: pd.Series) -> float:
+    if len(values) == 0:
+        return math.nan
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def _run_stats(status: str, m: pd.DataFrame, targets: list[float]) -> dict[str, float]:
+    """Top/final accuracy and (round, cumulative bits) at which each target is first reached."""
+    m = m.sort_values("round")
+    cum_bits = (m["bits_up"].fillna(0) + m["bits_down"].fillna(0)).cumsum()
+    ev = m[m["test_acc"].notna()]
+    usable = status not in BAD_STATUSES and not ev.empty
+    out = {
+        "top": float(ev["test_acc"].max()) if usable else math.nan,
+        "final": float(ev["test_acc"].iloc[-1]) if usable else math.nan,
+    }
+    for tau in targets:
+        hit = ev.index[ev["test_acc"] >= tau - _ACC_TOL]
+        out[f"round_{_tag(tau)}"] = float(m.loc[hit[0], "round"]) if len(hit) else math.nan
+        out[f"bits_{_tag(tau)}"] = float(cum_bits.loc[hit[0]]) if len(hit) else math.nan
+    return out
+
+
+def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per (scenario, algorithm), in the runs' creation order (see the module docstring)."""
+    scen_targets: dict[str, list[float]] = {}
+    for scen, spec_json in zip(runs["scenario"], runs["spec_json"]):
+        scen_targets.setdefault(scen, [])
+        scen_targets[scen] = sorted(set(scen_targets[scen]) | set(_targets(spec_json)))
+    all_targets = sorted({t for ts in scen_targets.values() for t in ts})
+    by_run = {rid: part for rid, part in metrics.groupby("run_id", sort=False)}
+    empty = metrics.iloc[0:0]
+
+    rows = []
+    for (scen, algo), group in runs.groupby(["scenario", "algorithm"], sort=False):
+        stats = pd.DataFrame(
+            [_run_stats(st, by_run.get(rid, empty), scen_targets[scen]) for rid, st in zip(group["run_id"], group["status"])]
+        )
+        status = group["status"].value_counts()
+        row: dict[str, object] = {"scenario": scen, "algorithm": algo, "seeds": len(group)}
+        row.update({s: int(status.get(s, 0)) for s in _COUNTS[1:]})
+        for name in ("top", "final"):
+            valid = stats[name].dropna()
+            row[f"{name}_acc_mean"] = float(valid.mean()) if len(valid) else math.nan
+            row[f"{name}_acc_std"] = _std(valid)
+        for tau in all_targets:
+            t = _tag(tau)
+            if tau not in scen_targets[scen]:
+                row.update({f"rounds_to_{t}": math.nan, f"reached_{t}": pd.NA, f"bits_to_{t}": math.nan})
+                continue
+            reached = stats[f"round_{t}"].notna()
+            row[f"rounds_to_{t}"] = float(stats.loc[reached, f"round_{t}"].mean()) if reached.any() else math.nan
+            row[f"reached_{t}"] = int(reached.sum())
+            row[f"bits_to_{t}"] = float(stats.loc[reached, f"bits_{t}"].mean()) if reached.any() else math.nan
+        rows.append(row)
+    summary = pd.DataFrame(rows)
+    if summary.empty:
+        return summary
+    counts = [c for c in summary.columns if c in _COUNTS or c.startswith("reached_")]
+    return summary.astype({c: "Int64" for c in counts})
+
+
+def _target_tags(summary: pd.DataFrame) -> list[str]:
+    """Targets that apply to at least one row (a scenario without τ has reached_τ = NA)."""
+    tags = [c.removeprefix("reached_") for c in summary.columns if c.startswith("reached_")]
+    return [t for t in sorted(tags, key=float) if summary[f"reached_{t}"].notna().any()]
+
+
+def _status_text(row: pd.Series) -> str:
+    labels = {"finished": "fin.", "diverged": "div.", "failed": "failed", "running": "run."}
+    parts = [f"{row[k]} {v}" for k, v in labels.items() if row[k]]
+    return ", ".join(parts)
+
+
+def _acc_cell(row: pd.Series, name: str, pm: str) -> str:
+    mean, std = row[f"{name}_acc_mean"], row[f"{name}_acc_std"]
+    if pd.isna(mean):
+        return DASH
+    cell = f"{100 * mean:.2f} {pm} {100 * std:.2f}"
+    bad = [f"{row[s]} {short}" for s, short in BAD_STATUSES.items() if row[s]]
+    return cell + (f" ({', '.join(bad)})" if bad else "")
+
+
+def _reach_cell(row: pd.Series, tag: str, kind: str) -> str:
+    k = row[f"reached_{tag}"]
+    if pd.isna(k):
+        return ""  # τ is not a target of this row's scenario
+    if k == 0:
+        return DASH
+    v = row[f"{kind}_to_{tag}"]
+    cell = f"{math.floor(v + 0.5)}" if kind == "rounds" else f"{v:.2e}"
+    return cell + (f" ({k}/{row['seeds']})" if k < row["seeds"] else "")
+
+
+def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[list[str]]]:
+    """Headers and display rows shared by the Markdown, LaTeX and rich renderings."""
+    multi = summary["scenario"].nunique() > 1
+    tags = _target_tags(summary)
+    headers = (["Scenario"] if multi else []) + ["Algorithm", "Seeds", "Status", f"Top acc. ({pct})", f"Final acc. ({pct})"]
+    for t in tags:
+        headers += [f"Rounds to {100 * float(t):g}{pct}", f"Bits to {100 * float(t):g}{pct}"]
+    rows = []
+    for _, r in summary.iterrows():
+        cells = ([str(r["scenario"])] if multi else []) + [str(r["algorithm"]), str(r["seeds"]), _status_text(r)]
+        cells += [_acc_cell(r, "top", pm), _acc_cell(r, "final", pm)]
+        for t in tags:
+            cells += [_reach_cell(r, t, "rounds"), _reach_cell(r, t, "bits")]
+        rows.append(cells)
+    return headers, rows
+
+
+_LATEX_SPECIAL = re.compile(r"([&%$#_{}])")
+
+
+def _latex_escape(text: str) -> str:
+    return _LATEX_SPECIAL.sub(r"\\\1", text).replace("~", r"\textasciitilde{}").replace("^", r"\^{}")
+
+
+def _latex(summary: pd.DataFrame) -> str:
+    headers, rows = _cells(summary, pm="±", pct="%")
+    esc = [[_latex_escape(c).replace("±", r"$\pm$") for c in row] for row in [headers, *rows]]
+    n_text = 2 if headers[0] == "Algorithm" else 3
+    lines = [
+        r"% requires \usepackage{booktabs}",
+        r"\begin{tabular}{" + "l" * n_text + "r" * (len(headers) - n_text) + "}",
+        r"\toprule",
+        " & ".join(esc[0]) + r" \\",
+        r"\midrule",
+        *[" & ".join(r) + r" \\" for r in esc[1:]],
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _csv(summary: pd.DataFrame) -> str:
+    keep = set(_target_tags(summary))
+    dropped = [c for c in summary.columns if re.match(r"(rounds_to|reached|bits_to)_", c) and c.split("_")[-1] not in keep]
+    buf = io.StringIO()
+    summary.drop(columns=dropped).to_csv(buf, index=False, na_rep="", quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    return buf.getvalue()
+
+
+def format_table(summary: pd.DataFrame, fmt: str) -> str:
+    """The summary as a Markdown, LaTeX (booktabs tabular) or CSV (raw numbers, NaN empty) table."""
+    if fmt == "markdown":
+        headers, rows = _cells(summary, pm="±", pct="%")
+        align = ["left"] * (len(headers) - len(rows[0]) + 2) if rows else []
+        return tabulate(rows, headers, tablefmt="github", disable_numparse=True,
+                        colalign=(*align, *["right"] * (len(headers) - len(align)))) + "\n"
+    if fmt == "latex":
+        return _latex(summary)
+    if fmt == "csv":
+        return _csv(summary)
+    raise ValueError(f"unknown table format {fmt!r}; allowed: {', '.join(FORMATS)}")
+
+
+def rich_table(summary: pd.DataFrame, title: str) -> Table:
+    """The summary as a ``rich`` table for the terminal."""
+    headers, rows = _cells(summary, pm="±", pct="%")
+    table = Table(title=title)
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="left" if i < len(headers) - len(headers) + 2 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def scenario_names(store, scenario: str | None) -> list[str]:
+    """``[scenario]`` if it has runs in the store, else every scenario in creation order."""
+    names = list(dict.fromkeys(store.runs()["scenario"]))
+    if scenario is None:
+        return names
+    if scenario not in names:
+        raise ValueError(f"no runs of scenario {scenario!r} in {store.db_path}; scenarios there: {', '.join(names) or 'none'}")
+    return [scenario]
+
+
+def file_stem(scenario: str) -> str:
+    """The scenario name made safe for a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", scenario)
+
+
+def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:
+    """Write ``<out_dir>/<scenario>.md``, ``.tex`` and ``.csv`` for each selected scenario."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in scenario_names(store, scenario):
+        runs = store.runs(name)
+        summary = summarize(runs, store.metrics(runs["run_id"]))
+        note = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target"
+        texts = {
+            ".md": f"## {name}\n\n{format_table(summary, 'markdown')}\n_{note}_\n",
+            ".tex": f"% {name}: {note}\n{format_table(summary, 'latex')}",
+            ".csv": format_table(summary, "csv"),
+        }
+        for suffix, text in texts.items():
+            path = out_dir / f"{file_stem(name)}{suffix}"
+            path.write_text(text, encoding="utf-8")
+            paths.append(path)
+    return paths

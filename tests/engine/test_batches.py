@@ -1,0 +1,31 @@
+import torch
+
+from fedbench.engine.batches import ClientBatcher
+
+
+def test_each_epoch_visits_every_sample_once_and_reshuffles():
+    parts = [torch.arange(10), torch.arange(10, 13)]
+    b = ClientBatcher(parts, batch_size=4, seed=0)
+    epoch1 = torch.cat([b.next(0) for _ in range(3)])  # 4 + 4 + 2
+    epoch2 = torch.cat([b.next(0) for _ in range(3)])
+    assert sorted(epoch1.tolist()) == list(range(10)) == sorted(epoch2.tolist())
+    assert not torch.equal(epoch1, epoch2)
+    assert len(b.next(1)) == 3  # batch = min(B, n_i)
+    assert b.steps_for_epochs(0, 1.0) == 3 and b.steps_for_epochs(1, 2.0) == 2 and b.steps_for_epochs(0, 0.01) == 1
+
+
+def test_resume_from_state_dict_draws_the_same_batches():
+    parts = [torch.arange(7)]
+    a = ClientBatcher(parts, 3, seed=5)
+    for _ in range(4):
+        a.next(0)
+    b = ClientBatcher(parts, 3, seed=5)
+    b.load_state_dict(a.state_dict())
+    assert all(torch.equal(a.next(0), b.next(0)) for _ in range(6))
+
+
+def test_streams_depend_on_seed_and_client():
+    parts = [torch.arange(50), torch.arange(50)]
+    a, b = ClientBatcher(parts, 50, seed=0), ClientBatcher(parts, 50, seed=1)
+    x0, x1 = a.next(0), a.next(1)
+    assert not torch.equal(x0, x1) and not torch.equal(x0, b.next(0))

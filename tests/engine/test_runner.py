@@ -1,0 +1,131 @@
+"""The shared round loop: determinism, resume, bits, divergence and failure handling."""
+
+import copy
+
+import pandas as pd
+import pytest
+import torch
+
+from fedbench.engine.runner import execute_run, run_id_of
+from fedbench.engine.setup import DataCache
+from fedbench.runs import run_scenario
+from fedbench.scenario import parse_scenario, resolve_runs
+from fedbench.store import ResultsStore
+
+RAW = {
+    "name": "engine",
+    "dataset": {"name": "digits"},
+    "model": {"name": "mlp", "hidden": [16]},
+    "clients": {"num": 8, "per_round": 3},
+    "partition": {"kind": "dirichlet", "omega": 0.3},
+    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
+    "rounds": 5,
+    "eval": {"every": 2},
+    "checkpoint_every": 2,
+    "algorithms": [{"name": "fedavg"}],
+    "targets": [0.3],
+}
+
+
+def scenario(**changes):
+    raw = copy.deepcopy(RAW)
+    raw.update(changes)
+    return parse_scenario(raw)
+
+
+def run(tmp_path, sc, name="out", seed=0, on_round=None):
+    store = ResultsStore(tmp_path / name)
+    spec = resolve_runs(sc)[0]
+    outcome = execute_run(spec, seed, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h", on_round)
+    return store, outcome, store.metrics([outcome.run_id])
+
+
+COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down"]
+
+
+def test_same_seed_gives_identical_numbers_and_other_seed_differs(tmp_path):
+    _, o1, m1 = run(tmp_path, scenario(), "a")
+    _, o2, m2 = run(tmp_path, scenario(), "b")
+    assert o1.status == o2.status == "finished"
+    pd.testing.assert_frame_equal(m1[COLS], m2[COLS])
+    _, _, m3 = run(tmp_path, scenario(), "c", seed=1)
+    assert not m1["train_loss"].equals(m3["train_loss"])
+    assert m1["test_acc"].notna().tolist() == [False, True, False, True, True]  # every 2 and the last round
+
+
+def test_interrupted_run_resumes_with_identical_results(tmp_path):
+    _, _, full = run(tmp_path, scenario(), "full")
+
+    def stop_at_4(t, _):
+        if t == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, scenario(), "cut", on_round=stop_at_4)
+    store = ResultsStore(tmp_path / "cut")
+    rid = run_id_of(resolve_runs(scenario())[0], 0)
+    assert store.status(rid) == "running" and store.checkpoint_path(rid).exists()
+    _, outcome, resumed = run(tmp_path, scenario(), "cut")
+    assert outcome.status == "finished" and not store.checkpoint_path(rid).exists()
+    pd.testing.assert_frame_equal(full[COLS], resumed[COLS])
+
+
+def test_finished_runs_are_skipped(tmp_path):
+    sc = scenario()
+    run(tmp_path, sc, "s")
+    _, outcome, _ = run(tmp_path, sc, "s")
+    assert outcome.status == "skipped"
+
+
+def test_bits_count_what_is_sent(tmp_path):
+    P = 64 * 16 + 16 + 16 * 10 + 10
+    _, _, avg = run(tmp_path, scenario(), "avg")
+    assert (avg["bits_up"] == 3 * P * 32).all() and (avg["bits_down"] == 3 * P * 32).all()
+    _, _, sc = run(tmp_path, scenario(algorithms=[{"name": "scaffold"}]), "sc")
+    assert (sc["bits_up"] == 2 * 3 * P * 32).all() and (sc["bits_down"] == 2 * 3 * P * 32).all()
+
+
+def test_equivalences_through_the_engine(tmp_path):
+    _, _, avg = run(tmp_path, scenario(), "avg")
+    _, _, prox = run(tmp_path, scenario(algorithms=[{"name": "fedprox", "mu": 0.0}]), "prox")
+    pd.testing.assert_frame_equal(avg[["test_acc", "train_loss"]], prox[["test_acc", "train_loss"]])
+    # SCAFFOLD's first round, with c = c_i = 0, is FedAvg's first round
+    _, _, sc1 = run(tmp_path, scenario(algorithms=[{"name": "scaffold"}], rounds=1), "sc1")
+    _, _, avg1 = run(tmp_path, scenario(rounds=1), "avg1")
+    pd.testing.assert_frame_equal(avg1[["test_acc", "test_loss", "train_loss"]], sc1[["test_acc", "test_loss", "train_loss"]])
+
+
+def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
+    from fedbench.algorithms.fedprox import FedProx
+
+    def explode(self, ctx, x, grad, lr):  # a local step whose iterate overflows to inf
+        return x - lr * grad(x) * float("inf")
+
+    monkeypatch.setattr(FedProx, "local_step", explode)
+    sc = scenario(algorithms=[{"name": "fedprox"}, {"name": "fedavg"}], rounds=3)
+    outcomes = run_scenario(sc, tmp_path / "div", device="cpu", data_dir=tmp_path / "data")
+    assert [o.status for o in outcomes] == ["diverged", "finished"]
+    store = ResultsStore(tmp_path / "div")
+    runs = store.runs().set_index("algorithm")
+    assert runs.loc["FedProx", "status"] == "diverged"
+    assert store.metrics([runs.loc["FedProx", "run_id"]])["round"].tolist() == [1]  # stopped at once
+
+
+def test_a_crashing_run_is_recorded_failed_and_others_still_run(tmp_path, monkeypatch):
+    from fedbench.algorithms.fedprox import FedProx
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(FedProx, "local_step", boom)
+    sc = scenario(algorithms=[{"name": "fedprox"}, {"name": "fedavg"}], rounds=2)
+    outcomes = run_scenario(sc, tmp_path / "f", device="cpu", data_dir=tmp_path / "data")
+    assert [o.status for o in outcomes] == ["failed", "finished"]
+    runs = ResultsStore(tmp_path / "f").runs()
+    assert "injected failure" in runs.set_index("algorithm").loc["FedProx", "error"]
+
+
+def test_epochs_mode_uses_each_clients_size(tmp_path):
+    sc = scenario(local={"epochs": 1, "batch_size": 16, "lr": 0.1}, rounds=1)
+    store, outcome, m = run(tmp_path, sc, "ep")
+    assert outcome.status == "finished" and m["train_loss"].notna().all()

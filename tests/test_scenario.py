@@ -1,0 +1,121 @@
+"""Scenario schema: bad input is rejected before training with errors naming the YAML path."""
+
+import copy
+
+import pytest
+import yaml
+
+from fedbench.scenario import ScenarioError, load_scenario, parse_scenario, resolve_runs, scenario_hash
+
+BASE = {
+    "name": "t",
+    "dataset": {"name": "digits"},
+    "model": {"name": "mlp", "hidden": [16]},
+    "clients": {"num": 10, "per_round": 3},
+    "partition": {"kind": "dirichlet", "omega": 0.5},
+    "local": {"iterations": 2, "batch_size": 8, "lr": 0.1},
+    "rounds": 3,
+    "algorithms": [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+    "targets": [0.5],
+}
+
+
+def with_(path: str, value):
+    raw = copy.deepcopy(BASE)
+    node = raw
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if k.isdigit() else node[k]
+    last = keys[-1]
+    if value is KeyError:
+        del node[last]
+    elif last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return raw
+
+
+def problems(raw) -> list[str]:
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(raw)
+    return err.value.problems
+
+
+@pytest.mark.parametrize(
+    "path,value,expected",
+    [
+        ("partition.omega", -1, "partition.omega: Input should be greater than 0, got -1"),
+        ("partition.kind", "zipf", "partition.kind: unknown partition 'zipf'"),
+        ("clients.per_round", 11, "clients: per_round (11) must be ≤ num (10)"),
+        ("clients.num", "many", "clients.num: Input should be a valid integer"),
+        ("local.lr", 0, "local.lr: Input should be greater than 0, got 0"),
+        ("rounds", 0, "rounds: Input should be greater than or equal to 1, got 0"),
+        ("algorithms.1.mu", -2, "algorithms[1].mu: Input should be greater than or equal to 0, got -2"),
+        ("algorithms.1.name", "fedfoo", "algorithms[1].name: unknown algorithm 'fedfoo'"),
+        ("algorithms.0.momentum", 0.9, "algorithms[0].momentum: unknown key"),
+        ("model.hidden", "wide", "model.hidden: Input should be a valid list"),
+        ("dataset.name", "imagenet", "dataset.name: unknown dataset 'imagenet'"),
+        ("targets", [80], "targets must lie in (0, 1]"),
+        ("rounds", KeyError, "rounds: Field required"),
+    ],
+)
+def test_bad_values_name_their_yaml_path(path, value, expected):
+    assert any(expected in p for p in problems(with_(path, value))), problems(with_(path, value))
+
+
+def test_unknown_top_level_and_nested_keys():
+    raw = copy.deepcopy(BASE)
+    raw["roundz"] = 3
+    raw["local"]["lr_dacay"] = 0.9
+    found = problems(raw)
+    assert "roundz: unknown key" in found and "local.lr_dacay: unknown key" in found
+
+
+def test_local_needs_exactly_one_of_iterations_and_epochs():
+    assert any("exactly one of 'iterations' and 'epochs'" in p for p in problems(with_("local.epochs", 1)))
+
+
+def test_server_block_errors_name_the_algorithm():
+    raw = with_("algorithms.0.server", {"optimizer": "rmsprop"})
+    assert any(p.startswith("algorithms[0].server.optimizer:") for p in problems(raw))
+
+
+def test_duplicate_labels_rejected():
+    raw = with_("algorithms.1", {"name": "fedavg"})
+    assert any("'FedAvg' is used twice" in p for p in problems(raw))
+
+
+def test_resolution_fills_defaults_and_server_precedence():
+    raw = copy.deepcopy(BASE)
+    raw["server"] = {"lr": 0.5}
+    raw["algorithms"] = [{"name": "fedadam"}, {"name": "fedavgm", "server": {"momentum": 0.5}}]
+    adam, avgm = resolve_runs(parse_scenario(raw))
+    assert adam.server.optimizer == "adam" and adam.server.lr == 0.5  # scenario block beats registry default
+    assert avgm.server.momentum == 0.5 and avgm.label == "FedAvgM"
+    assert adam.partition == {"kind": "dirichlet", "omega": 0.5, "min_samples": 2}
+
+
+def test_hash_is_stable_and_sensitive_to_what_changes_results():
+    h = [s.spec_hash() for s in resolve_runs(parse_scenario(BASE))]
+    assert h == [s.spec_hash() for s in resolve_runs(parse_scenario(copy.deepcopy(BASE)))]
+    assert h[0] != h[1]
+    changed = [s.spec_hash() for s in resolve_runs(parse_scenario(with_("partition.omega", 0.4)))]
+    assert changed[0] != h[0]
+    retargeted = [s.spec_hash() for s in resolve_runs(parse_scenario(with_("targets", [0.9])))]
+    assert retargeted == h  # targets only change the tables, not the runs
+    assert scenario_hash(parse_scenario(BASE)) != scenario_hash(parse_scenario(with_("rounds", 4)))
+
+
+def test_overrides_and_yaml_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    sc = load_scenario(path, ["rounds=7", "partition.omega=0.25"])
+    assert sc.rounds == 7 and sc.partition.params()["omega"] == 0.25
+    with pytest.raises(ScenarioError, match="expected KEY=VALUE"):
+        load_scenario(path, ["rounds"])
+    with pytest.raises(ScenarioError, match="file not found"):
+        load_scenario(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("name: [unclosed")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(tmp_path / "bad.yaml")

@@ -1,0 +1,184 @@
+"""The results store: persistence, resume truncation, status rules, concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fedbench.store import DB_NAME, RUN_STATUSES, ResultsStore, RunRecord
+
+
+def record(seed: int = 0, algorithm: str = "FedAvg", scenario: str = "toy") -> RunRecord:
+    spec_hash = f"{algorithm.lower():0<64}"[:64]
+    spec = {"algorithm": {"name": algorithm}, "targets": [0.5, 0.8]}
+    return RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, algorithm, seed, json.dumps(spec))
+
+
+def metrics_at(t: int) -> dict[str, float | None]:
+    evaluated = t % 2 == 0
+    return {
+        "test_acc": 0.1 * t if evaluated else None,
+        "test_loss": 1.0 / t if evaluated else None,
+        "train_loss": 2.0 / t,
+        "bits_up": 1000 * t,
+        "bits_down": 2000,
+        "wall_s": 0.01,
+    }
+
+
+def test_create_insert_read(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    assert (tmp_path / DB_NAME).is_file() and (tmp_path / "checkpoints").is_dir()
+    rec = record()
+    assert store.status(rec.run_id) is None and store.last_round(rec.run_id) is None
+    store.start_run(rec)
+    for t in (1, 2, 3):
+        store.record_round(rec.run_id, t, metrics_at(t), {"lr": 0.1, "norms": [1.0, 2.0]})
+    store.record_round(rec.run_id, 3, {**metrics_at(3), "train_loss": 9.0})  # replaces round 3
+
+    runs = store.runs()
+    assert list(runs.columns) == [
+        "run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed",
+        "status", "error", "spec_json", "created", "updated",
+    ]
+    row = runs.iloc[0]
+    assert (row.run_id, row.scenario, row.algorithm, row.seed, row.status) == (rec.run_id, "toy", "FedAvg", 0, "running")
+    assert json.loads(row.spec_json)["targets"] == [0.5, 0.8]
+
+    m = store.metrics()
+    assert m["round"].tolist() == [1, 2, 3]
+    assert math.isnan(m.loc[0, "test_acc"]) and m.loc[1, "test_acc"] == pytest.approx(0.2)
+    assert m.loc[2, "train_loss"] == 9.0 and pd.isna(m.loc[2, "extra"])
+    assert json.loads(m.loc[0, "extra"]) == {"lr": 0.1, "norms": [1.0, 2.0]}
+    assert m.loc[2, "bits_up"] == 3000.0
+    assert store.last_round(rec.run_id) == 3
+    assert store.checkpoint_path(rec.run_id) == tmp_path / "checkpoints" / f"{rec.run_id}.pt"
+
+
+def test_reopen_sees_data_and_filters(tmp_path: Path) -> None:
+    first = ResultsStore(tmp_path)
+    a, b = record(0), record(1, "SCAFFOLD", scenario="other")
+    for rec in (a, b):
+        first.start_run(rec)
+        first.record_round(rec.run_id, 1, metrics_at(1))
+    first.finish_run(a.run_id, "finished")
+
+    again = ResultsStore(tmp_path)  # schema creation is idempotent
+    assert again.status(a.run_id) == "finished" and again.status(b.run_id) == "running"
+    assert again.runs()["run_id"].tolist() == [a.run_id, b.run_id]  # creation order
+    assert again.runs("other")["run_id"].tolist() == [b.run_id]
+    assert again.metrics([b.run_id])["run_id"].tolist() == [b.run_id]
+    assert again.metrics([]).empty
+
+
+def test_non_finite_round_trip(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    rec = record()
+    store.start_run(rec)
+    store.record_round(rec.run_id, 1, {"train_loss": float("nan"), "test_loss": float("inf"), "test_acc": 0.1},
+                       {"grad_norm": float("nan")})
+    m = store.metrics()
+    assert math.isnan(m.loc[0, "train_loss"]) and m.loc[0, "test_loss"] == math.inf
+    assert math.isnan(json.loads(m.loc[0, "extra"])["grad_norm"])
+
+
+def test_truncate_after(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    a, b = record(0), record(1)
+    for rec in (a, b):
+        store.start_run(rec)
+        for t in range(1, 6):
+            store.record_round(rec.run_id, t, metrics_at(t))
+    store.truncate_after(a.run_id, 2)
+    assert store.last_round(a.run_id) == 2 and store.last_round(b.run_id) == 5
+    store.truncate_after(a.run_id, 0)
+    assert store.last_round(a.run_id) is None
+
+
+def test_status_transitions(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    rec = record()
+    store.start_run(rec)
+    store.record_round(rec.run_id, 1, metrics_at(1))
+    store.finish_run(rec.run_id, "failed", "Traceback: boom")
+    row = store.runs().iloc[0]
+    assert (row.status, row.error) == ("failed", "Traceback: boom")
+
+    store.start_run(rec)  # retry: back to running, rows and creation time kept, error cleared
+    row2 = store.runs().iloc[0]
+    assert (row2.status, row2.created) == ("running", row.created) and pd.isna(row2.error)
+    assert row2.updated >= row.updated and store.last_round(rec.run_id) == 1
+
+    store.finish_run(rec.run_id, "diverged", "non-finite loss at round 1")
+    assert store.status(rec.run_id) == "diverged"
+    store.finish_run(rec.run_id, "finished")
+    assert store.status(rec.run_id) == "finished" and pd.isna(store.runs().iloc[0].error)
+
+
+def test_rejects_bad_input(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    rec = record()
+    store.start_run(rec)
+    with pytest.raises(ValueError, match="allowed: " + ", ".join(RUN_STATUSES)):
+        store.finish_run(rec.run_id, "done")
+    with pytest.raises(ValueError, match="unknown metric"):
+        store.record_round(rec.run_id, 1, {"acc": 0.5})
+    with pytest.raises(ValueError, match="1-based"):
+        store.record_round(rec.run_id, 0, metrics_at(1))
+    with pytest.raises(KeyError, match="not in the store"):
+        store.record_round("nope-s0", 1, metrics_at(1))
+    with pytest.raises(KeyError, match="not in the store"):
+        store.finish_run("nope-s0", "finished")
+    clash = RunRecord(rec.run_id, "toy", "h" * 64, "f" * 64, "FedAvg", 0, "{}")
+    with pytest.raises(ValueError, match="already exists"):
+        store.start_run(clash)
+
+
+def test_wal_mode_and_sync(tmp_path: Path) -> None:
+    ResultsStore(tmp_path)
+    conn = sqlite3.connect(tmp_path / DB_NAME)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+
+
+def test_two_stores_interleaved(tmp_path: Path) -> None:
+    one, two = ResultsStore(tmp_path), ResultsStore(tmp_path)
+    a, b = record(0), record(1)
+    one.start_run(a)
+    two.start_run(b)
+    for t in range(1, 21):
+        one.record_round(a.run_id, t, metrics_at(t))
+        two.record_round(b.run_id, t, metrics_at(t))
+        assert two.last_round(a.run_id) == t  # each write is visible to the other store at once
+    m = ResultsStore(tmp_path).metrics()
+    assert m.groupby("run_id")["round"].count().to_dict() == {a.run_id: 20, b.run_id: 20}
+
+
+def _writer(out_dir: str, seed: int, rounds: int) -> None:
+    store = ResultsStore(Path(out_dir))
+    rec = record(seed)
+    store.start_run(rec)
+    for t in range(1, rounds + 1):
+        store.record_round(rec.run_id, t, metrics_at(t))
+    store.finish_run(rec.run_id, "finished")
+
+
+def test_concurrent_processes(tmp_path: Path) -> None:
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), seed, 100)) for seed in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    store = ResultsStore(tmp_path)
+    assert set(store.runs()["status"]) == {"finished"}
+    assert store.metrics().groupby("run_id")["round"].count().tolist() == [100, 100, 100]
