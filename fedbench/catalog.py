@@ -20,7 +20,7 @@ REFERENCE_INPUTS: dict[str, tuple[tuple[int, ...], int, str]] = {
 
 def _params_of(entry) -> str:
     fields = entry.params.model_fields
-    return ", ".join(f"{k}={f.default!r}" for k, f in fields.items()) or "—"
+    return ", ".join(k if f.is_required() else f"{k}={f.get_default(call_default_factory=True)!r}" for k, f in fields.items()) or "—"
 
 
 def catalog() -> dict[str, list[tuple[str, ...]]]:

@@ -98,6 +98,8 @@ class RoundLoop:
             acc, loss = s.model.evaluate(self.state["x"], self.buffers, s.data.test, spec.eval.batch_size)
             metrics["test_acc"], metrics["test_loss"] = acc, loss
         metrics["wall_s"] = time.perf_counter() - start
+        if t == 1:  # the partition's sizes and label skew, once per run
+            extra = {**extra, "partition": s.partition_info}
         return metrics, {"lr": lr, **extra}
 
     def diverged(self, metrics: dict[str, float | None]) -> bool:

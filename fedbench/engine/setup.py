@@ -10,7 +10,8 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, Algorithm, AlgorithmContext
 from fedbench.data import DatasetSplits, load_dataset
-from fedbench.data.partition import PARTITIONS
+from fedbench.data.partition import make_partition
+from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.flat import Buffers, FlatModel
 from fedbench.models import build_model
@@ -56,14 +57,16 @@ class RunSetup:
     buffers0: Buffers
     algorithm: Algorithm
     batcher: ClientBatcher
+    partition_info: dict[str, float | int]
 
 
 def partition_clients(spec: RunSpec, data: DatasetSplits, seed: int) -> list[torch.Tensor]:
     """Client index tensors on the data's device, from the ``("partition",)`` stream."""
-    entry = PARTITIONS.get(spec.partition["kind"])
-    params = entry.params.model_validate({k: v for k, v in spec.partition.items() if k != "kind"})
+    params = {k: v for k, v in spec.partition.items() if k != "kind"}
     labels = data.train.y.cpu().numpy()
-    parts = entry.obj(labels, spec.clients.num, numpy_stream(seed, "partition"), params, data.client_ids)
+    parts = make_partition(
+        spec.partition["kind"], labels, spec.clients.num, numpy_stream(seed, "partition"), params, data.client_ids
+    )
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
     if empty:
         raise ValueError(
@@ -89,4 +92,6 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache) -> RunSetup:
     ctx = AlgorithmContext(num_clients=spec.clients.num, dim=model.dim, client_sizes=sizes, device=device)
     algorithm = entry.obj(algo_params, ServerOptimizer(spec.server), ctx)
     batcher = ClientBatcher(parts, spec.local.batch_size, seed)
-    return RunSetup(data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher)
+    hist = label_histogram(data.train.y.cpu().numpy(), [p.cpu().numpy() for p in parts], data.num_classes)
+    info = partition_summary(hist)
+    return RunSetup(data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher, info)

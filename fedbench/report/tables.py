@@ -19,7 +19,6 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from rich.table import Table
 from tabulate import tabulate
@@ -150,6 +149,11 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
     return headers, rows
 
 
+def _right(header: str) -> bool:
+    """Numeric columns are right-aligned."""
+    return header.split()[0] in ("Seeds", "Top", "Final", "Rounds", "Bits")
+
+
 _LATEX_SPECIAL = re.compile(r"([&%$#_{}])")
 
 
@@ -160,10 +164,9 @@ def _latex_escape(text: str) -> str:
 def _latex(summary: pd.DataFrame) -> str:
     headers, rows = _cells(summary, pm="±", pct="%")
     esc = [[_latex_escape(c).replace("±", r"$\pm$") for c in row] for row in [headers, *rows]]
-    n_text = 2 if headers[0] == "Algorithm" else 3
     lines = [
         r"% requires \usepackage{booktabs}",
-        r"\begin{tabular}{" + "l" * n_text + "r" * (len(headers) - n_text) + "}",
+        r"\begin{tabular}{" + "".join("r" if _right(h) else "l" for h in headers) + "}",
         r"\toprule",
         " & ".join(esc[0]) + r" \\",
         r"\midrule",
@@ -186,9 +189,8 @@ def format_table(summary: pd.DataFrame, fmt: str) -> str:
     """The summary as a Markdown, LaTeX (booktabs tabular) or CSV (raw numbers, NaN empty) table."""
     if fmt == "markdown":
         headers, rows = _cells(summary, pm="±", pct="%")
-        align = ["left"] * (len(headers) - len(rows[0]) + 2) if rows else []
-        return tabulate(rows, headers, tablefmt="github", disable_numparse=True,
-                        colalign=(*align, *["right"] * (len(headers) - len(align)))) + "\n"
+        align = ["right" if _right(h) else "left" for h in headers]
+        return tabulate(rows, headers, tablefmt="github", disable_numparse=True, colalign=align) + "\n"
     if fmt == "latex":
         return _latex(summary)
     if fmt == "csv":
@@ -200,8 +202,13 @@ def rich_table(summary: pd.DataFrame, title: str) -> Table:
     """The summary as a ``rich`` table for the terminal."""
     headers, rows = _cells(summary, pm="±", pct="%")
     table = Table(title=title)
-    for i, h in enumerate(headers):
-        table.add_column(h, justify="left" if i < len(headers) - len(headers) + 2 else "right")
+    for i, h in enumerate(headers):  # never break a name or a number; notes like "(1/2)" may wrap
+        if _right(h):
+            table.add_column(h, justify="right", min_width=max((len(r[i].split(" (")[0]) for r in rows), default=0))
+        elif h in ("Scenario", "Algorithm"):
+            table.add_column(h, min_width=max([len(h), *(len(r[i]) for r in rows)]))
+        else:
+            table.add_column(h)
     for row in rows:
         table.add_row(*row)
     return table

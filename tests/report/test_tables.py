@@ -1,0 +1,124 @@
+"""Summary tables against hand-computed numbers on a synthetic store (no training)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from fedbench.report.tables import format_table, rich_table, summarize, write_tables
+from fedbench.store import ResultsStore, RunRecord
+
+# (algorithm, seed, status, {round: test_acc}, bits_up per round, bits_down per round); 6 rounds, eval every 2.
+RUNS = [
+    ("FedAvg", 0, "finished", {2: 0.60, 4: 0.85, 6: 0.83}, 100, 50),
+    ("FedAvg", 1, "finished", {2: 0.40, 4: 0.75, 6: 0.77}, 200, 100),
+    ("SCAFFOLD", 0, "diverged", {2: 0.55}, 100, 100),
+    ("SCAFFOLD", 1, "diverged", {2: 0.30}, 100, 100),
+    ("FedProx", 0, "finished", {2: 0.70, 4: 0.90, 6: 0.88}, 100, 50),
+    ("FedProx", 1, "diverged", {2: 0.65}, 100, 50),
+]
+
+
+def build_store(out: Path, targets: tuple[float, ...] = (0.5, 0.8), scenario: str = "toy") -> ResultsStore:
+    """A store with the RUNS above; diverged runs stop after round 3."""
+    store = ResultsStore(out)
+    for algo, seed, status, accs, up, down in RUNS:
+        spec_hash = f"{scenario}{algo}".lower().ljust(64, "0")
+        rec = RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, algo, seed,
+                        json.dumps({"algorithm": algo, "targets": list(targets)}))
+        store.start_run(rec)
+        for t in range(1, 4 if status == "diverged" else 7):
+            acc = accs.get(t)
+            store.record_round(rec.run_id, t, {"test_acc": acc, "test_loss": None if acc is None else 1 - acc,
+                                               "train_loss": 1.0 / t, "bits_up": up, "bits_down": down, "wall_s": 0.1})
+        store.finish_run(rec.run_id, status, "non-finite loss at round 3" if status == "diverged" else None)
+    return store
+
+
+@pytest.fixture
+def summary(tmp_path: Path) -> pd.DataFrame:
+    store = build_store(tmp_path)
+    return summarize(store.runs(), store.metrics())
+
+
+def test_summary_numbers(summary: pd.DataFrame) -> None:
+    assert summary["algorithm"].tolist() == ["FedAvg", "SCAFFOLD", "FedProx"]  # creation order
+    fedavg = summary.iloc[0]
+    assert (fedavg.seeds, fedavg.finished, fedavg.diverged, fedavg.failed) == (2, 2, 0, 0)
+    # top: 0.85, 0.77; final: 0.83, 0.77; sample std (ddof=1)
+    assert fedavg.top_acc_mean == pytest.approx(0.81)
+    assert fedavg.top_acc_std == pytest.approx(math.sqrt(2 * 0.04**2))
+    assert fedavg.final_acc_mean == pytest.approx(0.80)
+    assert fedavg.final_acc_std == pytest.approx(math.sqrt(2 * 0.03**2))
+    # τ=0.5: seed 0 at round 2 (cum bits 2·150), seed 1 at round 4 (4·300)
+    assert (fedavg["rounds_to_0.5"], fedavg["reached_0.5"], fedavg["bits_to_0.5"]) == (3.0, 2, 750.0)
+    # τ=0.8: only seed 0, at round 4 (4·150)
+    assert (fedavg["rounds_to_0.8"], fedavg["reached_0.8"], fedavg["bits_to_0.8"]) == (4.0, 1, 600.0)
+
+    scaffold = summary.iloc[1]
+    assert scaffold.diverged == 2 and math.isnan(scaffold.top_acc_mean) and math.isnan(scaffold.final_acc_mean)
+    assert (scaffold["rounds_to_0.5"], scaffold["reached_0.5"], scaffold["bits_to_0.5"]) == (2.0, 1, 400.0)
+    assert scaffold["reached_0.8"] == 0 and math.isnan(scaffold["rounds_to_0.8"])
+
+    fedprox = summary.iloc[2]
+    assert (fedprox.top_acc_mean, fedprox.top_acc_std, fedprox.final_acc_mean) == (0.90, 0.0, 0.88)
+
+
+def test_markdown_cells(summary: pd.DataFrame) -> None:
+    md = format_table(summary, "markdown")
+    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines()[2:]}
+    seeds, status, top, final, r05, b05, r08, b08 = lines["FedAvg"]
+    assert (seeds, status, top, final) == ("2", "2 fin.", "81.00 ± 5.66", "80.00 ± 4.24")
+    assert (r05, b05, r08, b08) == ("3", "7.50e+02", "4 (1/2)", "6.00e+02 (1/2)")
+    assert lines["SCAFFOLD"][1:] == ["2 div.", "—", "—", "2 (1/2)", "4.00e+02 (1/2)", "—", "—"]
+    assert lines["FedProx"][2:4] == ["90.00 ± 0.00 (1 div.)", "88.00 ± 0.00 (1 div.)"]
+    assert "Rounds to 80%" in md.splitlines()[0]
+
+
+def test_latex_and_csv(summary: pd.DataFrame) -> None:
+    tex = format_table(summary, "latex")
+    assert r"\begin{tabular}{lrlrrrrrr}" in tex and r"\end{tabular}" in tex
+    scaffold = next(line for line in tex.splitlines() if line.startswith("SCAFFOLD"))
+    assert scaffold.split(" & ")[3:5] == ["—", "—"]
+    assert r"81.00 $\pm$ 5.66" in tex and r"Rounds to 80\%" in tex
+
+    rows = list(csv.DictReader(io.StringIO(format_table(summary, "csv"))))
+    assert rows[1]["algorithm"] == "SCAFFOLD" and rows[1]["top_acc_mean"] == "" and rows[1]["rounds_to_0.8"] == ""
+    assert float(rows[0]["top_acc_mean"]) == pytest.approx(0.81) and rows[0]["reached_0.8"] == "1"
+    with pytest.raises(ValueError, match="allowed: markdown, latex, csv"):
+        format_table(summary, "html")
+
+
+def test_scenarios_with_different_targets(tmp_path: Path) -> None:
+    build_store(tmp_path, scenario="toy")
+    store = build_store(tmp_path, targets=(0.5,), scenario="other run")
+    summary = summarize(store.runs(), store.metrics())
+    assert summary["scenario"].unique().tolist() == ["toy", "other run"]
+    assert summary.loc[summary["scenario"] == "other run", "reached_0.8"].isna().all()
+
+    paths = write_tables(store, tmp_path / "tables", None)
+    assert [p.name for p in paths] == ["toy.md", "toy.tex", "toy.csv", "other_run.md", "other_run.tex", "other_run.csv"]
+    assert "Rounds to 80%" not in paths[3].read_text() and "reached_0.8" not in paths[5].read_text()
+    assert paths[0].read_text().startswith("## toy")
+    assert [p.name for p in write_tables(store, tmp_path / "t2", "toy")] == ["toy.md", "toy.tex", "toy.csv"]
+    with pytest.raises(ValueError, match="scenarios there: toy, other run"):
+        write_tables(store, tmp_path / "t3", "missing")
+
+
+def test_rich_table(summary: pd.DataFrame) -> None:
+    console = Console(record=True, width=200)
+    console.print(rich_table(summary, "toy"))
+    text = console.export_text()
+    assert "81.00 ± 5.66" in text and "SCAFFOLD" in text
+
+
+def test_empty_store(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path)
+    assert write_tables(store, tmp_path / "tables", None) == []
