@@ -16,7 +16,7 @@ install: $(VENV)/.installed  ## create .venv and install fedbench with its test 
 
 quickstart: install  ## run the embedded default scenario (offline digits) and print its table, write its curves
 	$(BIN)/fedbench run configs/quickstart.yaml --out $(OUT)/quickstart
-	$(BIN)/fedbench table --out $(OUT)/quickstart --scenario quickstart
+	$(BIN)/fedbench table --out $(OUT)/quickstart --scenario quickstart --no-show
 	$(BIN)/fedbench plot --out $(OUT)/quickstart --scenario quickstart
 
 test: install  ## the whole test suite (CPU, offline)

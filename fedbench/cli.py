@@ -105,13 +105,15 @@ def table(
     out: Path = OUT,
     scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where the .md/.tex/.csv tables are written"),
+    show: bool = typer.Option(True, "--show/--no-show", help="also print the table in the terminal"),
 ) -> None:
     """Build accuracy / rounds-to-target / bits-to-target tables (Markdown, LaTeX, CSV) from the store."""
     from fedbench.report.tables import write_tables
     from fedbench.store import ResultsStore
 
     paths = write_tables(ResultsStore(out), tables_dir, scenario)
-    _print_summary(out, scenario)
+    if show:
+        _print_summary(out, scenario)
     for p in paths:
         console.print(f"wrote {p}")
 
