@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -44,15 +45,14 @@ class DatasetSplits:
         return replace(self, train=self.train.to(device), test=self.test.to(device))
 
 
-class DatasetLoader:
+class DatasetLoader(Protocol):
     """Signature of a registered loader: ``loader(root, download, **params) -> DatasetSplits``.
 
     ``root`` is the data directory (``--data-dir``, default ``./data``); ``download`` allows a
     network fetch for real datasets. Offline datasets ignore both.
     """
 
-    def __call__(self, root: Path, download: bool, **params: object) -> DatasetSplits:  # pragma: no cover
-        raise NotImplementedError
+    def __call__(self, root: Path, download: bool, **params: object) -> DatasetSplits: ...
 
 
 DATASETS: Registry[DatasetLoader] = Registry("dataset")

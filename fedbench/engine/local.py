@@ -48,10 +48,9 @@ class GradientOracle:
 
 @dataclass
 class LocalResult:
-    """The round's client work: uploads ``{name: [S, P]}``, steps [S], buffers and mean losses [S]."""
+    """The round's client work: uploads ``{name: [S, P]}``, BatchNorm buffers and mean losses [S]."""
 
     uploads: dict[str, torch.Tensor]
-    steps: torch.Tensor
     buffers: list[Buffers]
     losses: torch.Tensor
 
@@ -87,7 +86,6 @@ def run_clients_sequential(
         losses.append(torch.stack(step_losses).mean())
     return LocalResult(
         {k: torch.cat(v) for k, v in uploads.items()},
-        torch.tensor(steps),
         all_buffers,
         torch.stack(losses),
     )

@@ -9,12 +9,11 @@ rounds lets an interrupted run resume with identical numbers.
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Callable
-
-import math
 
 import torch
 
