@@ -1,22 +1,24 @@
 """The algorithm API: a few hooks around one round loop that the algorithm does not own.
 
-The engine runs every round the same way (see ``fedbench/engine/rounds.py``)::
+The engine runs every round the same way (see ``fedbench/engine/runner.py``)::
 
-    ctx    = algo.begin_round(state, clients)          # broadcast + per-client state of the S sampled clients
-    x      = ctx.start                                 # [S, P] local iterates
-    for k in range(K):                                 # K_i local steps (clients past their K_i are frozen)
-        x  = algo.local_step(ctx, x, grad, lr)         # grad(z): minibatch gradient at z, [S, P] -> [S, P]
-    up     = algo.upload(ctx, x, steps, lr)            # what each client sends, {name: [S, P]}
-    algo.server_update(state, ctx, up, weights)        # aggregate, move the global model
+    ctx = RoundContext(clients, lr, steps,
+                       algo.broadcast(state, clients),      # server → every sampled client
+                       algo.client_state(state, clients))   # what each client already holds
+    x   = ctx.start                                         # [S, P] local iterates
+    for k in range(K_i):                                    # K_i = ctx.steps[i] local steps
+        x = algo.local_step(ctx, x, grad)                   # grad(z): minibatch gradient at z, [S, P] -> [S, P]
+    up  = algo.upload(ctx, x)                               # what each client sends, {name: [S, P]}
+    algo.server_update(state, ctx, up, weights)             # aggregate, move the global model
 
 Everything is a flat parameter vector: ``[P]`` for server quantities, ``[S, P]`` for the round's
 clients, ``[N, P]`` for per-client state kept across rounds (SCAFFOLD's c_i, FedDyn's ∇L_i),
 so update rules read like the papers' equations and the engine can execute the S clients one
 by one or all at once. Algorithms never do I/O, pick devices or print.
 
-Communication is counted from what the hooks return: every tensor in ``ctx.broadcast`` is
-sent to each sampled client, every tensor in the upload dict is sent by each client, at 32
-bits per float.
+Communication is counted from what the hooks return: every tensor of ``broadcast`` is sent to
+each sampled client and every tensor of the upload is sent by each client, at 32 bits per float;
+``client_state`` is free (the client owns it).
 """
 
 from __future__ import annotations
@@ -38,12 +40,15 @@ GradFn = Callable[[torch.Tensor], torch.Tensor]
 class RoundContext:
     """What the S sampled clients of one round start from.
 
-    ``broadcast`` holds the server's message (``[P]`` tensors, identical for every client);
-    ``per_client`` holds client-specific ``[S, ...]`` tensors that the clients already own
-    (e.g. SCAFFOLD's c_i), so they cost no communication.
+    ``lr`` is the round's local learning rate η_l, ``steps`` ``[S]`` the local steps K_i each
+    client takes (float, for divisions); ``broadcast`` holds the server's message (``[P]``
+    tensors, identical for every client); ``per_client`` holds client-specific ``[S, ...]``
+    tensors that the clients already own (e.g. SCAFFOLD's c_i), so they cost no communication.
     """
 
     clients: torch.Tensor
+    lr: float
+    steps: torch.Tensor
     broadcast: dict[str, torch.Tensor]
     per_client: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -56,7 +61,8 @@ class RoundContext:
     def select(self, rows: slice) -> "RoundContext":
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
         return RoundContext(
-            self.clients[rows], self.broadcast, {k: v[rows] for k, v in self.per_client.items()}
+            self.clients[rows], self.lr, self.steps[rows], self.broadcast,
+            {k: v[rows] for k, v in self.per_client.items()},
         )
 
 
@@ -95,14 +101,19 @@ class Algorithm:
         return like.new_zeros((self.ctx.num_clients, like.numel()))
 
     # -- hooks ---------------------------------------------------------------------------
-    def begin_round(self, state: State, clients: torch.Tensor) -> RoundContext:
-        return RoundContext(clients, {"x": state["x"]})
+    def broadcast(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The server's message to every sampled client (``[P]`` tensors; each one costs bits)."""
+        return {"x": state["x"]}
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn, lr: float) -> torch.Tensor:
-        return x - lr * grad(x)
+    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Rows ``[S, ...]`` of per-client state the sampled clients hold themselves (free)."""
+        return {}
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor, steps: torch.Tensor, lr: float) -> dict[str, torch.Tensor]:
-        """Client message after local work; ``steps`` [S] are the local steps each client took."""
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+        return x - ctx.lr * grad(x)
+
+    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each client's message after its local work, ``{name: [S, P]}``."""
         return {"delta": x - ctx.broadcast["x"]}
 
     def server_update(

@@ -38,12 +38,12 @@ class FedDyn(Algorithm):
     def init_state(self, x0: torch.Tensor) -> State:
         return {**super().init_state(x0), "h": torch.zeros_like(x0), "grad_i": self.client_table(x0)}
 
-    def begin_round(self, state: State, clients: torch.Tensor) -> RoundContext:
-        return RoundContext(clients, {"x": state["x"]}, {"grad_i": state["grad_i"][clients]})
+    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"grad_i": state["grad_i"][clients]}
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn, lr: float) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
         alpha = self.params.alpha
-        return x - lr * (grad(x) - ctx.per_client["grad_i"] + alpha * (x - ctx.broadcast["x"]))
+        return x - ctx.lr * (grad(x) - ctx.per_client["grad_i"] + alpha * (x - ctx.broadcast["x"]))
 
     def server_update(
         self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor

@@ -17,5 +17,5 @@ class FedProx(Algorithm):
 
     Params = FedProxParams
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn, lr: float) -> torch.Tensor:
-        return x - lr * (grad(x) + self.params.mu * (x - ctx.broadcast["x"]))
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+        return x - ctx.lr * (grad(x) + self.params.mu * (x - ctx.broadcast["x"]))

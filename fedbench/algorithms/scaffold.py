@@ -22,15 +22,18 @@ class Scaffold(Algorithm):
     def init_state(self, x0: torch.Tensor) -> State:
         return {**super().init_state(x0), "c": torch.zeros_like(x0), "c_i": self.client_table(x0)}
 
-    def begin_round(self, state: State, clients: torch.Tensor) -> RoundContext:
-        return RoundContext(clients, {"x": state["x"], "c": state["c"]}, {"c_i": state["c_i"][clients]})
+    def broadcast(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"x": state["x"], "c": state["c"]}
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn, lr: float) -> torch.Tensor:
-        return x - lr * (grad(x) - ctx.per_client["c_i"] + ctx.broadcast["c"])
+    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"c_i": state["c_i"][clients]}
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor, steps: torch.Tensor, lr: float) -> dict[str, torch.Tensor]:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+        return x - ctx.lr * (grad(x) - ctx.per_client["c_i"] + ctx.broadcast["c"])
+
+    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
         delta = x - ctx.broadcast["x"]
-        c_new = ctx.per_client["c_i"] - ctx.broadcast["c"] - delta / (steps.unsqueeze(1) * lr)
+        c_new = ctx.per_client["c_i"] - ctx.broadcast["c"] - delta / (ctx.steps.unsqueeze(1) * ctx.lr)
         return {"delta": delta, "delta_c": c_new - ctx.per_client["c_i"]}
 
     def server_update(

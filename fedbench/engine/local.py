@@ -48,9 +48,11 @@ class GradientOracle:
 
 @dataclass
 class LocalResult:
-    """The round's client work: uploads ``{name: [S, P]}``, BatchNorm buffers and mean losses [S]."""
+    """The round's client work: uploads ``{name: [S, P]}``, final local iterates ``[S, P]``,
+    BatchNorm buffers and each client's mean minibatch loss ``[S]``."""
 
     uploads: dict[str, torch.Tensor]
+    final: torch.Tensor
     buffers: list[Buffers]
     losses: torch.Tensor
 
@@ -58,17 +60,16 @@ class LocalResult:
 def run_clients_sequential(
     algo: Algorithm,
     ctx: RoundContext,
+    steps: list[int],
     model: FlatModel,
     global_buffers: Buffers,
     train: ArraySplit,
     batcher: ClientBatcher,
-    steps: list[int],
-    lr: float,
     cfg: LocalConfig,
 ) -> LocalResult:
-    """Train each sampled client in turn from ``ctx.start`` and collect its upload."""
+    """Train each sampled client in turn from ``ctx.start`` for its ``steps[row]`` local steps."""
     uploads: dict[str, list[torch.Tensor]] = {}
-    all_buffers, losses = [], []
+    finals, all_buffers, losses = [], [], []
     for row, client in enumerate(ctx.clients.tolist()):
         sub = ctx.select(slice(row, row + 1))
         buffers = {k: v.clone() for k, v in global_buffers.items()}
@@ -77,15 +78,13 @@ def run_clients_sequential(
         for _ in range(steps[row]):
             idx = batcher.next(client)
             oracle = GradientOracle(model, buffers, train.x[idx], train.y[idx], cfg)
-            x = algo.local_step(sub, x, oracle, lr)
+            x = algo.local_step(sub, x, oracle)
             step_losses.append(oracle.first_loss)
-        k = torch.tensor([steps[row]], dtype=x.dtype, device=x.device)
-        for name, value in algo.upload(sub, x, k, lr).items():
+        for name, value in algo.upload(sub, x).items():
             uploads.setdefault(name, []).append(value)
+        finals.append(x)
         all_buffers.append(buffers)
         losses.append(torch.stack(step_losses).mean())
     return LocalResult(
-        {k: torch.cat(v) for k, v in uploads.items()},
-        all_buffers,
-        torch.stack(losses),
+        {k: torch.cat(v) for k, v in uploads.items()}, torch.cat(finals), all_buffers, torch.stack(losses)
     )

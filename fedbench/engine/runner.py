@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from fedbench.algorithms.base import RoundContext
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.flat import average_buffers
 from fedbench.engine.local import LocalConfig, run_clients_sequential
@@ -76,13 +77,15 @@ class RoundLoop:
         start = time.perf_counter()
         clients = sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t, s.x0.device)
         lr = spec.local.lr * spec.local.lr_decay ** (t - 1)
-        ctx = s.algorithm.begin_round(self.state, clients)
-        result = run_clients_sequential(
-            s.algorithm, ctx, s.model, self.buffers, s.data.train, s.batcher,
-            self.steps_of(clients.tolist()), lr, self.local_cfg,
+        steps = self.steps_of(clients.tolist())
+        algo = s.algorithm
+        ctx = RoundContext(
+            clients, lr, torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
+            algo.broadcast(self.state, clients), algo.client_state(self.state, clients),
         )
+        result = run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
         weights = aggregation_weights(spec, s.client_sizes[clients])
-        extra = s.algorithm.server_update(self.state, ctx, result.uploads, weights)
+        extra = algo.server_update(self.state, ctx, result.uploads, weights)
         self.buffers = average_buffers(result.buffers, weights)
         n = len(clients)
         buffer_bits = n * s.model.buffer_numel() * BITS_PER_FLOAT

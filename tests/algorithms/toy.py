@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedbench.algorithms import ALGORITHMS, AlgorithmContext
+from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
 from fedbench.optim import ServerOptimizer
 from fedbench.scenario import ServerSpec
 
@@ -41,16 +41,18 @@ def run_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[int]],
     """Drive the hooks like the sequential engine; returns the final state."""
     state = algo.init_state(torch.tensor(x0))
     for clients in schedule:
-        ctx = algo.begin_round(state, torch.tensor(clients))
+        index = torch.tensor(clients)
+        k = torch.tensor([float(steps[i]) for i in clients], dtype=torch.float64)
+        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index))
         uploads = {}
         for row, i in enumerate(clients):
             sub = ctx.select(slice(row, row + 1))
             x = sub.start
             for _ in range(steps[i]):
-                x = algo.local_step(sub, x, fed.oracle(i), lr)
-            for k, v in algo.upload(sub, x, torch.tensor([float(steps[i])], dtype=torch.float64), lr).items():
-                uploads.setdefault(k, []).append(v)
-        uploads = {k: torch.cat(v) for k, v in uploads.items()}
+                x = algo.local_step(sub, x, fed.oracle(i))
+            for name, v in algo.upload(sub, x).items():
+                uploads.setdefault(name, []).append(v)
+        uploads = {name: torch.cat(v) for name, v in uploads.items()}
         sizes = torch.tensor(fed.sizes[clients])
         w = sizes / sizes.sum() if weighting == "samples" else torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
         algo.server_update(state, ctx, uploads, w)

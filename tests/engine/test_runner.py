@@ -98,8 +98,8 @@ def test_equivalences_through_the_engine(tmp_path):
 def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
     from fedbench.algorithms.fedprox import FedProx
 
-    def explode(self, ctx, x, grad, lr):  # a local step whose iterate overflows to inf
-        return x - lr * grad(x) * float("inf")
+    def explode(self, ctx, x, grad):  # a local step whose iterate overflows to inf
+        return x - ctx.lr * grad(x) * float("inf")
 
     monkeypatch.setattr(FedProx, "local_step", explode)
     sc = scenario(algorithms=[{"name": "fedprox"}, {"name": "fedavg"}], rounds=3)
