@@ -20,11 +20,16 @@ OUT = typer.Option(Path("results"), "--out", help="results folder: SQLite index 
 SETS = typer.Option(None, "--set", help="override a scenario key, e.g. --set rounds=5 --set partition.omega=0.5")
 
 
-def _load(scenario: Path, overrides: Optional[list[str]]):
+SCALE = typer.Option(
+    None, "--scale", help="paper (the file as written) or a scale the file defines under `scales:`, e.g. small, tiny"
+)
+
+
+def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] = None):
     from fedbench.scenario import ScenarioError, load_scenario
 
     try:
-        return load_scenario(scenario, overrides or [])
+        return load_scenario(scenario, overrides or [], scale)
     except ScenarioError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -49,12 +54,13 @@ def run(
     data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     only: Optional[str] = typer.Option(None, help="comma-separated algorithm labels or names to run"),
+    scale: Optional[str] = SCALE,
     overrides: Optional[list[str]] = SETS,
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.runs import run_scenario
 
-    sc = _load(scenario, overrides)
+    sc = _load(scenario, overrides, scale)
     outcomes = run_scenario(
         sc, out, device=device, data_dir=data_dir, download=download,
         seeds=_parse_seeds(seeds), only=only.split(",") if only else None, console=console,
@@ -65,20 +71,29 @@ def run(
 
 
 @app.command()
-def validate(scenario: Path = typer.Argument(..., help="scenario YAML file"), overrides: Optional[list[str]] = SETS) -> None:
-    """Check a scenario without training and show its resolved runs and their hashes."""
-    from fedbench.scenario import resolve_runs
+def validate(
+    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    scale: Optional[str] = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
+    overrides: Optional[list[str]] = SETS,
+) -> None:
+    """Check a scenario (at every scale it defines) without training; show the resolved runs."""
+    from fedbench.scenario import ScenarioError, read_yaml, resolve_runs, scale_names
 
-    sc = _load(scenario, overrides)
-    table = Table(title=f"{sc.name}: {len(sc.algorithms)} algorithm(s) × seeds {sc.seeds}")
-    for col in ("label", "algorithm", "params", "server", "spec hash"):
-        table.add_column(col)
-    for spec in resolve_runs(sc):
-        params = {k: v for k, v in spec.algorithm.items() if k not in ("name", "label")}
-        server = spec.server.model_dump()
-        table.add_row(spec.label, spec.algorithm["name"], str(params or "—"), str(server), spec.spec_hash()[:16])
-    console.print(table)
-    console.print(f"[green]{scenario} is valid[/green]")
+    try:
+        scales = [scale] if scale else scale_names(read_yaml(scenario))
+    except ScenarioError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    for name in scales:
+        sc = _load(scenario, overrides, name)
+        table = Table(title=f"{sc.name}: {len(sc.algorithms)} algorithm(s) × seeds {sc.seeds}")
+        for col in ("label", "algorithm", "params", "server", "spec hash"):
+            table.add_column(col)
+        for spec in resolve_runs(sc):
+            params = {k: v for k, v in spec.algorithm.items() if k not in ("name", "label")}
+            table.add_row(spec.label, spec.algorithm["name"], str(params or "—"), str(spec.server.model_dump()), spec.spec_hash()[:16])
+        console.print(table)
+    console.print(f"[green]{scenario} is valid at scale(s): {', '.join(scales)}[/green]")
 
 
 @app.command("list")

@@ -100,6 +100,9 @@ class EvalSpec(Strict):
 
     every: int = Field(default=1, ge=1, description="evaluate every k rounds (and always at the last round)")
     batch_size: int = Field(default=1024, ge=1)
+    client_spread: bool = Field(
+        default=True, description="also record the std over clients of the global model's accuracy on each client's data"
+    )
 
 
 class ServerSpec(Strict):
@@ -127,6 +130,14 @@ class CompressionSpec(Strict):
 
     kind: Literal["none"] = "none"
     bits: Literal[32] = 32
+
+
+class PaperRef(Strict):
+    """Where a scenario's results sit in a paper's table: algorithm labels are the table's rows."""
+
+    name: str = Field(description="paper key in fedbench/report/reference/, e.g. fedmim")
+    table: str = Field(description="table id as the paper numbers it, e.g. I, II, III")
+    column: str = Field(description="the table column this scenario reproduces")
 
 
 class AlgorithmSpec(BaseModel):
@@ -159,6 +170,7 @@ class Scenario(Strict):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     targets: list[float] = Field(default_factory=list, description="target test accuracies in (0, 1]")
     checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
+    paper: PaperRef | None = None
 
     @model_validator(mode="after")
     def _checks(self) -> "Scenario":
@@ -186,10 +198,11 @@ class RunSpec(Strict):
     server: ServerSpec
     targets: list[float]
     checkpoint_every: int
+    paper: PaperRef | None = None
 
     def spec_hash(self) -> str:
         """SHA-256 of the canonical JSON of everything that changes results (targets excluded)."""
-        payload = self.model_dump(mode="json", exclude={"targets", "checkpoint_every"})
+        payload = self.model_dump(mode="json", exclude={"targets", "checkpoint_every", "paper"})
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -234,25 +247,53 @@ def _check_params(registry: Registry, name: str, params: dict, path: str, key: s
         return {}, _format_errors(exc, path)
 
 
-def set_override(raw: dict[str, Any], assignment: str) -> None:
-    """Apply one ``dotted.key=value`` override (value parsed as YAML) to a raw scenario dict."""
-    if "=" not in assignment:
-        raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE, e.g. rounds=5"])
-    key, value = assignment.split("=", 1)
+def apply_override(raw: dict[str, Any], key: str, value: Any, origin: str = "--set") -> None:
+    """Set the dotted ``key`` of a raw scenario dict to ``value`` (replacing whole blocks)."""
     node = raw
     parts = key.strip().split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ScenarioError([f"--set {key}: {part!r} is not a mapping"])
-    node[parts[-1]] = yaml.safe_load(value)
+            raise ScenarioError([f"{origin} {key}: {part!r} is not a mapping"])
+    node[parts[-1]] = copy.deepcopy(value)
 
 
-def parse_scenario(raw: Any, source: str = "scenario", overrides: list[str] = ()) -> Scenario:
+def set_override(raw: dict[str, Any], assignment: str) -> None:
+    """Apply one ``dotted.key=value`` override (value parsed as YAML) to a raw scenario dict."""
+    if "=" not in assignment:
+        raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE, e.g. rounds=5"])
+    key, value = assignment.split("=", 1)
+    apply_override(raw, key, yaml.safe_load(value))
+
+
+def apply_scale(raw: dict[str, Any], scale: str | None, source: str = "scenario") -> dict[str, Any]:
+    """The raw scenario at ``scale``: its ``scales[scale]`` overrides applied, ``.scale`` appended
+    to the name, and the ``scales`` block removed. ``None`` or ``paper`` is the file as written."""
+    raw = copy.deepcopy(raw)
+    scales = raw.pop("scales", None) or {}
+    if not isinstance(scales, dict) or not all(isinstance(v, dict) for v in scales.values()):
+        raise ScenarioError(["scales: expected a mapping of scale name → {dotted.key: value}"], source)
+    if scale in (None, "paper"):
+        return raw
+    if scale not in scales:
+        known = ", ".join(["paper", *scales]) if scales else "paper (this file defines no other scale)"
+        raise ScenarioError([f"--scale {scale!r}: unknown scale; this file has: {known}"], source)
+    for key, value in scales[scale].items():
+        apply_override(raw, key, value, origin=f"scales.{scale}")
+    raw["name"] = f"{raw.get('name')}.{scale}"
+    return raw
+
+
+def scale_names(raw: dict[str, Any]) -> list[str]:
+    """``paper`` plus the scales a raw scenario defines."""
+    return ["paper", *((raw.get("scales") or {}).keys())]
+
+
+def parse_scenario(raw: Any, source: str = "scenario", overrides: list[str] = (), scale: str | None = None) -> Scenario:
     """Validate a raw mapping (as read from YAML) into a :class:`Scenario`; raise :class:`ScenarioError`."""
     if not isinstance(raw, dict):
         raise ScenarioError([f"(top level): expected a mapping of keys, got {type(raw).__name__}"], source)
-    raw = copy.deepcopy(raw)
+    raw = apply_scale(raw, scale, source)
     for name in ("dataset", "model"):  # `dataset: digits` shorthand
         if isinstance(raw.get(name), str):
             raw[name] = {"name": raw[name]}
@@ -268,16 +309,20 @@ def parse_scenario(raw: Any, source: str = "scenario", overrides: list[str] = ()
     return scenario
 
 
-def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
-    """Read and validate a scenario YAML file."""
+def read_yaml(path: str | Path) -> Any:
+    """The raw content of a scenario file, with file and YAML errors as :class:`ScenarioError`."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ScenarioError([f"file not found: {path}"], str(path)) from None
     except yaml.YAMLError as exc:
         raise ScenarioError([f"not valid YAML: {exc}"], str(path)) from None
-    return parse_scenario(raw, str(path), overrides)
+
+
+def load_scenario(path: str | Path, overrides: list[str] = (), scale: str | None = None) -> Scenario:
+    """Read and validate a scenario YAML file, at ``scale`` (default: as written)."""
+    return parse_scenario(read_yaml(path), str(path), overrides, scale)
 
 
 def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
@@ -333,6 +378,7 @@ def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
                 server=server,
                 targets=scenario.targets,
                 checkpoint_every=scenario.checkpoint_every,
+                paper=scenario.paper,
             )
         )
     if collect:

@@ -25,7 +25,9 @@ from typing import Any
 import pandas as pd
 
 RUN_STATUSES = ("running", "finished", "diverged", "failed")
-METRIC_COLUMNS = ("test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "wall_s")
+METRIC_COLUMNS = (
+    "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "wall_s", "consistency", "client_acc_std",
+)
 DB_NAME = "fedbench.sqlite"
 BUSY_TIMEOUT_S = 30.0
 

@@ -7,7 +7,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fedbench.cli import app
-from fedbench.scenario import load_scenario
+from fedbench.scenario import load_scenario, read_yaml, scale_names
 
 runner = CliRunner()
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").rglob("*.yaml"))
@@ -25,9 +25,10 @@ TINY = {
 }
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_every_shipped_config_validates(path):
-    assert load_scenario(path).name
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_every_shipped_config_validates_at_every_scale(path):
+    for scale in scale_names(read_yaml(path)):
+        assert load_scenario(path, scale=scale).name
 
 
 def test_help_documents_every_command():

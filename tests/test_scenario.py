@@ -119,3 +119,24 @@ def test_overrides_and_yaml_file(tmp_path):
     (tmp_path / "bad.yaml").write_text("name: [unclosed")
     with pytest.raises(ScenarioError, match="not valid YAML"):
         load_scenario(tmp_path / "bad.yaml")
+
+
+def test_scales_apply_dotted_overrides_and_rename():
+    raw = copy.deepcopy(BASE)
+    raw["scales"] = {"tiny": {"rounds": 2, "clients.num": 5, "model": {"name": "logreg"}}}
+    tiny = parse_scenario(raw, scale="tiny")
+    assert (tiny.name, tiny.rounds, tiny.clients.num, tiny.model.name) == ("t.tiny", 2, 5, "logreg")
+    assert parse_scenario(raw).name == parse_scenario(raw, scale="paper").name == "t"
+    with pytest.raises(ScenarioError, match="unknown scale; this file has: paper, tiny"):
+        parse_scenario(raw, scale="huge")
+    raw["scales"]["bad"] = {"partition.omega": 0}
+    with pytest.raises(ScenarioError, match="partition.omega: Input should be greater than 0"):
+        parse_scenario(raw, scale="bad")
+
+
+def test_paper_reference_is_kept_but_not_hashed():
+    raw = copy.deepcopy(BASE)
+    raw["paper"] = {"name": "fedmim", "table": "I", "column": "CIFAR-10 IID."}
+    with_ref = resolve_runs(parse_scenario(raw))
+    assert with_ref[0].paper.column == "CIFAR-10 IID."
+    assert [s.spec_hash() for s in with_ref] == [s.spec_hash() for s in resolve_runs(parse_scenario(BASE))]

@@ -60,16 +60,23 @@ class FlatModel:
         return loss.detach(), grad
 
     @torch.no_grad()
-    def evaluate(self, flat: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int) -> tuple[float, float]:
-        """(accuracy, mean cross-entropy) of the model ``flat`` on a whole split, eval mode."""
+    def per_sample(
+        self, flat: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Correctness ``[n]`` (bool) and cross-entropy ``[n]`` of the model ``flat`` on a split, eval mode."""
         self.module.eval()
-        correct, total_loss = 0, 0.0
+        correct, losses = [], []
         for start in range(0, len(split), batch_size):
             x, y = split.x[start : start + batch_size], split.y[start : start + batch_size]
             out = self.logits(flat, buffers, x)
-            total_loss += float(F.cross_entropy(out, y, reduction="sum"))
-            correct += int((out.argmax(1) == y).sum())
-        return correct / len(split), total_loss / len(split)
+            losses.append(F.cross_entropy(out, y, reduction="none"))
+            correct.append(out.argmax(1) == y)
+        return torch.cat(correct), torch.cat(losses)
+
+    def evaluate(self, flat: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int) -> tuple[float, float]:
+        """(accuracy, mean cross-entropy) of the model ``flat`` on a whole split."""
+        correct, losses = self.per_sample(flat, buffers, split, batch_size)
+        return float(correct.float().mean()), float(losses.mean())
 
 
 def average_buffers(per_client: list[Buffers], weights: torch.Tensor) -> Buffers:

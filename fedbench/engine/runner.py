@@ -56,6 +56,12 @@ def aggregation_weights(spec: RunSpec, sizes: torch.Tensor) -> torch.Tensor:
     return sizes / sizes.sum()
 
 
+def local_consistency(final: torch.Tensor) -> float:
+    """(1/S)Σ_i ‖x_{i,K} − x̄‖² with x̄ = (1/S)Σ_i x_{i,K}: the dispersion of the clients' final
+    local models (FedMIM Fig. 2b; lower means more consistent local updates)."""
+    return float(((final - final.mean(0)) ** 2).sum(1).mean())
+
+
 class RoundLoop:
     """Executes the rounds of one run on a prepared :class:`RunSetup`."""
 
@@ -96,13 +102,23 @@ class RoundLoop:
             "test_acc": None,
             "test_loss": None,
         }
+        metrics["consistency"] = local_consistency(result.final)
         if t % spec.eval.every == 0 or t == spec.rounds:
             acc, loss = s.model.evaluate(self.state["x"], self.buffers, s.data.test, spec.eval.batch_size)
             metrics["test_acc"], metrics["test_loss"] = acc, loss
+            if spec.eval.client_spread:
+                metrics["client_acc_std"] = self.client_accuracy_spread()
         metrics["wall_s"] = time.perf_counter() - start
         if t == 1:  # the partition's sizes and label skew, once per run
             extra = {**extra, "partition": s.partition_info}
         return metrics, {"lr": lr, **extra}
+
+    def client_accuracy_spread(self) -> float:
+        """Std over all N clients of the global model's accuracy on each client's training data."""
+        s = self.s
+        correct, _ = s.model.per_sample(self.state["x"], self.buffers, s.data.train, self.spec.eval.batch_size)
+        per_client = torch.stack([correct[p].float().mean() for p in s.parts])
+        return float(per_client.std(correction=0))
 
     def diverged(self, metrics: dict[str, float | None]) -> bool:
         values = [metrics["train_loss"], metrics["test_loss"]]

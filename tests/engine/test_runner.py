@@ -129,3 +129,22 @@ def test_epochs_mode_uses_each_clients_size(tmp_path):
     sc = scenario(local={"epochs": 1, "batch_size": 16, "lr": 0.1}, rounds=1)
     store, outcome, m = run(tmp_path, sc, "ep")
     assert outcome.status == "finished" and m["train_loss"].notna().all()
+
+
+def test_fedmim_without_momentum_is_fedavg_bitwise_with_wd_and_clipping(tmp_path):
+    local = {"iterations": 3, "batch_size": 16, "lr": 0.1, "lr_decay": 0.99, "weight_decay": 1e-3, "clip_grad_norm": 0.5}
+    _, _, avg = run(tmp_path, scenario(local=local), "avg")
+    _, _, mim = run(tmp_path, scenario(local=local, algorithms=[{"name": "fedmim", "alpha": [], "beta": []}]), "mim")
+    cols = ["test_acc", "test_loss", "train_loss", "consistency", "client_acc_std"]
+    pd.testing.assert_frame_equal(avg[cols], mim[cols])
+
+
+def test_local_consistency_and_client_spread_are_recorded(tmp_path):
+    from fedbench.engine.runner import local_consistency
+
+    final = torch.tensor([[0.0, 0.0], [2.0, 0.0], [1.0, 3.0]])  # mean (1, 1): squared distances 2, 2, 4
+    assert local_consistency(final) == pytest.approx(8 / 3)
+    _, _, m = run(tmp_path, scenario(), "c")
+    assert (m["consistency"] > 0).all()
+    assert m["client_acc_std"].notna().tolist() == m["test_acc"].notna().tolist()
+    assert ((m["client_acc_std"].dropna() >= 0) & (m["client_acc_std"].dropna() <= 0.5)).all()
