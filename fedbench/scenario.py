@@ -77,6 +77,13 @@ class ClientsSpec(Strict):
         return self
 
 
+class AugmentSpec(Strict):
+    """Training-minibatch augmentation for image datasets (off by default)."""
+
+    flip: bool = Field(default=False, description="random horizontal flip with probability ½")
+    crop_padding: int = Field(default=0, ge=0, description="random crop of the image zero-padded by this many pixels")
+
+
 class LocalSpec(Strict):
     """Local work of a sampled client in one round (plain SGD steps on its own data)."""
 
@@ -87,6 +94,7 @@ class LocalSpec(Strict):
     lr_decay: float = Field(default=1.0, gt=0, le=1, description="η_l at round t is lr·lr_decay^(t−1)")
     weight_decay: float = Field(default=0.0, ge=0)
     clip_grad_norm: float | None = Field(default=None, gt=0, description="clip each minibatch gradient's norm")
+    augment: AugmentSpec = Field(default_factory=AugmentSpec)
 
     @model_validator(mode="after")
     def _one_of(self) -> "LocalSpec":

@@ -13,16 +13,27 @@ import torch
 
 from fedbench.algorithms.base import Algorithm, RoundContext
 from fedbench.data.base import ArraySplit
+from fedbench.scenario import AugmentSpec
+from fedbench.engine.augment import augment_batch
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.flat import Buffers, FlatModel
 
 
 @dataclass(frozen=True)
 class LocalConfig:
-    """The per-step settings the oracle needs (from the scenario's ``local`` block)."""
+    """The per-step settings of local work (from the scenario's ``local`` block) and the run's seed."""
 
     weight_decay: float
     clip_grad_norm: float | None
+    augment: AugmentSpec
+    seed: int
+
+    def batch(self, train: ArraySplit, batcher: ClientBatcher, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The client's next minibatch (x, y), augmented when ``local.augment`` asks for it."""
+        position = int(batcher.cursor[client])
+        idx = batcher.next(client)
+        x = augment_batch(train.x[idx], self.augment.flip, self.augment.crop_padding, self.seed, client, position)
+        return x, train.y[idx]
 
 
 class GradientOracle:
@@ -76,8 +87,8 @@ def run_clients_sequential(
         x = sub.start
         step_losses = []
         for _ in range(steps[row]):
-            idx = batcher.next(client)
-            oracle = GradientOracle(model, buffers, train.x[idx], train.y[idx], cfg)
+            xb, yb = cfg.batch(train, batcher, client)
+            oracle = GradientOracle(model, buffers, xb, yb, cfg)
             x = algo.local_step(sub, x, oracle)
             step_losses.append(oracle.first_loss)
         for name, value in algo.upload(sub, x).items():

@@ -69,7 +69,7 @@ class RoundLoop:
         self.spec, self.seed, self.s = spec, seed, setup
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
-        self.local_cfg = LocalConfig(spec.local.weight_decay, spec.local.clip_grad_norm)
+        self.local_cfg = LocalConfig(spec.local.weight_decay, spec.local.clip_grad_norm, spec.local.augment, seed)
 
     def steps_of(self, clients: list[int]) -> list[int]:
         local = self.spec.local

@@ -148,3 +148,12 @@ def test_local_consistency_and_client_spread_are_recorded(tmp_path):
     assert (m["consistency"] > 0).all()
     assert m["client_acc_std"].notna().tolist() == m["test_acc"].notna().tolist()
     assert ((m["client_acc_std"].dropna() >= 0) & (m["client_acc_std"].dropna() <= 0.5)).all()
+
+
+def test_augmentation_changes_training_deterministically(tmp_path):
+    local = {"iterations": 3, "batch_size": 16, "lr": 0.1, "augment": {"flip": True, "crop_padding": 1}}
+    _, _, plain = run(tmp_path, scenario(), "plain")
+    _, _, aug1 = run(tmp_path, scenario(local=local), "aug1")
+    _, _, aug2 = run(tmp_path, scenario(local=local), "aug2")
+    assert not plain["train_loss"].equals(aug1["train_loss"])
+    pd.testing.assert_frame_equal(aug1[COLS], aug2[COLS])
