@@ -6,7 +6,10 @@ the negative of Reddi et al.'s pseudo-gradient — and moves the global model al
 * ``sgd``      m ← β·m + Δ;  x ← x + η·m            (FedAvg: η=1, β=0; FedAvgM, Hsu et al. 2019)
 * ``adam``     m ← β1·m + (1−β1)Δ;  v ← β2·v + (1−β2)Δ²;  x ← x + η·m/(√v + τ)
 * ``yogi``     v ← v − (1−β2)·Δ²·sign(v − Δ²)                    (Reddi et al. 2021, Alg. 2)
-* ``amsgrad``  v as in adam, v̂ ← max(v̂, v);  x ← x + η·m/(√v̂ + τ) (FedAMSGrad, Tong et al. 2020)
+* ``amsgrad``  v as in adam, v̂ ← max(v̂, v);  x ← x + η·m/(√v̂ + τ) (FedAMSGrad, Tong et al. 2020;
+               FedAMS option 2)
+* ``ams``      v as in adam, v̂ ← max(v̂, v, ε);  x ← x + η·m/√v̂      (FedAMS option 1, Wang et al.
+               2022, Alg. 1: ε is a floor inside the max, v̂_0 = ε as in the authors' code)
 
 With ``bias_correction`` m and v are divided by (1−β1^t) and (1−β2^t) before the step (the
 convention of the FedAMS authors' code and of Keras/TFF; the FedOpt paper itself has none).
@@ -38,6 +41,8 @@ class ServerOptimizer:
         state["v"] = torch.full_like(x, s.initial_accumulator)
         if s.optimizer == "amsgrad":
             state["v_max"] = torch.full_like(x, s.initial_accumulator)
+        if s.optimizer == "ams":
+            state["v_max"] = torch.full_like(x, max(s.initial_accumulator, s.eps))
         return state
 
     def step(self, x: torch.Tensor, delta: torch.Tensor, state: OptState) -> torch.Tensor:
@@ -57,7 +62,7 @@ class ServerOptimizer:
         else:
             v.mul_(s.beta2).add_(sq, alpha=1 - s.beta2)
         second = v
-        if s.optimizer == "amsgrad":
+        if s.optimizer in ("amsgrad", "ams"):
             torch.maximum(state["v_max"], v, out=state["v_max"])
             second = state["v_max"]
         first = m
@@ -65,4 +70,5 @@ class ServerOptimizer:
             t = float(state["step"])
             first = m / (1 - s.beta1**t)
             second = second / (1 - s.beta2**t)
-        return x + s.lr * first / (second.sqrt() + s.eps)
+        additive = 0.0 if s.optimizer == "ams" else s.eps
+        return x + s.lr * first / (second.sqrt() + additive)

@@ -117,15 +117,16 @@ class ServerSpec(Strict):
     """Server optimizer applied to the aggregated model change Δ = Σ w_i (x_i − x).
 
     ``sgd``: x ← x + lr·m with m = momentum·m + Δ (FedAvg at lr=1, momentum=0; FedAvgM otherwise).
-    ``adam``/``yogi``/``amsgrad``: Reddi et al. (2021) Alg. 2, x ← x + lr·m/(√v + eps).
+    ``adam``/``yogi``/``amsgrad``: Reddi et al. (2021) Alg. 2, x ← x + lr·m/(√v + eps);
+    ``ams``: FedAMS option 1, x ← x + lr·m/√max(v̂, v, eps) (see :mod:`fedbench.optim`).
     """
 
-    optimizer: Literal["sgd", "adam", "yogi", "amsgrad"] = "sgd"
+    optimizer: Literal["sgd", "adam", "yogi", "amsgrad", "ams"] = "sgd"
     lr: float = Field(default=1.0, gt=0, description="server learning rate η_g")
     momentum: float = Field(default=0.0, ge=0, lt=1, description="server momentum β (sgd only)")
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.99, ge=0, lt=1)
-    eps: float = Field(default=1e-3, gt=0, description="adaptivity τ in m/(√v + τ)")
+    eps: float = Field(default=1e-3, gt=0, description="adaptivity τ in m/(√v + τ); the floor of v̂ for ams")
     initial_accumulator: float = Field(default=0.0, ge=0, description="v_0 of adam/yogi/amsgrad")
     bias_correction: bool = False
     weighting: Literal["samples", "uniform"] = Field(
@@ -133,11 +134,14 @@ class ServerSpec(Strict):
     )
 
 
-class CompressionSpec(Strict):
-    """Uplink compression. Only ``none`` (32-bit floats) exists yet; compressors come with the FedCAMS issue."""
+class CompressionSpec(BaseModel):
+    """Uplink compressor: ``kind`` (see ``fedbench list compressors``) plus its parameters inline."""
 
-    kind: Literal["none"] = "none"
-    bits: Literal[32] = 32
+    model_config = ConfigDict(extra="allow")
+    kind: str = "none"
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
 
 
 class PaperRef(Strict):
@@ -149,12 +153,14 @@ class PaperRef(Strict):
 
 
 class AlgorithmSpec(BaseModel):
-    """One compared method: registry ``name``, display ``label``, ``server`` overrides, inline params."""
+    """One compared method: registry ``name``, display ``label``, ``server`` and ``compression``
+    overrides of the scenario-level blocks, and the algorithm's parameters inline."""
 
     model_config = ConfigDict(extra="allow")
     name: str
     label: str | None = None
     server: dict[str, Any] = Field(default_factory=dict)
+    compression: CompressionSpec | None = None
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -201,7 +207,7 @@ class RunSpec(Strict):
     local: LocalSpec
     rounds: int
     eval: EvalSpec
-    compression: CompressionSpec
+    compression: dict[str, Any]
     algorithm: dict[str, Any]
     server: ServerSpec
     targets: list[float]
@@ -342,6 +348,7 @@ def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
     returns lists of problems instead (used by validation).
     """
     from fedbench.algorithms import ALGORITHMS
+    from fedbench.compress import COMPRESSORS
     from fedbench.data import DATASETS
     from fedbench.data.partition import PARTITIONS
     from fedbench.models import MODELS
@@ -371,6 +378,12 @@ def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
         except ValidationError as exc:
             problems += _format_errors(exc, f"{path}.server")
             continue
+        comp_spec, comp_path = (algo.compression, f"{path}.compression") if algo.compression else (scenario.compression, "compression")
+        compression, p = _check_params(COMPRESSORS, comp_spec.kind, comp_spec.params(), comp_path, "kind")
+        problems += p
+        if comp_spec.kind != "none" and not entry.extra.get("compression", False):
+            supported = ", ".join(e.name for e in ALGORITHMS if e.extra.get("compression"))
+            problems.append(f"{comp_path}.kind: {algo.name} does not support uplink compression; algorithms that do: {supported}")
         specs.append(
             RunSpec(
                 scenario=scenario.name,
@@ -381,7 +394,7 @@ def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
                 local=scenario.local,
                 rounds=scenario.rounds,
                 eval=scenario.eval,
-                compression=scenario.compression,
+                compression={"kind": comp_spec.kind, **compression},
                 algorithm={"name": algo.name, "label": label, **params},
                 server=server,
                 targets=scenario.targets,

@@ -17,8 +17,11 @@ so update rules read like the papers' equations and the engine can execute the S
 by one or all at once. Algorithms never do I/O, pick devices or print.
 
 Communication is counted from what the hooks return: every tensor of ``broadcast`` is sent to
-each sampled client and every tensor of the upload is sent by each client, at 32 bits per float;
-``client_state`` is free (the client owns it).
+each sampled client and every entry of the upload is sent by each client — at 32 bits per float,
+or at the exact size a :class:`~fedbench.compress.Compressed` entry reports. ``client_state`` is
+free (the client owns it), and so are upload entries whose name starts with ``_``: they are the
+client's own new state (e.g. its error-feedback memory), handed to ``server_update`` only so the
+simulation can keep it in an ``[N, P]`` table. ``server_update`` receives decoded tensors.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from pydantic import BaseModel
 
+from fedbench.compress import Compressed, Compressor
 from fedbench.optim import ServerOptimizer
 from fedbench.registry import NoParams, Registry
 
@@ -51,6 +55,7 @@ class RoundContext:
     steps: torch.Tensor
     broadcast: dict[str, torch.Tensor]
     per_client: dict[str, torch.Tensor] = field(default_factory=dict)
+    round: int = 0
 
     @property
     def start(self) -> torch.Tensor:
@@ -62,18 +67,21 @@ class RoundContext:
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
         return RoundContext(
             self.clients[rows], self.lr, self.steps[rows], self.broadcast,
-            {k: v[rows] for k, v in self.per_client.items()},
+            {k: v[rows] for k, v in self.per_client.items()}, self.round,
         )
 
 
 @dataclass(frozen=True)
 class AlgorithmContext:
-    """Facts about the federation an algorithm may use: N, P, and each client's sample count n_i."""
+    """Facts about the federation an algorithm may use: N, P, each client's sample count n_i, the
+    run's seed and the configured uplink compressor."""
 
     num_clients: int
     dim: int
     client_sizes: torch.Tensor  # [N] float
     device: torch.device
+    seed: int = 0
+    compressor: Compressor = field(default_factory=lambda: Compressor(NoParams(), ()))
 
 
 class Algorithm:
@@ -112,9 +120,10 @@ class Algorithm:
     def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
         return x - ctx.lr * grad(x)
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Each client's message after its local work, ``{name: [S, P]}``."""
-        return {"delta": x - ctx.broadcast["x"]}
+    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor | Compressed]:
+        """Each client's message after its local work, ``{name: [S, P]}``: its model change,
+        through the scenario's uplink compressor."""
+        return {"delta": self.compress(ctx, x - ctx.broadcast["x"])}
 
     def server_update(
         self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
@@ -124,6 +133,10 @@ class Algorithm:
         return {}
 
     # -- helpers -------------------------------------------------------------------------
+    def compress(self, ctx: RoundContext, rows: torch.Tensor) -> Compressed:
+        """The configured compressor applied to ``rows`` [S, P] (random draws keyed by round and client)."""
+        return self.ctx.compressor(rows, self.ctx.seed, ctx.round, ctx.clients)
+
     def apply_server_step(self, state: State, delta: torch.Tensor) -> None:
         """x ← server optimizer step along Δ, keeping its state under ``opt.*`` keys."""
         opt = {k[4:]: v for k, v in state.items() if k.startswith("opt.")}

@@ -11,7 +11,9 @@ class FedProxParams(BaseModel):
     mu: float = Field(default=0.01, ge=0, description="proximal coefficient μ")
 
 
-@ALGORITHMS.register("fedprox", "FedProx: local SGD with a proximal term μ/2‖x − x_t‖²", FedProxParams, label="FedProx")
+@ALGORITHMS.register(
+    "fedprox", "FedProx: local SGD with a proximal term μ/2‖x − x_t‖²", FedProxParams, label="FedProx", compression=True
+)
 class FedProx(Algorithm):
     """Local step x ← x − η_l(∇f_i(x; ξ) + μ(x − x_t)) (FedProx Alg. 2, the inexact h_k solver)."""
 

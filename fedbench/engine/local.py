@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.algorithms.base import Algorithm, RoundContext
+from fedbench.compress import Compressed
 from fedbench.data.base import ArraySplit
 from fedbench.scenario import AugmentSpec
 from fedbench.engine.augment import augment_batch
@@ -62,7 +63,7 @@ class LocalResult:
     """The round's client work: uploads ``{name: [S, P]}``, final local iterates ``[S, P]``,
     BatchNorm buffers and each client's mean minibatch loss ``[S]``."""
 
-    uploads: dict[str, torch.Tensor]
+    uploads: dict[str, torch.Tensor | Compressed]
     final: torch.Tensor
     buffers: list[Buffers]
     losses: torch.Tensor
@@ -96,6 +97,5 @@ def run_clients_sequential(
         finals.append(x)
         all_buffers.append(buffers)
         losses.append(torch.stack(step_losses).mean())
-    return LocalResult(
-        {k: torch.cat(v) for k, v in uploads.items()}, torch.cat(finals), all_buffers, torch.stack(losses)
-    )
+    merged = {k: Compressed.cat(v) if isinstance(v[0], Compressed) else torch.cat(v) for k, v in uploads.items()}
+    return LocalResult(merged, torch.cat(finals), all_buffers, torch.stack(losses))

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from fedbench.algorithms.base import RoundContext
+from fedbench.compress import BITS_PER_FLOAT, Compressed
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.flat import average_buffers
 from fedbench.engine.local import LocalConfig, run_clients_sequential
@@ -26,7 +27,6 @@ from fedbench.scenario import RunSpec
 from fedbench.seeding import numpy_stream
 from fedbench.store import ResultsStore, RunRecord
 
-BITS_PER_FLOAT = 32
 RoundCallback = Callable[[int, dict[str, float | None]], None]
 
 
@@ -47,6 +47,17 @@ def sample_clients(num: int, per_round: int, seed: int, round_: int, device: tor
     """S distinct clients, uniformly without replacement, sorted (the ``("sampling", t)`` stream)."""
     chosen = numpy_stream(seed, "sampling", round_).choice(num, size=per_round, replace=False)
     return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
+
+
+def upload_bits(uploads: dict[str, torch.Tensor | Compressed]) -> float:
+    """Bits the round's clients sent: compressed entries at their reported size, others at 32
+    bits per float; entries named ``_…`` stay on the client and cost nothing."""
+    total = 0.0
+    for name, value in uploads.items():
+        if name.startswith("_"):
+            continue
+        total += float(value.bits.sum()) if isinstance(value, Compressed) else value.numel() * BITS_PER_FLOAT
+    return total
 
 
 def aggregation_weights(spec: RunSpec, sizes: torch.Tensor) -> torch.Tensor:
@@ -87,17 +98,18 @@ class RoundLoop:
         algo = s.algorithm
         ctx = RoundContext(
             clients, lr, torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
-            algo.broadcast(self.state, clients), algo.client_state(self.state, clients),
+            algo.broadcast(self.state, clients), algo.client_state(self.state, clients), t,
         )
         result = run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
         weights = aggregation_weights(spec, s.client_sizes[clients])
-        extra = algo.server_update(self.state, ctx, result.uploads, weights)
+        uploads = {k: v.value if isinstance(v, Compressed) else v for k, v in result.uploads.items()}
+        extra = algo.server_update(self.state, ctx, uploads, weights)
         self.buffers = average_buffers(result.buffers, weights)
         n = len(clients)
         buffer_bits = n * s.model.buffer_numel() * BITS_PER_FLOAT
         metrics: dict[str, float | None] = {
             "train_loss": float(result.losses.mean()),
-            "bits_up": sum(v.numel() for v in result.uploads.values()) * BITS_PER_FLOAT + buffer_bits,
+            "bits_up": upload_bits(result.uploads) + buffer_bits,
             "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
             "test_acc": None,
             "test_loss": None,
@@ -109,8 +121,9 @@ class RoundLoop:
             if spec.eval.client_spread:
                 metrics["client_acc_std"] = self.client_accuracy_spread()
         metrics["wall_s"] = time.perf_counter() - start
-        if t == 1:  # the partition's sizes and label skew, once per run
-            extra = {**extra, "partition": s.partition_info}
+        if t == 1:  # once per run: the partition's sizes and label skew, the server state's size
+            state_mb = sum(v.numel() * v.element_size() for v in self.state.values()) / 2**20
+            extra = {**extra, "partition": s.partition_info, "server_state_mb": state_mb}
         return metrics, {"lr": lr, **extra}
 
     def client_accuracy_spread(self) -> float:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from fedbench.algorithms import ALGORITHMS, Algorithm, AlgorithmContext
+from fedbench.compress import build_compressor
 from fedbench.data import DatasetSplits, load_dataset
 from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
@@ -89,7 +90,9 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache) -> RunSetup:
     sizes = torch.tensor([len(p) for p in parts], dtype=torch.float32, device=device)
     entry = ALGORITHMS.get(spec.algorithm["name"])
     algo_params = entry.params.model_validate({k: v for k, v in spec.algorithm.items() if k not in ("name", "label")})
-    ctx = AlgorithmContext(num_clients=spec.clients.num, dim=model.dim, client_sizes=sizes, device=device)
+    compression = {k: v for k, v in spec.compression.items() if k != "kind"}
+    compressor = build_compressor(spec.compression["kind"], compression, tuple(model.numels))
+    ctx = AlgorithmContext(spec.clients.num, model.dim, sizes, device, seed, compressor)
     algorithm = entry.obj(algo_params, ServerOptimizer(spec.server), ctx)
     batcher = ClientBatcher(parts, spec.local.batch_size, seed)
     hist = label_histogram(data.train.y.cpu().numpy(), [p.cpu().numpy() for p in parts], data.num_classes)

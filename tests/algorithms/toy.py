@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
+from fedbench.compress import Compressed, build_compressor
 from fedbench.optim import ServerOptimizer
 from fedbench.scenario import ServerSpec
 
@@ -30,20 +31,22 @@ class Quadratics:
         return lambda z: (A.T @ (A @ z.T - b[:, None])).T
 
 
-def make_algorithm(name: str, fed: Quadratics, server: dict | None = None, **params):
+def make_algorithm(name: str, fed: Quadratics, server: dict | None = None, compression: dict | None = None, **params):
     entry = ALGORITHMS.get(name)
     spec = ServerSpec.model_validate({**entry.extra.get("server", {}), **(server or {})})
-    ctx = AlgorithmContext(fed.num_clients, fed.dim, torch.tensor(fed.sizes), torch.device("cpu"))
+    comp = dict(compression or {"kind": "none"})
+    compressor = build_compressor(comp.pop("kind"), comp, (fed.dim,))
+    ctx = AlgorithmContext(fed.num_clients, fed.dim, torch.tensor(fed.sizes), torch.device("cpu"), 0, compressor)
     return entry.obj(entry.params.model_validate(params), ServerOptimizer(spec), ctx), spec
 
 
 def run_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[int]], steps: list[int], lr: float, weighting: str = "samples"):
     """Drive the hooks like the sequential engine; returns the final state."""
     state = algo.init_state(torch.tensor(x0))
-    for clients in schedule:
+    for t, clients in enumerate(schedule, start=1):
         index = torch.tensor(clients)
         k = torch.tensor([float(steps[i]) for i in clients], dtype=torch.float64)
-        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index))
+        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t)
         uploads = {}
         for row, i in enumerate(clients):
             sub = ctx.select(slice(row, row + 1))
@@ -51,7 +54,7 @@ def run_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[int]],
             for _ in range(steps[i]):
                 x = algo.local_step(sub, x, fed.oracle(i))
             for name, v in algo.upload(sub, x).items():
-                uploads.setdefault(name, []).append(v)
+                uploads.setdefault(name, []).append(v.value if isinstance(v, Compressed) else v)
         uploads = {name: torch.cat(v) for name, v in uploads.items()}
         sizes = torch.tensor(fed.sizes[clients])
         w = sizes / sizes.sum() if weighting == "samples" else torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)

@@ -157,3 +157,22 @@ def test_augmentation_changes_training_deterministically(tmp_path):
     _, _, aug2 = run(tmp_path, scenario(local=local), "aug2")
     assert not plain["train_loss"].equals(aug1["train_loss"])
     pd.testing.assert_frame_equal(aug1[COLS], aug2[COLS])
+
+
+def test_compressed_uploads_are_charged_their_payload(tmp_path):
+    P = 64 * 16 + 16 + 16 * 10 + 10
+    algos = [{"name": "fedcams", "label": "sign", "compression": {"kind": "sign"}}]
+    _, _, sign = run(tmp_path, scenario(algorithms=algos), "sign")
+    assert (sign["bits_up"] == 3 * (P + 32)).all() and (sign["bits_down"] == 3 * 32 * P).all()
+    algos = [{"name": "fedavg", "compression": {"kind": "topk", "ratio": 0.01}}]
+    _, _, topk = run(tmp_path, scenario(algorithms=algos), "topk")
+    assert (topk["bits_up"] == 3 * 64 * int(0.01 * P)).all()
+
+
+def test_compression_only_where_the_algorithm_supports_it():
+    from fedbench.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"algorithms\[0\].compression.kind: scaffold does not support uplink compression"):
+        scenario(algorithms=[{"name": "scaffold", "compression": {"kind": "sign"}}])
+    with pytest.raises(ScenarioError, match=r"compression.ratio: Input should be less than or equal to 1"):
+        scenario(compression={"kind": "topk", "ratio": 2})

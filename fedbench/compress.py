@@ -1,0 +1,159 @@
+"""Uplink compressors, each returning what the server reconstructs and the exact bits sent.
+
+A compressor acts on the round's client updates ``[S, P]`` (each row one client's whole
+flattened update, as in the FedCAMS code) and returns :class:`Compressed` — the decoded rows the
+server aggregates and, per client, the payload size in bits:
+
+==============  ==========================================  ===========================
+kind            C(x)                                        bits for one vector of size d
+==============  ==========================================  ===========================
+``none``        x                                           32·d
+``sign``        (‖x‖₁/d)·sign(x)  (Karimireddy et al. 2019)  d + 32
+``topk``        keep the k = max(⌊r·d⌋, 1) largest |x_j|     64·k (fp32 value + 32-bit index)
+``stochastic``  per tensor: |z| rounded at random to one     d·(B+1) + 64·(number of tensors)
+                of 2^B levels on [min|z|, max|z|], sign kept  (B bits + sign, fp32 min and max)
+==============  ==========================================  ===========================
+
+``stochastic`` is unbiased (FedQVR Sec. III-C, Eqs. 7–8, read on magnitudes); ``sign`` and
+``topk`` are biased and need error feedback (FedCAMS). Random draws come from the stream
+``("compress", round, client)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedbench.registry import NoParams, Registry
+from fedbench.seeding import torch_stream
+
+BITS_PER_FLOAT = 32
+
+
+@dataclass
+class Compressed:
+    """Decoded rows ``value`` [S, P] and the bits each row cost ``bits`` [S]."""
+
+    value: torch.Tensor
+    bits: torch.Tensor
+
+    @staticmethod
+    def cat(parts: list["Compressed"]) -> "Compressed":
+        return Compressed(torch.cat([p.value for p in parts]), torch.cat([p.bits for p in parts]))
+
+
+class Compressor:
+    """Base: the identity, 32 bits per float."""
+
+    Params: ClassVar[type[BaseModel]] = NoParams
+    unbiased: ClassVar[bool] = True
+
+    def __init__(self, params: BaseModel, layout: tuple[int, ...]):
+        self.params = params
+        self.layout = layout  # sizes of the model's parameter tensors, in flat order
+
+    def payload_bits(self, d: int) -> int:
+        """Exact bits of one compressed vector of size ``d`` (the model's own layout for tensors)."""
+        return BITS_PER_FLOAT * d
+
+    def encode(self, x: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+        return x
+
+    def __call__(self, x: torch.Tensor, seed: int, round_: int, clients: torch.Tensor) -> Compressed:
+        gens = [torch_stream(seed, "compress", round_, int(c)) for c in clients] if self.needs_rng else []
+        value = self.encode(x, gens)
+        bits = torch.full((x.shape[0],), float(self.payload_bits(x.shape[1])), dtype=torch.float64)
+        return Compressed(value, bits)
+
+    needs_rng: ClassVar[bool] = False
+
+
+COMPRESSORS: Registry[type[Compressor]] = Registry("compressor")
+COMPRESSORS.register("none", "no compression: 32-bit floats, 32·d bits")(Compressor)
+
+
+@COMPRESSORS.register("sign", "scaled sign (‖x‖₁/d)·sign(x) of the whole update: d + 32 bits")
+class ScaledSign(Compressor):
+    """C(x) = (‖x‖₁/d)·sign(x) (FedCAMS §4.2, Remark 4.16); sign(0) = 0 as in the authors' code."""
+
+    unbiased = False
+
+    def payload_bits(self, d: int) -> int:
+        return d + BITS_PER_FLOAT
+
+    def encode(self, x: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+        return torch.sign(x) * (x.abs().sum(1, keepdim=True) / x.shape[1])
+
+
+class TopKParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ratio: float = Field(gt=0, le=1, description="fraction r of coordinates kept (k = max(⌊r·d⌋, 1))")
+
+
+@COMPRESSORS.register("topk", "top-k by magnitude, k = max(⌊r·d⌋, 1): 64·k bits (value + index)", TopKParams)
+class TopK(Compressor):
+    """Keep the k largest-magnitude coordinates of each row, zero the rest (FedCAMS §4.2)."""
+
+    Params = TopKParams
+    unbiased = False
+
+    def k(self, d: int) -> int:
+        return max(int(self.params.ratio * d), 1)
+
+    def payload_bits(self, d: int) -> int:
+        return 2 * BITS_PER_FLOAT * self.k(d)
+
+    def encode(self, x: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+        idx = torch.topk(x.abs(), self.k(x.shape[1]), dim=1).indices
+        return torch.zeros_like(x).scatter_(1, idx, x.gather(1, idx))
+
+
+class StochasticParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    bits: int = Field(ge=1, le=24, description="B: magnitude bits per coordinate (2^B levels), plus one sign bit")
+
+
+@COMPRESSORS.register(
+    "stochastic", "unbiased stochastic B-bit quantizer per tensor on [min|z|, max|z|]: d(B+1) + 64·tensors bits", StochasticParams
+)
+class StochasticQuantizer(Compressor):
+    """Q(z, B) of FedQVR Eqs. 7–8 on magnitudes, one (min, max) pair per parameter tensor.
+
+    With lo = min|z|, hi = max|z| and step = (hi − lo)/(2^B − 1), |z_j| is rounded down or up to
+    its neighbouring levels lo + k·step with probabilities that make E[Q(z)] = z; a tensor with
+    hi = lo is sent exactly. Levels are computed in float64.
+    """
+
+    Params = StochasticParams
+    needs_rng = True
+
+    def payload_bits(self, d: int) -> int:
+        return d * (self.params.bits + 1) + 2 * BITS_PER_FLOAT * len(self.layout)
+
+    def encode(self, x: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+        levels = 2**self.params.bits - 1
+        out = torch.empty_like(x)
+        for row, gen in enumerate(gens):
+            u = torch.rand(x.shape[1], generator=gen, dtype=torch.float64).to(x.device)
+            start = 0
+            for size in self.layout:
+                z = x[row, start : start + size].double()
+                mag = z.abs()
+                lo, hi = mag.min(), mag.max()
+                if hi > lo:
+                    t = (mag - lo) / ((hi - lo) / levels)
+                    k = torch.floor(t)
+                    k = torch.clamp(k + (u[start : start + size] < t - k).double(), max=levels)
+                    mag = lo + k * ((hi - lo) / levels)
+                out[row, start : start + size] = (torch.sign(z) * mag).to(x.dtype)
+                start += size
+        return out
+
+
+def build_compressor(kind: str, params: dict, layout: tuple[int, ...]) -> Compressor:
+    """The registered compressor ``kind`` with validated ``params`` for a model of this layout."""
+    entry = COMPRESSORS.get(kind)
+    return entry.obj(entry.params.model_validate(params), layout)
