@@ -1,8 +1,12 @@
-"""What ``fedbench list`` shows: every registry with one-line descriptions and model sizes."""
+"""What ``fedbench list`` shows: every registry with one-line descriptions and model sizes
+(cells are escaped for rich, so ``[min|z|, max|z|]`` prints as written)."""
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 from fedbench.algorithms import ALGORITHMS
+from fedbench.compress import COMPRESSORS
 from fedbench.data import DATASETS
 from fedbench.data.partition import PARTITIONS
 from fedbench.models import MODELS, build_model, count_parameters
@@ -25,8 +29,12 @@ def _params_of(entry) -> str:
 
 def catalog() -> dict[str, list[tuple[str, ...]]]:
     """Section → rows; the first row of each section is its header."""
-    algos = [("name", "label", "description", "params (defaults)", "server defaults")]
-    algos += [(e.name, e.extra.get("label", e.name), e.description, _params_of(e), str(e.extra.get("server", "—"))) for e in ALGORITHMS]
+    algos = [("name", "label", "description", "params (defaults)", "server defaults", "compression")]
+    algos += [
+        (e.name, e.extra.get("label", e.name), e.description, _params_of(e), str(e.extra.get("server", "—")),
+         "yes" if e.extra.get("compression") else "—")
+        for e in ALGORITHMS
+    ]
     datasets = [("name", "description", "params (defaults)")]
     datasets += [(e.name, e.description, _params_of(e)) for e in DATASETS]
     models = [("name", "description", "params (defaults)", "parameters")]
@@ -38,4 +46,7 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
         models.append((e.name, e.description, _params_of(e), size))
     partitions = [("kind", "description", "params (defaults)")]
     partitions += [(e.name, e.description, _params_of(e)) for e in PARTITIONS]
-    return {"algorithms": algos, "datasets": datasets, "models": models, "partitions": partitions}
+    compressors = [("kind", "description", "params (defaults)", "unbiased")]
+    compressors += [(e.name, e.description, _params_of(e), "yes" if e.obj.unbiased else "no (use error feedback)") for e in COMPRESSORS]
+    sections = {"algorithms": algos, "datasets": datasets, "models": models, "partitions": partitions, "compressors": compressors}
+    return {name: [tuple(escape(cell) for cell in row) for row in rows] for name, rows in sections.items()}

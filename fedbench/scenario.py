@@ -95,6 +95,9 @@ class LocalSpec(Strict):
     weight_decay: float = Field(default=0.0, ge=0)
     clip_grad_norm: float | None = Field(default=None, gt=0, description="clip each minibatch gradient's norm")
     augment: AugmentSpec = Field(default_factory=AugmentSpec)
+    data_fraction: float = Field(
+        default=1.0, gt=0, le=1, description="each client trains on this random fraction of its samples (FedCAMS code: 0.8)"
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> "LocalSpec":

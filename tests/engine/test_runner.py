@@ -176,3 +176,16 @@ def test_compression_only_where_the_algorithm_supports_it():
         scenario(algorithms=[{"name": "scaffold", "compression": {"kind": "sign"}}])
     with pytest.raises(ScenarioError, match=r"compression.ratio: Input should be less than or equal to 1"):
         scenario(compression={"kind": "topk", "ratio": 2})
+
+
+def test_data_fraction_keeps_a_seeded_subset_of_each_client(tmp_path):
+    from fedbench.engine.setup import build_run
+
+    sc = scenario(local={"iterations": 1, "batch_size": 16, "lr": 0.1, "data_fraction": 0.8})
+    spec = resolve_runs(sc)[0]
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    full = build_run(resolve_runs(scenario())[0], 0, cache).parts
+    part = build_run(spec, 0, cache).parts
+    for f, p in zip(full, part):
+        assert len(p) == -(-len(f) * 8 // 10) and set(p.tolist()) <= set(f.tolist())
+    assert all(torch.equal(a, b) for a, b in zip(part, build_run(spec, 0, cache).parts))
