@@ -19,6 +19,7 @@ REFERENCE_INPUTS: dict[str, tuple[tuple[int, ...], int, str]] = {
     "resnet18": ((3, 32, 32), 10, "CIFAR-10"),
     "cnn1d": ((1, 40), 10, "MNIST-1D"),
     "small_cnn": ((1, 8, 8), 10, "digits"),
+    "convmixer": ((3, 32, 32), 10, "CIFAR-10"),
 }
 
 
