@@ -111,10 +111,10 @@ class RoundLoop:
             "train_loss": float(result.losses.mean()),
             "bits_up": upload_bits(result.uploads) + buffer_bits,
             "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
+            "consistency": local_consistency(result.final),
             "test_acc": None,
             "test_loss": None,
         }
-        metrics["consistency"] = local_consistency(result.final)
         if t % spec.eval.every == 0 or t == spec.rounds:
             acc, loss = s.model.evaluate(self.state["x"], self.buffers, s.data.test, spec.eval.batch_size)
             metrics["test_acc"], metrics["test_loss"] = acc, loss
