@@ -139,19 +139,68 @@ def plot(
     scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG curves are written"),
     x: str = typer.Option("both", help="x axis: round, bits or both"),
+    metric: str = typer.Option("test_acc", help="y axis: test_acc, consistency, client_acc_std or train_loss"),
 ) -> None:
-    """Draw test accuracy vs rounds and/or vs communicated bits (mean over seeds with a band)."""
-    from fedbench.report.plots import plot_curves
+    """Draw a metric (test accuracy by default) vs rounds and/or vs communicated bits (mean over seeds with a band)."""
+    from fedbench.report.plots import METRICS, plot_curves
     from fedbench.store import ResultsStore
 
-    if x not in ("round", "bits", "both"):
-        console.print(f"[red]--x must be round, bits or both, got {x!r}[/red]")
-        raise typer.Exit(2)
+    for option, value, allowed in (("--x", x, ("round", "bits", "both")), ("--metric", metric, tuple(METRICS))):
+        if value not in allowed:
+            console.print(f"[red]{option} must be one of {', '.join(allowed)}, got {value!r}[/red]")
+            raise typer.Exit(2)
     store = ResultsStore(out)
     axes = ["round", "bits"] if x == "both" else [x]
     for axis in axes:
-        for p in plot_curves(store, figures_dir, scenario, x=axis):
+        for p in plot_curves(store, figures_dir, scenario, x=axis, metric=metric):
             console.print(f"wrote {p}")
+
+
+PAPER = typer.Option(..., "--paper", help="paper key, e.g. fedmim (reference numbers in fedbench/report/reference/)")
+REPORT_SCALE = typer.Option(
+    None, "--scale", help="runs at this scale only, e.g. tiny (default: compare shows each; claims needs a single one)"
+)
+TABLES_DIR = typer.Option(Path("tables"), help="where the report files are written")
+
+
+def _or_exit(fn, *args):
+    """Call a report function; its ValueError (unknown paper, table, ambiguous scale) exits with code 2."""
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def compare(
+    paper: str = PAPER,
+    table: str = typer.Option(..., "--table", help="table id as the paper numbers it, e.g. I, II, III"),
+    out: Path = OUT,
+    tables_dir: Path = TABLES_DIR,
+    scale: Optional[str] = REPORT_SCALE,
+) -> None:
+    """Paper vs reproduced: the paper's table with `paper / ours` cells, per scale (.md, .tex, .csv)."""
+    from fedbench.report import paper as report
+    from fedbench.store import ResultsStore
+
+    store = ResultsStore(out)
+    for t in report.rich_comparison(_or_exit(report.compare, store, paper, table, scale), paper, table):
+        console.print(t)
+    paths = report.write_comparison(store, paper, table, tables_dir, scale)
+    console.print("\n".join(f"wrote {p}" for p in paths) or "[yellow]no runs of this table in the store: nothing written[/]")
+
+
+@app.command()
+def claims(paper: str = PAPER, out: Path = OUT, tables_dir: Path = TABLES_DIR, scale: Optional[str] = REPORT_SCALE) -> None:
+    """Check a paper's claims on one scale's reproduced numbers and on the paper's; writes <paper>_claims_<scale>.md."""
+    from fedbench.report import claims as report
+    from fedbench.store import ResultsStore
+
+    store = ResultsStore(out)
+    scale = _or_exit(report.resolve_scale, store, paper, scale)
+    console.print(report.rich_claims(_or_exit(report.check_claims, store, paper, scale), f"{paper} claims, {scale} scale"))
+    console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
 
 
 def _print_summary(out: Path, scenario: Optional[str]) -> None:

@@ -1,10 +1,13 @@
-"""Accuracy curves from the store: test accuracy vs communication round or vs communicated bits.
+"""Curves from the store: a metric (test accuracy by default) vs communication round or vs bits.
 
-Per algorithm, the line is the mean over seeds at each evaluated round and the band is ± one
-std (sample std, ddof=1; no band where a single seed is left). A run that diverged, failed or is
-still running simply ends where its rows end (the mean is over the seeds present at each round);
-the last point of a diverged or failed run is marked with an ×. On the bits axis, a point's x is
-the mean over seeds of the cumulative bits_up + bits_down through that round (log scale).
+Metrics (``METRICS``): ``test_acc`` (%), ``consistency`` ((1/S)Σ‖x_i,K − x̄‖², log y),
+``client_acc_std`` (std over clients of the global model's accuracy, in points) and ``train_loss``.
+Per algorithm, the line is the mean over seeds at each round where the metric was recorded and
+the band is ± one std (sample std, ddof=1; no band where a single seed is left). A run that
+diverged, failed or is still running simply ends where its rows end (the mean is over the seeds
+present at each round); the last point of a diverged or failed run is marked with an ×. On the
+bits axis, a point's x is the mean over seeds of the cumulative bits_up + bits_down through that
+round (log scale).
 Figures are drawn on matplotlib's Agg canvas, without pyplot, so nothing is ever displayed.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -19,30 +23,37 @@ from matplotlib.figure import Figure
 from fedbench.report.tables import BAD_STATUSES, file_stem, scenario_names
 
 AXES = {
-    "round": ("acc_vs_rounds", "communication round"),
-    "bits": ("acc_vs_bits", "cumulative communicated bits (up + down)"),
+    "round": ("rounds", "communication round"),
+    "bits": ("bits", "cumulative communicated bits (up + down)"),
+}
+# metric -> (file-name stem, multiplier, y label, log y)
+METRICS = {
+    "test_acc": ("acc", 100.0, "test accuracy (%)", False),
+    "consistency": ("consistency", 1.0, "local consistency (1/S)Σ‖x_i,K − x̄‖²", True),
+    "client_acc_std": ("client_acc_std", 100.0, "std over clients of the global model's accuracy (points)", False),
+    "train_loss": ("train_loss", 1.0, "mean local training loss", False),
 }
 
 
-def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
-    """Evaluated rows with algorithm, status, accuracy in percent and cumulative bits."""
+def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_acc") -> pd.DataFrame:
+    """Rows where ``metric`` is finite, with algorithm, status, the metric as plotted (``y``) and cumulative bits."""
     m = metrics.sort_values(["run_id", "round"]).copy()
     m["bits"] = (m["bits_up"].fillna(0) + m["bits_down"].fillna(0)).groupby(m["run_id"]).cumsum()
-    m = m[m["test_acc"].notna()].merge(runs[["run_id", "algorithm", "status"]], on="run_id")
-    m["acc"] = 100 * m["test_acc"]
+    m = m[np.isfinite(m[metric])].merge(runs[["run_id", "algorithm", "status"]], on="run_id")
+    m["y"] = METRICS[metric][1] * m[metric]
     return m
 
 
 def _curve(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per round: mean x (round, bits), mean and std accuracy over the seeds present."""
+    """Per round: mean x (round, bits), mean and std of the plotted metric over the seeds present."""
     g = rows.groupby("round")
-    out = pd.DataFrame({"bits": g["bits"].mean(), "mean": g["acc"].mean(), "std": g["acc"].std(ddof=1)})
+    out = pd.DataFrame({"bits": g["bits"].mean(), "mean": g["y"].mean(), "std": g["y"].std(ddof=1)})
     return out.reset_index()
 
 
-def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title: str) -> None:
+def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title: str, metric: str = "test_acc") -> None:
     ax = fig.add_subplot()
-    ev = _evaluated(runs, metrics)
+    ev = _evaluated(runs, metrics, metric)
     for i, algo in enumerate(dict.fromkeys(runs["algorithm"])):
         rows = ev[ev["algorithm"] == algo]
         if x == "bits":
@@ -58,22 +69,27 @@ def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title:
                         color=color, alpha=0.2, linewidth=0)
         for _, run in rows[rows["status"].isin(list(BAD_STATUSES))].groupby("run_id"):
             last = run.iloc[-1]
-            ax.plot([last[x]], [last["acc"]], marker="x", color=color, markersize=8, linestyle="none")
+            ax.plot([last[x]], [last["y"]], marker="x", color=color, markersize=8, linestyle="none")
     if x == "bits":
         ax.set_xscale("log")
+    if METRICS[metric][3] and (ev["y"] > 0).any():
+        ax.set_yscale("log")
     ax.set_xlabel(AXES[x][1])
-    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylabel(METRICS[metric][2])
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(title="mean ± 1 std over seeds; × = diverged/failed", fontsize="small", title_fontsize="small")
 
 
-def plot_curves(store, out_dir: Path, scenario: str | None, x: str = "round") -> list[Path]:
-    """Write ``<out_dir>/<scenario>_acc_vs_rounds.png`` (x="round") or ``_acc_vs_bits.png``
-    (x="bits") for each selected scenario (default: every scenario in the store)."""
+def plot_curves(store, out_dir: Path, scenario: str | None, x: str = "round", metric: str = "test_acc") -> list[Path]:
+    """Write ``<out_dir>/<scenario>_<m>_vs_rounds.png`` (x="round") or ``_<m>_vs_bits.png`` (x="bits")
+    for each selected scenario (default: every scenario in the store); ``<m>`` is ``acc`` for
+    test_acc, else the metric's name (``toy_consistency_vs_rounds.png``)."""
     if x not in AXES:
         raise ValueError(f"unknown x axis {x!r}; allowed: {', '.join(AXES)}")
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -81,13 +97,13 @@ def plot_curves(store, out_dir: Path, scenario: str | None, x: str = "round") ->
         runs = store.runs(name)
         fig = Figure(figsize=(6.4, 4.4), layout="constrained")
         FigureCanvasAgg(fig)
-        _draw(fig, runs, store.metrics(runs["run_id"]), x, name)
-        path = out_dir / f"{file_stem(name)}_{AXES[x][0]}.png"
+        _draw(fig, runs, store.metrics(runs["run_id"]), x, name, metric)
+        path = out_dir / f"{file_stem(name)}_{METRICS[metric][0]}_vs_{AXES[x][0]}.png"
         fig.savefig(path, dpi=150)
         paths.append(path)
     return paths
 
 
-def plot_both(store, out_dir: Path, scenario: str | None) -> list[Path]:
+def plot_both(store, out_dir: Path, scenario: str | None, metric: str = "test_acc") -> list[Path]:
     """Both figures (vs rounds and vs bits) for each selected scenario."""
-    return plot_curves(store, out_dir, scenario, x="round") + plot_curves(store, out_dir, scenario, x="bits")
+    return plot_curves(store, out_dir, scenario, "round", metric) + plot_curves(store, out_dir, scenario, "bits", metric)

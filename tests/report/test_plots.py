@@ -1,4 +1,4 @@
-"""Accuracy curves are written as readable PNGs for each scenario and axis."""
+"""Curves are written as readable PNGs for each scenario, axis and metric, with hand-checked points."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from fedbench.report.plots import plot_both, plot_curves
+from tests.report.test_paper import paper_store  # noqa: F401  (a fixture)
 from tests.report.test_tables import build_store
 
 
@@ -31,3 +32,43 @@ def test_plot_selection_and_errors(tmp_path: Path) -> None:
         plot_curves(store, tmp_path / "figs", "toy", x="time")
     with pytest.raises(ValueError, match="no runs of scenario 'nope'"):
         plot_curves(store, tmp_path / "figs", "nope")
+
+
+DIR3 = "fedmim_table1_cifar10_dir0.3.tiny"
+
+
+def _lines(fig) -> dict[str, tuple[list[float], list[float]]]:
+    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in fig.axes[0].lines
+            if not ln.get_label().startswith("_")}
+
+
+def test_metric_curves_numbers(paper_store) -> None:
+    from matplotlib.figure import Figure
+
+    from fedbench.report.plots import _draw
+
+    runs = paper_store.runs(DIR3)
+    fig = Figure()
+    _draw(fig, runs, paper_store.metrics(runs["run_id"]), "round", DIR3, "consistency")
+    lines, ax = _lines(fig), fig.axes[0]
+    assert ax.get_yscale() == "log" and "consistency" in ax.get_ylabel()
+    # FedAvg seeds (2,4,2,4) and (2,2,2,2); round 5 has no consistency.
+    assert lines["FedAvg"] == ([1, 2, 3, 4], [2.0, 3.0, 2.0, 3.0])
+    # FedMIM: seed 0 all 1; seed 1 diverged after (0.1, inf, 0.1): the inf is dropped, the × marks round 3.
+    assert lines["FedMIM"][1] == pytest.approx([0.55, 1.0, 0.55, 1.0])
+    crosses = [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.lines if ln.get_marker() == "x"]
+    assert crosses == [([3], [0.1])]
+
+    fig = Figure()
+    _draw(fig, runs, paper_store.metrics(runs["run_id"]), "round", DIR3, "client_acc_std")
+    assert fig.axes[0].get_yscale() == "linear"
+    assert _lines(fig)["FedAvg"][0] == [2, 4] and _lines(fig)["FedAvg"][1] == pytest.approx([10.0, 20.0])  # points
+
+
+def test_metric_file_names(paper_store, tmp_path: Path) -> None:
+    assert [p.name for p in plot_both(paper_store, tmp_path, DIR3, metric="consistency")] == [
+        f"{DIR3}_consistency_vs_rounds.png", f"{DIR3}_consistency_vs_bits.png"]
+    path = plot_curves(paper_store, tmp_path, DIR3, "bits", "train_loss")[0]  # test_acc keeps acc_vs_*: test above
+    assert path.name == f"{DIR3}_train_loss_vs_bits.png" and mpimg.imread(path).shape[0] > 100
+    with pytest.raises(ValueError, match="allowed: test_acc, consistency, client_acc_std, train_loss"):
+        plot_curves(paper_store, tmp_path, DIR3, metric="wall_s")
