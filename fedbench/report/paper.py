@@ -24,7 +24,7 @@ from rich.table import Table
 from tabulate import tabulate
 
 from fedbench.report.reference import load_reference, reference_frame, reference_table
-from fedbench.report.tables import DASH, FORMATS, _acc_cell, _latex_escape, summarize
+from fedbench.report.tables import DASH, FORMATS, acc_cell, latex_escape, summarize
 
 PAPER_SCALE = "paper"
 _SCALE_SUFFIX = re.compile(r"\.([A-Za-z][A-Za-z0-9_-]*)$")
@@ -113,7 +113,7 @@ def _one_scale(frame: pd.DataFrame) -> str | None:
 
 def _cell(r: pd.Series, metric: str) -> str:
     paper = DASH if pd.isna(r["paper_pct"]) else f"{r['paper_pct']:.2f}"
-    return f"{paper} / {_acc_cell(r, metric.removesuffix('_acc'), '±')}"
+    return f"{paper} / {acc_cell(r, metric.removesuffix('_acc'), '±')}"
 
 
 def _grid(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -138,7 +138,7 @@ def format_comparison(frame: pd.DataFrame, fmt: str) -> str:
         return tabulate(rows, headers, tablefmt="github", disable_numparse=True, colalign=align) + "\n"
     if fmt == "latex":
         def esc(text: str) -> str:
-            text = _latex_escape(text)
+            text = latex_escape(text)
             for ch, tex in _LATEX_GREEK.items():
                 text = text.replace(ch, tex)
             return text

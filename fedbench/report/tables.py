@@ -112,7 +112,7 @@ def _status_text(row: pd.Series) -> str:
     return ", ".join(parts)
 
 
-def _acc_cell(row: pd.Series, name: str, pm: str) -> str:
+def acc_cell(row: pd.Series, name: str, pm: str) -> str:
     mean, std = row[f"{name}_acc_mean"], row[f"{name}_acc_std"]
     if pd.isna(mean):
         return DASH
@@ -142,7 +142,7 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
     rows = []
     for _, r in summary.iterrows():
         cells = ([str(r["scenario"])] if multi else []) + [str(r["algorithm"]), str(r["seeds"]), _status_text(r)]
-        cells += [_acc_cell(r, "top", pm), _acc_cell(r, "final", pm)]
+        cells += [acc_cell(r, "top", pm), acc_cell(r, "final", pm)]
         for t in tags:
             cells += [_reach_cell(r, t, "rounds"), _reach_cell(r, t, "bits")]
         rows.append(cells)
@@ -157,13 +157,13 @@ def _right(header: str) -> bool:
 _LATEX_SPECIAL = re.compile(r"([&%$#_{}])")
 
 
-def _latex_escape(text: str) -> str:
+def latex_escape(text: str) -> str:
     return _LATEX_SPECIAL.sub(r"\\\1", text).replace("~", r"\textasciitilde{}").replace("^", r"\^{}")
 
 
 def _latex(summary: pd.DataFrame) -> str:
     headers, rows = _cells(summary, pm="±", pct="%")
-    esc = [[_latex_escape(c).replace("±", r"$\pm$") for c in row] for row in [headers, *rows]]
+    esc = [[latex_escape(c).replace("±", r"$\pm$") for c in row] for row in [headers, *rows]]
     lines = [
         r"% requires \usepackage{booktabs}",
         r"\begin{tabular}{" + "".join("r" if _right(h) else "l" for h in headers) + "}",
