@@ -55,6 +55,10 @@ def run(
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     only: Optional[str] = typer.Option(None, help="comma-separated algorithm labels or names to run"),
     scale: Optional[str] = SCALE,
+    executor: str = typer.Option(
+        "auto", help="client training: batched (all S clients in one vmapped step), sequential (reference), "
+        "or auto (batched unless the model has BatchNorm buffers)"
+    ),
     overrides: Optional[list[str]] = SETS,
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
@@ -63,7 +67,7 @@ def run(
     sc = _load(scenario, overrides, scale)
     outcomes = run_scenario(
         sc, out, device=device, data_dir=data_dir, download=download,
-        seeds=_parse_seeds(seeds), only=only.split(",") if only else None, console=console,
+        seeds=_parse_seeds(seeds), only=only.split(",") if only else None, console=console, executor=executor,
     )
     _print_summary(out, sc.name)
     if any(o.status == "failed" for o in outcomes):

@@ -22,6 +22,7 @@ def run_scenario(
     seeds: list[int] | None = None,
     only: list[str] | None = None,
     console: Console | None = None,
+    executor: str = "auto",
 ) -> list[RunOutcome]:
     """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``."""
     console = console or Console()
@@ -50,7 +51,7 @@ def run_scenario(
                     fields = {"acc": f"{100 * acc:.2f}%"} if acc is not None else {}
                     progress.update(task, completed=t, **fields)
 
-                outcome = execute_run(spec, seed, store, cache, shash, on_round)
+                outcome = execute_run(spec, seed, store, cache, shash, on_round, executor)
                 if outcome.status == "skipped":
                     progress.update(task, completed=spec.rounds, acc="(done before)")
                 elif outcome.status != "finished":

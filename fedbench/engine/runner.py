@@ -20,6 +20,7 @@ import torch
 from fedbench.algorithms.base import RoundContext
 from fedbench.compress import BITS_PER_FLOAT, Compressed
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedbench.engine.batched import run_clients_batched
 from fedbench.engine.flat import average_buffers
 from fedbench.engine.local import LocalConfig, run_clients_sequential
 from fedbench.engine.setup import DataCache, RunSetup, build_run
@@ -73,14 +74,28 @@ def local_consistency(final: torch.Tensor) -> float:
     return float(((final - final.mean(0)) ** 2).sum(1).mean())
 
 
+EXECUTORS = ("auto", "sequential", "batched")
+
+
+def choose_executor(executor: str, has_buffers: bool) -> bool:
+    """True for the batched client path: ``batched``, or ``auto`` on a model without buffers
+    (BatchNorm's per-client running statistics take the sequential path)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "batched" and has_buffers:
+        raise ValueError("the batched executor needs a model without buffers (BatchNorm); use sequential or auto")
+    return executor == "batched" or (executor == "auto" and not has_buffers)
+
+
 class RoundLoop:
     """Executes the rounds of one run on a prepared :class:`RunSetup`."""
 
-    def __init__(self, spec: RunSpec, seed: int, setup: RunSetup):
+    def __init__(self, spec: RunSpec, seed: int, setup: RunSetup, executor: str = "auto"):
         self.spec, self.seed, self.s = spec, seed, setup
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
         self.local_cfg = LocalConfig(spec.local.weight_decay, spec.local.clip_grad_norm, spec.local.augment, seed)
+        self.batched = choose_executor(executor, bool(setup.buffers0))
 
     def steps_of(self, clients: list[int]) -> list[int]:
         local = self.spec.local
@@ -100,7 +115,10 @@ class RoundLoop:
             clients, lr, torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
             algo.broadcast(self.state, clients), algo.client_state(self.state, clients), t,
         )
-        result = run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
+        if self.batched:
+            result = run_clients_batched(algo, ctx, steps, s.model, s.data.train, s.batcher, self.local_cfg)
+        else:
+            result = run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
         weights = aggregation_weights(spec, s.client_sizes[clients])
         uploads = {k: v.value if isinstance(v, Compressed) else v for k, v in result.uploads.items()}
         extra = algo.server_update(self.state, ctx, uploads, weights)
@@ -154,6 +172,7 @@ def execute_run(
     cache: DataCache,
     scenario_hash: str,
     on_round: RoundCallback | None = None,
+    executor: str = "auto",
 ) -> RunOutcome:
     """Run (or resume, or skip) one (spec, seed); never raises for a failing run: records it."""
     run_id = run_id_of(spec, seed)
@@ -164,7 +183,7 @@ def execute_run(
     store.start_run(record)
     ckpt_path = store.checkpoint_path(run_id)
     try:
-        loop = RoundLoop(spec, seed, build_run(spec, seed, cache))
+        loop = RoundLoop(spec, seed, build_run(spec, seed, cache), executor)
         payload = load_checkpoint(ckpt_path, cache.device)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)
