@@ -57,7 +57,7 @@ def run(
     scale: Optional[str] = SCALE,
     executor: str = typer.Option(
         "auto", help="client training: batched (all S clients in one vmapped step), sequential (reference), "
-        "or auto (batched unless the model has BatchNorm buffers)"
+        "or auto (batched on a GPU unless the model has BatchNorm buffers, else sequential)"
     ),
     overrides: Optional[list[str]] = SETS,
 ) -> None:

@@ -61,6 +61,11 @@ def upload_bits(uploads: dict[str, torch.Tensor | Compressed]) -> float:
     return total
 
 
+def decoded(uploads: dict[str, torch.Tensor | Compressed]) -> dict[str, torch.Tensor]:
+    """What the server reconstructs from the clients' messages."""
+    return {k: v.value if isinstance(v, Compressed) else v for k, v in uploads.items()}
+
+
 def aggregation_weights(spec: RunSpec, sizes: torch.Tensor) -> torch.Tensor:
     """n_i/Σn over the sampled clients (``samples``) or 1/S (``uniform``)."""
     if spec.server.weighting == "uniform":
@@ -77,14 +82,15 @@ def local_consistency(final: torch.Tensor) -> float:
 EXECUTORS = ("auto", "sequential", "batched")
 
 
-def choose_executor(executor: str, has_buffers: bool) -> bool:
-    """True for the batched client path: ``batched``, or ``auto`` on a model without buffers
-    (BatchNorm's per-client running statistics take the sequential path)."""
+def choose_executor(executor: str, has_buffers: bool, on_gpu: bool) -> bool:
+    """True for the batched client path: ``batched``, or ``auto`` on a GPU with a model without
+    buffers. BatchNorm's per-client running statistics take the sequential path; so does ``auto``
+    on a CPU, where the vmapped step measured slower than the per-client loop (README, Speed)."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if executor == "batched" and has_buffers:
         raise ValueError("the batched executor needs a model without buffers (BatchNorm); use sequential or auto")
-    return executor == "batched" or (executor == "auto" and not has_buffers)
+    return executor == "batched" or (executor == "auto" and on_gpu and not has_buffers)
 
 
 class RoundLoop:
@@ -95,7 +101,7 @@ class RoundLoop:
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
         self.local_cfg = LocalConfig(spec.local.weight_decay, spec.local.clip_grad_norm, spec.local.augment, seed)
-        self.batched = choose_executor(executor, bool(setup.buffers0))
+        self.batched = choose_executor(executor, bool(setup.buffers0), setup.x0.device.type == "cuda")
 
     def steps_of(self, clients: list[int]) -> list[int]:
         local = self.spec.local
@@ -120,8 +126,7 @@ class RoundLoop:
         else:
             result = run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
         weights = aggregation_weights(spec, s.client_sizes[clients])
-        uploads = {k: v.value if isinstance(v, Compressed) else v for k, v in result.uploads.items()}
-        extra = algo.server_update(self.state, ctx, uploads, weights)
+        extra = algo.server_update(self.state, ctx, decoded(result.uploads), weights)
         self.buffers = average_buffers(result.buffers, weights)
         n = len(clients)
         buffer_bits = n * s.model.buffer_numel() * BITS_PER_FLOAT

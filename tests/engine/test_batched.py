@@ -49,6 +49,10 @@ def test_batchnorm_models_are_refused_by_batched_and_routed_by_auto(tmp_path):
     raw["model"] = {"name": "convmixer", "dim": 8, "depth": 1, "kernel_size": 3, "patch_size": 2}
     raw["rounds"] = 1
     pd.testing.assert_frame_equal(metrics(tmp_path, raw, "auto"), metrics(tmp_path, raw, "sequential"))
+    from fedbench.engine.runner import choose_executor
+
+    assert choose_executor("auto", has_buffers=False, on_gpu=True) and not choose_executor("auto", False, on_gpu=False)
+    assert not choose_executor("auto", has_buffers=True, on_gpu=True)
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / "refused")
     out = execute_run(spec, 0, store, DataCache(tmp_path, False, torch.device("cpu")), "h", executor="batched")
