@@ -44,24 +44,26 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-class Component(BaseModel):
+class InlineParams(BaseModel):
+    """A block whose unknown keys are the chosen registry entry's parameters (validated later
+    against that entry's own schema, so errors still name their YAML path)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Component(InlineParams):
     """A registered component chosen by ``name`` with its parameters inline."""
 
-    model_config = ConfigDict(extra="allow")
     name: str
 
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
-
-class PartitionSpec(BaseModel):
+class PartitionSpec(InlineParams):
     """How the training set is split across clients: ``kind`` plus that kind's parameters."""
 
-    model_config = ConfigDict(extra="allow")
     kind: str = "iid"
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 class ClientsSpec(Strict):
@@ -137,14 +139,10 @@ class ServerSpec(Strict):
     )
 
 
-class CompressionSpec(BaseModel):
+class CompressionSpec(InlineParams):
     """Uplink compressor: ``kind`` (see ``fedbench list compressors``) plus its parameters inline."""
 
-    model_config = ConfigDict(extra="allow")
     kind: str = "none"
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 class PaperRef(Strict):
@@ -155,18 +153,14 @@ class PaperRef(Strict):
     column: str = Field(description="the table column this scenario reproduces")
 
 
-class AlgorithmSpec(BaseModel):
+class AlgorithmSpec(InlineParams):
     """One compared method: registry ``name``, display ``label``, ``server`` and ``compression``
     overrides of the scenario-level blocks, and the algorithm's parameters inline."""
 
-    model_config = ConfigDict(extra="allow")
     name: str
     label: str | None = None
     server: dict[str, Any] = Field(default_factory=dict)
     compression: CompressionSpec | None = None
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 class Scenario(Strict):
