@@ -142,14 +142,15 @@ def plot(
     out: Path = OUT,
     scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG curves are written"),
-    x: str = typer.Option("both", help="x axis: round, bits or both"),
+    x: str = typer.Option("both", help="x axis: round, bits (all traffic), uplink (per-client uplink bits, "
+                          "FedCAMS's bit axes) or both (round and bits)"),
     metric: str = typer.Option("test_acc", help="y axis: test_acc, consistency, client_acc_std or train_loss"),
 ) -> None:
-    """Draw a metric (test accuracy by default) vs rounds and/or vs communicated bits (mean over seeds with a band)."""
+    """Draw a metric (test accuracy by default) vs rounds, communicated bits or uplink bits (mean over seeds with a band)."""
     from fedbench.report.plots import METRICS, plot_curves
     from fedbench.store import ResultsStore
 
-    for option, value, allowed in (("--x", x, ("round", "bits", "both")), ("--metric", metric, tuple(METRICS))):
+    for option, value, allowed in (("--x", x, ("round", "bits", "uplink", "both")), ("--metric", metric, tuple(METRICS))):
         if value not in allowed:
             console.print(f"[red]{option} must be one of {', '.join(allowed)}, got {value!r}[/red]")
             raise typer.Exit(2)
@@ -205,6 +206,32 @@ def claims(paper: str = PAPER, out: Path = OUT, tables_dir: Path = TABLES_DIR, s
     scale = _or_exit(report.resolve_scale, store, paper, scale)
     console.print(report.rich_claims(_or_exit(report.check_claims, store, paper, scale), f"{paper} claims, {scale} scale"))
     console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
+
+
+@app.command()
+def bits(
+    model: str = typer.Argument(..., help="model name, e.g. resnet18 or convmixer (see `fedbench list models`)"),
+    input: str = typer.Option("3x32x32", "--input", help="input shape C×H×W, e.g. 3x32x32"),
+    classes: int = typer.Option(10, "--classes", help="number of classes"),
+    rounds: int = typer.Option(500, "--rounds", help="rounds T"),
+    compressor: Optional[list[str]] = typer.Option(
+        None, "--compressor", help="one row per use: sign, topk:ratio=1/64, stochastic:bits=2 "
+        "(default: FedCAMS Table 2's sign and top-k 1/64, 1/128, 1/256)"),
+    paper: Optional[str] = typer.Option(None, "--paper", help="show this paper's printed values beside ours; "
+                                        "exit code 1 unless every one agrees to 3 significant figures"),
+    tables_dir: Path = TABLES_DIR,
+) -> None:
+    """Communication bits per client over T rounds from the model's size (FedCAMS Tables 1–2), without training."""
+    from fedbench.report import bits as report
+
+    result = _or_exit(report.bits_report, model, input, classes, rounds, compressor or list(report.TABLE2_COMPRESSORS), paper)
+    for t in report.rich_bits(result):
+        console.print(t)
+    console.print("\n".join(f"wrote {p}" for p in report.write_bits(result, tables_dir)))
+    if paper:
+        console.print(("[green]" if result.agrees else "[red]") + report.verdict(result) + "[/]")
+        if not result.agrees:
+            raise typer.Exit(1)
 
 
 def _print_summary(out: Path, scenario: Optional[str]) -> None:

@@ -5,14 +5,21 @@ Metrics (``METRICS``): ``test_acc`` (%), ``consistency`` ((1/S)Σ‖x_i,K − x�
 Per algorithm, the line is the mean over seeds at each round where the metric was recorded and
 the band is ± one std (sample std, ddof=1; no band where a single seed is left). A run that
 diverged, failed or is still running simply ends where its rows end (the mean is over the seeds
-present at each round); the last point of a diverged or failed run is marked with an ×. On the
-bits axis, a point's x is the mean over seeds of the cumulative bits_up + bits_down through that
-round (log scale).
+present at each round); the last point of a diverged or failed run is marked with an ×. x axes
+(``AXES``; the two bit axes are log scale, a point's x is the mean over seeds):
+
+* ``round``: the communication round;
+* ``bits``: cumulative bits_up + bits_down through that round, all clients together;
+* ``uplink``: cumulative Σ_t bits_up_t / S_t, the uplink bits of one client that took part in
+  every round (FedCAMS footnote 6: "we only count the client-to-server one-way communications";
+  S_t = the spec's ``clients.per_round``). bits_up includes the BatchNorm running statistics
+  that the clients send uncompressed, which the paper's bit axes leave out.
 Figures are drawn on matplotlib's Agg canvas, without pyplot, so nothing is ever displayed.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +32,7 @@ from fedbench.report.tables import BAD_STATUSES, file_stem, scenario_names
 AXES = {
     "round": ("rounds", "communication round"),
     "bits": ("bits", "cumulative communicated bits (up + down)"),
+    "uplink": ("uplink", "cumulative uplink bits per client (Σ_t bits_up_t / S_t)"),
 }
 # metric -> (file-name stem, multiplier, y label, log y)
 METRICS = {
@@ -36,18 +44,23 @@ METRICS = {
 
 
 def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_acc") -> pd.DataFrame:
-    """Rows where ``metric`` is finite, with algorithm, status, the metric as plotted (``y``) and cumulative bits."""
+    """Rows where ``metric`` is finite, with algorithm, status, the metric as plotted (``y``), cumulative
+    bits and cumulative uplink bits per client (NaN for a run whose spec has no ``clients.per_round``)."""
     m = metrics.sort_values(["run_id", "round"]).copy()
     m["bits"] = (m["bits_up"].fillna(0) + m["bits_down"].fillna(0)).groupby(m["run_id"]).cumsum()
+    per_round = {rid: float((json.loads(spec).get("clients") or {}).get("per_round") or np.nan)
+                 for rid, spec in zip(runs["run_id"], runs["spec_json"])}
+    m["uplink"] = (m["bits_up"].fillna(0) / m["run_id"].map(per_round)).groupby(m["run_id"]).cumsum()
     m = m[np.isfinite(m[metric])].merge(runs[["run_id", "algorithm", "status"]], on="run_id")
     m["y"] = METRICS[metric][1] * m[metric]
     return m
 
 
 def _curve(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per round: mean x (round, bits), mean and std of the plotted metric over the seeds present."""
+    """Per round: mean x (round, bits, uplink), mean and std of the plotted metric over the seeds present."""
     g = rows.groupby("round")
-    out = pd.DataFrame({"bits": g["bits"].mean(), "mean": g["y"].mean(), "std": g["y"].std(ddof=1)})
+    out = pd.DataFrame({"bits": g["bits"].mean(), "uplink": g["uplink"].mean(), "mean": g["y"].mean(),
+                        "std": g["y"].std(ddof=1)})
     return out.reset_index()
 
 
@@ -56,8 +69,8 @@ def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title:
     ev = _evaluated(runs, metrics, metric)
     for i, algo in enumerate(dict.fromkeys(runs["algorithm"])):
         rows = ev[ev["algorithm"] == algo]
-        if x == "bits":
-            rows = rows[rows["bits"] > 0]
+        if x != "round":
+            rows = rows[rows[x] > 0]  # log axis; NaN (unknown S) is dropped too
         if rows.empty:
             continue
         color = f"C{i % 10}"  # same colour per algorithm position in both figures
@@ -70,7 +83,7 @@ def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title:
         for _, run in rows[rows["status"].isin(list(BAD_STATUSES))].groupby("run_id"):
             last = run.iloc[-1]
             ax.plot([last[x]], [last["y"]], marker="x", color=color, markersize=8, linestyle="none")
-    if x == "bits":
+    if x != "round":
         ax.set_xscale("log")
     if METRICS[metric][3] and (ev["y"] > 0).any():
         ax.set_yscale("log")
@@ -83,9 +96,9 @@ def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title:
 
 
 def plot_curves(store, out_dir: Path, scenario: str | None, x: str = "round", metric: str = "test_acc") -> list[Path]:
-    """Write ``<out_dir>/<scenario>_<m>_vs_rounds.png`` (x="round") or ``_<m>_vs_bits.png`` (x="bits")
-    for each selected scenario (default: every scenario in the store); ``<m>`` is ``acc`` for
-    test_acc, else the metric's name (``toy_consistency_vs_rounds.png``)."""
+    """Write ``<out_dir>/<scenario>_<m>_vs_rounds.png`` (x="round"), ``_<m>_vs_bits.png`` (x="bits") or
+    ``_<m>_vs_uplink.png`` (x="uplink") for each selected scenario (default: every scenario in the
+    store); ``<m>`` is ``acc`` for test_acc, else the metric's name (``toy_consistency_vs_rounds.png``)."""
     if x not in AXES:
         raise ValueError(f"unknown x axis {x!r}; allowed: {', '.join(AXES)}")
     if metric not in METRICS:

@@ -72,3 +72,58 @@ def test_metric_file_names(paper_store, tmp_path: Path) -> None:
     assert path.name == f"{DIR3}_train_loss_vs_bits.png" and mpimg.imread(path).shape[0] > 100
     with pytest.raises(ValueError, match="allowed: test_acc, consistency, client_acc_std, train_loss"):
         plot_curves(paper_store, tmp_path, DIR3, metric="wall_s")
+
+
+def _uplink_store(out: Path):
+    """FedAMS (S = 10) and FedCAMS-sign (S = 5) with known bits_up; NoS has no clients.per_round in its spec."""
+    import json
+
+    from fedbench.store import ResultsStore, RunRecord
+
+    store = ResultsStore(out)
+    for i, (label, spec, ups) in enumerate([
+        ("FedAMS", {"clients": {"num": 100, "per_round": 10}}, (100, 200, 300)),
+        ("FedCAMS-sign", {"clients": {"num": 100, "per_round": 5}}, (50, 50, 50)),
+        ("NoS", {}, (10, 10, 10)),
+    ]):
+        rec = RunRecord(f"{i:016x}-s0", "up", "h" * 64, f"{i:016x}".ljust(64, "0"), label, 0, json.dumps(spec))
+        store.start_run(rec)
+        for t, up in enumerate(ups, start=1):
+            store.record_round(rec.run_id, t, {"test_acc": 0.1 * t, "train_loss": 1.0 / t, "bits_up": up, "bits_down": 1000})
+        store.finish_run(rec.run_id, "finished")
+    return store
+
+
+def test_uplink_axis_numbers(tmp_path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    from fedbench.report.plots import _draw
+
+    store = _uplink_store(tmp_path / "out")
+    runs = store.runs("up")
+    fig = Figure()
+    _draw(fig, runs, store.metrics(runs["run_id"]), "uplink", "up", "train_loss")
+    lines, ax = _lines(fig), fig.axes[0]
+    # Σ_t bits_up_t / S: FedAMS 100/10, +200/10, +300/10; FedCAMS-sign 50/5 per round; NoS has no S: not drawn.
+    assert lines["FedAMS"][0] == pytest.approx([10, 30, 60]) and lines["FedCAMS-sign"][0] == pytest.approx([10, 20, 30])
+    assert lines["FedAMS"][1] == pytest.approx([1.0, 0.5, 1 / 3]) and "NoS" not in lines
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "cumulative uplink bits per client (Σ_t bits_up_t / S_t)"
+    fig = Figure()
+    _draw(fig, runs, store.metrics(runs["run_id"]), "round", "up")
+    assert set(_lines(fig)) == {"FedAMS", "FedCAMS-sign", "NoS"}  # the round axis needs no S
+    path = plot_curves(store, tmp_path / "figs", "up", x="uplink")[0]
+    assert path.name == "up_acc_vs_uplink.png" and mpimg.imread(path).shape[0] > 100
+
+
+def test_plot_command_uplink(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fedbench.cli import app
+
+    _uplink_store(tmp_path / "out")
+    args = ["plot", "--out", str(tmp_path / "out"), "--figures-dir", str(tmp_path / "figs"), "--x", "uplink"]
+    result = CliRunner().invoke(app, [*args, "--metric", "train_loss"])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in (tmp_path / "figs").iterdir()] == ["up_train_loss_vs_uplink.png"]
+    result = CliRunner().invoke(app, [*args[:-1], "downlink"], terminal_width=200)
+    assert result.exit_code == 2 and "--x must be one of round, bits, uplink, both" in result.output

@@ -7,6 +7,12 @@ numbers are (``final_acc``: test accuracy after T rounds; ``top_acc``: best over
 printed; ``null`` where the paper has no number). Row labels are the algorithm labels the
 scenarios use, so a run whose spec says ``paper: {name, table, column}`` lands in the cell
 (its label, column).
+
+Two metrics are not accuracies and have no runs to compare with: ``bits`` (communication bits
+as printed, e.g. FedCAMS Table 2; :mod:`fedbench.report.bits` computes ours) and ``formula``
+(cells are the printed formulas as strings, FedCAMS Table 1). :func:`reference_frame` returns
+them only when asked for by ``metrics``, so ``fedbench compare`` on such a table fails with a
+clear message instead of comparing bits with accuracies.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-METRICS = ("final_acc", "top_acc")
+ACCURACY_METRICS = ("final_acc", "top_acc")
+METRICS = (*ACCURACY_METRICS, "bits", "formula")
 
 
 def papers() -> list[str]:
@@ -57,9 +64,14 @@ def reference_table(paper: str, table: str) -> dict[str, Any]:
     return copy.deepcopy(tables[table])
 
 
-def reference_frame(paper: str, table: str) -> pd.DataFrame:
-    """The table as rows × columns of floats (percent as printed; NaN where the paper has no number)."""
+def reference_frame(paper: str, table: str, metrics: tuple[str, ...] = ACCURACY_METRICS) -> pd.DataFrame:
+    """The table as rows × columns of floats (percent as printed; NaN where the paper has no number),
+    or of strings for a ``formula`` table; a table whose metric is not in ``metrics`` is a ValueError."""
     t = reference_table(paper, table)
-    frame = pd.DataFrame.from_dict(t["rows"], orient="index", columns=t["columns"], dtype="float64")
+    if t["metric"] not in metrics:
+        raise ValueError(f"table {table} of {paper} holds {t['metric']}, not {' or '.join(metrics)}"
+                         + ("; see `fedbench bits --paper`" if t["metric"] in ("bits", "formula") else ""))
+    dtype = "object" if t["metric"] == "formula" else "float64"
+    frame = pd.DataFrame.from_dict(t["rows"], orient="index", columns=t["columns"], dtype=dtype)
     frame.index.name = "row"
     return frame
