@@ -23,6 +23,8 @@ CASES = [
     ("small_cnn", {}, (1, 8, 8), 10),
     ("resnet18", {"norm": "batch"}, (3, 32, 32), 10),
     ("resnet18", {"norm": "group"}, (3, 32, 32), 100),
+    ("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 32, 32), 10),
+    ("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 64, 64), 200),
 ]
 IDS = [f"{n}-{'x'.join(map(str, s))}-{k}{'-' + str(p) if p else ''}" for n, p, s, k in CASES]
 
@@ -33,7 +35,7 @@ def build(name, params, shape, classes, seed=0):
 
 
 def test_registered_names():
-    assert MODELS.names() == ["cnn1d", "lenet5", "logreg", "mlp", "resnet18", "small_cnn"]
+    assert MODELS.names() == ["cnn1d", "convmixer", "lenet5", "logreg", "mlp", "resnet18", "small_cnn"]
     assert all(entry.description for entry in MODELS)
 
 
@@ -54,6 +56,11 @@ def test_output_shape_and_no_dropout(name, params, shape, classes):
         ("resnet18", {"norm": "batch"}, (3, 32, 32), 10, 11_173_962),  # FedCAMS kuangliu ResNet-18
         ("resnet18", {"norm": "group"}, (3, 32, 32), 10, 11_173_962),
         ("resnet18", {"norm": "batch"}, (3, 32, 32), 100, 11_220_132),
+        ("resnet18", {"norm": "group", "stem": "cifar"}, (3, 32, 32), 10, 11_173_962),  # default stem unchanged
+        # FedMIM notes §3: FL-Simulator's torchvision ResNet-18 with GroupNorm(2)
+        ("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 32, 32), 10, 11_181_642),
+        ("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 32, 32), 100, 11_227_812),
+        ("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 64, 64), 200, 11_279_112),
     ],
 )
 def test_parameter_counts(name, params, shape, classes, expected):
@@ -84,6 +91,27 @@ def test_resnet18_norms(norm):
         assert len(list(model.buffers())) == 3 * 20
 
 
+def test_resnet18_imagenet_stem_is_torchvisions_layout():
+    """7×7 stride-2 conv (padding 3) → norm → ReLU → 3×3 stride-2 max-pool: 32×32 reaches layer1 at 8×8."""
+    model = build("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 32, 32), 10)
+    conv, pool = model.conv1, model.maxpool
+    assert (conv.kernel_size, conv.stride, conv.padding, conv.bias) == ((7, 7), (2, 2), (3, 3), None)
+    assert isinstance(pool, nn.MaxPool2d) and (pool.kernel_size, pool.stride, pool.padding) == (3, 2, 1)
+    stem_out = model.maxpool(torch.relu(model.norm1(model.conv1(torch.randn(2, 3, 32, 32)))))
+    assert stem_out.shape == (2, 64, 8, 8)
+    cifar = build("resnet18", {"norm": "group"}, (3, 32, 32), 10)
+    assert cifar.conv1.kernel_size == (3, 3) and isinstance(cifar.maxpool, nn.Identity)
+    assert list(model.buffers()) == []
+
+
+def test_resnet18_imagenet_stem_matches_torchvision_resnet18_with_groupnorm():
+    """Same parameter shapes, in the same order, as torchvision's resnet18(norm_layer=GroupNorm(2))."""
+    torchvision = pytest.importorskip("torchvision")
+    ref = torchvision.models.resnet18(num_classes=10, norm_layer=lambda ch: nn.GroupNorm(2, ch))
+    ours = build("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 32, 32), 10)
+    assert [p.shape for p in ours.parameters()] == [p.shape for p in ref.parameters()]
+
+
 def test_resnet18_group_count():
     model = build("resnet18", {"norm": "group", "groups": 32}, (3, 32, 32), 10)
     assert {m.num_groups for m in model.modules() if isinstance(m, nn.GroupNorm)} == {32}
@@ -104,6 +132,7 @@ def test_construction_deterministic_under_manual_seed(name, params, shape, class
         ("resnet18", {"norm": "foo"}, "norm"),
         ("resnet18", {"norm": "group", "groups": 3}, "groups must divide 64"),
         ("resnet18", {"norm": "group", "groups": 0}, "groups"),
+        ("resnet18", {"stem": "tiny"}, "stem"),
         ("mlp", {"hidden": [200, 0]}, "hidden"),
         ("mlp", {"hiden": [200]}, "hiden"),
         ("lenet5", {"width": 2}, "width"),
