@@ -41,12 +41,7 @@ class BatchedOracle:
         grads, losses = self._grad(points, self.x, self.y, self.mask)
         if self.first_loss is None:
             self.first_loss = losses.detach()
-        if self.cfg.clip_grad_norm is not None:
-            norms = grads.norm(dim=1, keepdim=True)
-            grads = grads * torch.clamp(self.cfg.clip_grad_norm / (norms + 1e-6), max=1.0)
-        if self.cfg.weight_decay:
-            grads = grads + self.cfg.weight_decay * points
-        return grads
+        return self.cfg.finish(grads, points)
 
 
 def padded_batches(

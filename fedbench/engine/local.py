@@ -36,6 +36,15 @@ class LocalConfig:
         x = augment_batch(train.x[idx], self.augment.flip, self.augment.crop_padding, self.seed, client, position)
         return x, train.y[idx]
 
+    def finish(self, grads: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+        """Rows of raw minibatch gradients → clip(g) + λ·z, each row clipped to its own norm."""
+        if self.clip_grad_norm is not None:
+            norms = grads.norm(dim=1, keepdim=True)
+            grads = grads * torch.clamp(self.clip_grad_norm / (norms + 1e-6), max=1.0)
+        if self.weight_decay:
+            grads = grads + self.weight_decay * points
+        return grads
+
 
 class GradientOracle:
     """Minibatch gradient at any point(s) for one client and one local step."""
@@ -50,12 +59,8 @@ class GradientOracle:
             loss, g = self.model.loss_and_grad(z, self.buffers, self.x, self.y)
             if self.first_loss is None:
                 self.first_loss = loss
-            if self.cfg.clip_grad_norm is not None:
-                g = g * torch.clamp(self.cfg.clip_grad_norm / (g.norm() + 1e-6), max=1.0)
-            if self.cfg.weight_decay:
-                g = g + self.cfg.weight_decay * z
             grads.append(g)
-        return torch.stack(grads)
+        return self.cfg.finish(torch.stack(grads), points)
 
 
 @dataclass
