@@ -64,6 +64,8 @@ def run(
                                "(for several `fedbench run` processes sharing a terminal)"),
     client_state: str = typer.Option("device", help="device | host: keep per-client [N, P] tables (SCAFFOLD's c_i, "
                                      "error feedback, GradMA's last models, ...) in pinned host memory; same numbers"),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads per run; CPU numbers are identical "
+                                "only for the same count (the committed outputs use 1)"),
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.runs import run_scenario
@@ -75,7 +77,7 @@ def run(
     outcomes = run_scenario(
         sc, out, device=device, data_dir=data_dir, download=download,
         seeds=_parse_seeds(seeds), only=only.split(",") if only else None, console=console, executor=executor,
-        quiet=quiet, client_state=client_state,
+        quiet=quiet, client_state=client_state, threads=threads,
     )
     if not quiet:
         _print_summary(out, sc.name)

@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
+from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.scenario import Scenario, resolve_runs, scenario_hash
 from fedbench.store import ResultsStore
 
@@ -25,6 +26,7 @@ def run_scenario(
     executor: str = "auto",
     quiet: bool = False,
     client_state: str = "device",
+    threads: int = DEFAULT_THREADS,
 ) -> list[RunOutcome]:
     """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``.
     ``quiet`` prints one line per finished run instead of live progress bars (for parallel jobs)."""
@@ -54,7 +56,7 @@ def run_scenario(
                     fields = {"acc": f"{100 * acc:.2f}%"} if acc is not None else {}
                     progress.update(task, completed=t, **fields)
 
-                outcome = execute_run(spec, seed, store, cache, shash, on_round, executor, client_state)
+                outcome = execute_run(spec, seed, store, cache, shash, on_round, executor, client_state, threads)
                 if outcome.status == "skipped":
                     progress.update(task, completed=spec.rounds, acc="(done before)")
                 elif outcome.status != "finished":

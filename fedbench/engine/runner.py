@@ -37,6 +37,7 @@ from fedbench.engine.continual import ContinualLoop, no_memory
 from fedbench.engine.flat import average_buffers
 from fedbench.engine.local import LocalConfig, LocalResult, full_local_gradients, run_clients_sequential
 from fedbench.engine.setup import DataCache, RunSetup, build_run
+from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
 from fedbench.scenario import RunSpec
 from fedbench.seeding import numpy_stream, torch_seed
 from fedbench.store import ResultsStore, RunRecord
@@ -237,7 +238,10 @@ class RoundLoop:
         metrics["wall_s"] = time.perf_counter() - start
         if t == 1:  # once per run: the partition's sizes and label skew, the server state's size
             state_mb = sum(v.numel() * v.element_size() for v in self.state.values()) / 2**20
-            extra = {**extra, "partition": s.partition_info, "server_state_mb": state_mb, "executor": self.executor_note()}
+            extra = {
+                **extra, "partition": s.partition_info, "server_state_mb": state_mb, "executor": self.executor_note(),
+                "threads": torch.get_num_threads(),
+            }
         return metrics, {"lr": lr, **extra, **self.task_log}
 
     def aggregate(self, ctx: RoundContext, result: LocalResult, radio: RoundRadio | None) -> dict:
@@ -325,13 +329,24 @@ def execute_run(
     on_round: RoundCallback | None = None,
     executor: str = "auto",
     client_state: str = "device",
+    threads: int = DEFAULT_THREADS,
 ) -> RunOutcome:
     """Run (or resume, or skip) one (spec, seed); never raises for a failing run: records it.
-    ``client_state: host`` keeps per-client ``[N, P]`` tables in (pinned) host memory (same numbers)."""
+    ``client_state: host`` keeps per-client ``[N, P]`` tables in (pinned) host memory (same numbers);
+    the run trains with ``threads`` torch threads (:mod:`fedbench.engine.threads`)."""
     run_id = run_id_of(spec, seed)
     status = store.status(run_id)
     if status in ("finished", "diverged"):
         return RunOutcome(run_id, "skipped")
+    with pinned_threads(threads):
+        return _train(spec, seed, store, cache, scenario_hash, on_round, executor, client_state, run_id)
+
+
+def _train(
+    spec: RunSpec, seed: int, store: ResultsStore, cache: DataCache, scenario_hash: str,
+    on_round: RoundCallback | None, executor: str, client_state: str, run_id: str,
+) -> RunOutcome:
+    """The body of :func:`execute_run` for a run that is not done yet."""
     record = run_record(spec, seed, scenario_hash)
     store.start_run(record)
     ckpt_path = store.checkpoint_path(run_id)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import torch
 
 from fedbench.engine.runner import RunOutcome, execute_run, run_record
 from fedbench.engine.setup import DataCache, resolve_device
+from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.store import ResultsStore, RunRecord, extra_to_json
 from fedbench.sweeps.grid import SweepRun
 
@@ -30,7 +30,7 @@ class WorkerSettings:
     data_dir: Path = Path("data")
     download: bool = False
     client_executor: str = "auto"
-    threads: int | None = None  # torch intra-op threads per run (None: leave the process's setting)
+    threads: int = DEFAULT_THREADS  # torch intra-op threads per run (fedbench.engine.threads)
 
 
 _CACHES: dict[tuple[str, bool, str], DataCache] = {}  # per process: datasets stay loaded between runs
@@ -46,14 +46,10 @@ def data_cache(settings: WorkerSettings, device: str) -> DataCache:
 def execute(run: SweepRun, store: Any, settings: WorkerSettings, device: str | None = None) -> RunOutcome:
     """:func:`~fedbench.engine.runner.execute_run` on ``store`` (a :class:`ResultsStore` or a
     :class:`RecordingStore`) with ``settings.threads`` torch threads; never raises for a failing run."""
-    previous = torch.get_num_threads()
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-    try:
-        cache = data_cache(settings, device or settings.device)
-        return execute_run(run.spec, run.seed, store, cache, run.scenario_hash, None, settings.client_executor)
-    finally:
-        torch.set_num_threads(previous)
+    cache = data_cache(settings, device or settings.device)
+    return execute_run(
+        run.spec, run.seed, store, cache, run.scenario_hash, None, settings.client_executor, threads=settings.threads
+    )
 
 
 @dataclass
