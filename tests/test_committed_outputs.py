@@ -1,0 +1,70 @@
+"""The committed outputs are what today's code produces.
+
+For one committed table per paper (and the quick start) the scenario runs into a fresh store and the
+report command writes the table again; the new files must equal the committed ones byte for byte.
+A change that moves a number therefore fails here until its outputs are regenerated in the same
+submission (`make check-outputs` regenerates and diffs every committed tiny table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fedbench.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Case:
+    """Scenario files to run (at ``scale``), the report command that writes ``outputs`` into tables/."""
+
+    name: str
+    files: tuple[str, ...]
+    report: tuple[str, ...]
+    outputs: tuple[str, ...]
+    scale: str | None = "tiny"
+    run_options: tuple[str, ...] = ()
+
+
+CASES = [
+    Case("quickstart", ("configs/quickstart.yaml",), ("table", "--scenario", "quickstart", "--no-show"),
+         ("quickstart.md", "quickstart.csv", "quickstart.tex"), scale=None),
+    Case("fedcams", ("configs/fedcams/table3_eps.yaml",), ("compare", "--paper", "fedcams", "--table", "3", "--scale", "tiny"),
+         ("fedcams_table3_tiny.md", "fedcams_table3_tiny.csv", "fedcams_table3_tiny.tex")),
+    Case("fedqvr", ("configs/fedqvr/fig5_mnist_tau0.08.yaml",),
+         ("table", "--scenario", "fedqvr_fig5_mnist_tau0.08.tiny", "--no-show"),
+         ("fedqvr_fig5_mnist_tau0.08.tiny.md", "fedqvr_fig5_mnist_tau0.08.tiny.csv")),
+    Case("cflag", ("configs/cflag/ti_cifar10_noniid.yaml",), ("continual", "--scenario", "cflag_ti_cifar10_noniid.tiny"),
+         ("cflag_ti_cifar10_noniid.tiny_continual.md", "cflag_ti_cifar10_noniid.tiny_continual.csv")),
+    Case("gradma", ("configs/gradma/fig6_memory_mnist_w0.1.yaml",),
+         ("table", "--scenario", "gradma_fig6_memory_mnist_w0.1.tiny", "--no-show"),
+         ("gradma_fig6_memory_mnist_w0.1.tiny.md", "gradma_fig6_memory_mnist_w0.1.tiny.csv"),
+         run_options=("--executor", "batched")),  # as mk/gradma.mk runs it at the tiny scale
+    Case("fedmim", ("configs/fedmim/table3.yaml",), ("compare", "--paper", "fedmim", "--table", "III", "--scale", "tiny"),
+         ("fedmim_tableIII_tiny.md", "fedmim_tableIII_tiny.csv", "fedmim_tableIII_tiny.tex")),
+]
+
+
+def invoke(*args: str) -> None:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, f"fedbench {' '.join(args)} exited {result.exit_code}:\n{result.output}\n{result.exception!r}"
+
+
+@pytest.mark.outputs
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_committed_table_regenerates_byte_identical(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(ROOT)  # scenario files name bases and data relative to the repository
+    out, tables = tmp_path / "results", tmp_path / "tables"
+    scale = ("--scale", case.scale) if case.scale else ()
+    for f in case.files:
+        invoke("run", f, *scale, "--out", str(out), "--quiet", *case.run_options)
+    figures = ("--figures-dir", str(tmp_path / "figures")) if case.report[0] == "continual" else ()
+    invoke(*case.report, "--out", str(out), "--tables-dir", str(tables), *figures)
+    for name in case.outputs:
+        fresh, committed = (tables / name).read_text(), (ROOT / "tables" / name).read_text()
+        assert fresh == committed, f"tables/{name} is not what today's code produces: regenerate it (make check-outputs)"
