@@ -98,6 +98,35 @@ def _c6(nums: Numbers) -> Verdict:
     return judge([greater("MNIST ω=0.01", m, v, base, tops[base]) for m, v in tops.items() if m != base])
 
 
+_FIG5 = {"MNIST ω=0.01": "gradma_fig5_betas_mnist_w0.01", "CIFAR-10 ω=1.0": "gradma_fig5_betas_cifar10_w1.0"}
+_BETAS = ("0.0", "0.1", "0.3", "0.5", "0.7", "0.9")  # β1 and β2 of Figs. 5/21
+
+
+@claim("gradma", "7", "(β1, β2) grid (Figs. 5/21, GradMA-S, S = 10, m = 100; MNIST ω=0.01 and CIFAR-10 ω=1.0): β2 = 0 "
+       "beats MIFA and MIFAM for every β1; β2 > 0 beats β2 = 0 in most cells (over half of the 30 (β1, β2 > 0) "
+       "cells top their β1's β2 = 0 cell); the best cell has β2 > 0")
+def _c7(nums: Numbers) -> Verdict:
+    """The paper's three readings of Fig. 5 (§5, "Varying control parameters"), on the top accuracy of the
+    ``gradma_fig5_betas_*`` scenarios (labels ``GradMA-S β1=… β2=…``, MIFA, MIFAM); the paper prints no numbers."""
+    if not isinstance(nums, StoreNumbers):
+        return Verdict("not reported", note="Figs. 5 and 21 are figures without numbers")
+    checks = []
+    for setting, scenario in _FIG5.items():
+        top = nums.scenario_acc(scenario, "top")
+        cell = {(b1, b2): top.get(f"GradMA-S β1={b1} β2={b2}", math.nan) for b1 in _BETAS for b2 in _BETAS}
+        for b1 in _BETAS:
+            checks += [greater(setting, f"β1={b1} β2=0.0", cell[b1, "0.0"], m, top.get(m, math.nan)) for m in ("MIFA", "MIFAM")]
+        pairs = [(cell[b1, b2], cell[b1, "0.0"]) for b1 in _BETAS for b2 in _BETAS[1:]]
+        pairs = [(a, b) for a, b in pairs if pd.notna(a) and pd.notna(b)]
+        wins = sum(a > b for a, b in pairs) if pairs else math.nan
+        checks.append(greater(setting, f"β2 > 0 cells above their β1's β2 = 0 cell (of {len(pairs)})", wins, "half",
+                              len(pairs) / 2, fmt="g"))
+        positive = pd.Series([v for (_, b2), v in cell.items() if b2 != "0.0"], dtype=float)
+        zero = pd.Series([cell[b1, "0.0"] for b1 in _BETAS], dtype=float)
+        checks.append(greater(setting, "best cell with β2 > 0", positive.max(), "best with β2 = 0", zero.max()))
+    return judge(checks)
+
+
 @claim("gradma", "8", "Baseline sanity: Scaffold < FedAvg in every CIFAR-100 column (Table 1)")
 def _c8(nums: Numbers) -> Verdict:
     cols = [c for c in nums.acc("1").columns if c.startswith("CIFAR-100")]
