@@ -73,6 +73,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 def test_registered_claims() -> None:
     assert [c.id for c in CLAIMS["fedcams"]] == ["B1", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8"]
+    assert [c.id for c in CLAIMS["fedcams"] if c.kind == "accounting"] == ["B1"]  # reported apart
     assert [c.id for c in CLAIMS["fedmim"]][0] == "C1"  # FedMIM's registry is untouched
 
 
@@ -87,8 +88,8 @@ def test_paper_verdicts(results) -> None:
     assert "Table 2 Scaled sign: uplink / FedAMS's × 32 = 1.0011 within [0.9500, 1.0500]" in results["B1"].paper.evidence
     assert "Top-k with r = 1/256: uplink / FedAMS's × 128 = 0.9975" in results["B1"].paper.evidence
     # Table 3: 90.94 − 90.30 = 0.64 points.
-    assert results["C3"].paper.evidence == ("CIFAR-10: max FedAMS ε=1e-3 90.94 − min FedAMS ε=1e-8 90.30 (6 of 6 ε) = "
-                                            "0.64 within [0.00, 1.00]")
+    assert results["C3"].paper.evidence == ("CIFAR-10 (6 of 6 ε): max FedAMS ε=1e-3 90.94 − min FedAMS ε=1e-8 90.30 = "
+                                            "0.64 ≤ 1.00 (stated 1)")  # the paper prints no std
     assert "CIFAR-10: ε=1e-3 90.94 > ε=1e-4 90.72" in results["C4"].paper.evidence
     assert "curves only" in results["C1"].paper.note
 
@@ -106,10 +107,10 @@ def test_reproduced_verdicts(results) -> None:
                                                     f"{R18}: top1/128 86.00 > top1/256 80.00"]
     # C2: −1 within ±2 for ResNet, −5 for ConvMixer.
     assert ours["C2"].short() == "fails (1/2 hold)"
-    assert ours["C2"].checked[1].text == f"{CM}: FedCAMS-sign 85.00 − FedAMS 90.00 = -5.00 outside [-2.00, 2.00]"
+    assert ours["C2"].checked[1].text == f"{CM}: FedCAMS-sign 85.00 − FedAMS 90.00 = -5.00 outside ±2.00 (stated 2 ≥ 2σ = 0.00)"
     # C3: 91.2 − 90.0 = 1.2 > 1 point (two ε not run); C4: 1e-3 beats the three others run.
     assert ours["C3"].short() == "fails (0/1 hold)"
-    assert "(4 of 6 ε) = 1.20 outside" in ours["C3"].evidence
+    assert "CIFAR-10 (4 of 6 ε): max FedAMS ε=1e-3 91.20 − min FedAMS ε=1e-4 90.00 = 1.20 > 1.00" in ours["C3"].evidence
     assert ours["C4"].short() == "holds (3/3 hold; 3 of 5 checked)"
     # C5: mean accuracy over rounds: FedAMS 65 < 70 < 75; FedCAMS-sign S=10 67.5 < S=5 70; ConvMixer not run.
     assert ours["C5"].short() == "fails (2/3 hold; 3 of 4 checked)"
@@ -118,7 +119,7 @@ def test_reproduced_verdicts(results) -> None:
     assert ours["C6"].evidence == f"{R18} FedAMS mean acc.: E=3 65.00 > E=1 55.00"
     # C7: ResNet 90.5 − FedYogi 91 = −0.5 ≥ −1; ConvMixer 0 ≥ −1; Fig. 7 not run.
     assert ours["C7"].short() == "holds (2/2 hold; 2 of 4 checked)"
-    assert f"{R18}: FedAMS 90.50 − best other (FedYogi 91.00) = -0.50 ≥ -1.00" in ours["C7"].evidence
+    assert f"{R18}: FedAMS 90.50 − best other FedYogi 91.00 = -0.50 ≥ -1.00 (stated 1 ≥ 2σ = 0.00)" in ours["C7"].evidence
     # C8: FedAMSGrad 65 ≤ FedAvg 70 on ConvMixer.
     assert ours["C8"].short() == "fails (3/4 hold; 4 of 8 checked)"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedbench.report.claims import check_claims
+from fedbench.report.claims import check_claims, format_claims
 from fedbench.report.paper import compare, write_comparison
 from fedbench.store import ResultsStore, RunRecord
 
@@ -61,6 +61,14 @@ def test_claims(store: ResultsStore) -> None:
     assert results["2"].ours.short() == "holds (6/6 hold; 6 of 28 checked)"
     assert results["3b"].ours.short() == "holds (4/4 hold; 4 of 6 checked)"  # 10.67 and SCAFFOLD 2× FedDyn, both CIFAR cases
     five = results["5"].ours
-    assert five.verdict == "holds" and "|ΔACC| of FedQVR" in five.evidence  # 0.5 ≤ 1; FedDyn 3 and FedAvg 5 move more
+    assert five.verdict == "holds" and "FedQVR HLU 84.50 − plain 84.00 = 0.50 within ±1.00" in five.evidence  # FedDyn 3, FedAvg 5 move more
     assert results["6"].paper.verdict == "not reported" and results["6"].ours.verdict == "not run"
     assert results["3b"].paper.verdict == "holds" and results["1"].paper.verdict == "holds"
+
+    # 3b is an identity of the bit accounting: a table of its own, not counted among the paper's 11 claims.
+    assert results["3b"].kind == "accounting" and all(r.kind == "paper" for k, r in results.items() if k != "3b")
+    text = format_claims(list(results.values()), "fedqvr", "tiny")
+    main, accounting = text.split("## Accounting identities (not counted among the paper's claims)")
+    assert "**11 claims of the paper.** ours: " in main and "paper: 6 hold, 5 not reported." in main
+    assert "| 3b |" not in main and "| 3b | A B = 2 quantized upload" in accounting
+    assert "## 3b: A B = 2 quantized upload" in accounting and "(accounting)" in accounting

@@ -93,3 +93,6 @@ def test_claims_on_the_store(store: ResultsStore) -> None:
     assert results["4"].ours.short() == "fails (1/2 hold; 2 of 4 checked)"  # 3 < never (FedAvg); 3 ≥ 2 (FedAvgM)
     assert results["1a"].ours.short() == "holds (1/1 hold; 1 of 18 checked)"  # only GradMA-S 75 > FedAvg 44.5 has runs
     assert results["6"].ours.verdict == "not run" and results["6"].paper.verdict == "not reported"
+    # 3b prints the two numbers it compares and the margin apart (the paper's GradMA is 98.39, not 98.39 + 0.5).
+    assert results["3b"].paper.checked[0].text == "MNIST S=10 ω=1.0: GradMA 98.39 − GradMA-S 98.38 = 0.01 ≥ -0.50 (stated 0.5)"
+    assert results["3b"].ours.verdict == "not run"  # no GradMA run in this store

@@ -3,11 +3,13 @@ importing this package registers every paper's claims."""
 
 from fedbench.report.claims import cflag, fedcams, fedmim, fedqvr, gradma  # noqa: F401  (registration)
 from fedbench.report.claims.base import (
-    CLAIMS, VERDICTS, Check, Claim, ClaimResult, Numbers, StoreNumbers, Verdict,
-    check_claims, claim, format_claims, greater, judge, resolve_scale, rich_claims, within, write_claims,
+    CLAIMS, KINDS, NOISE_K, VERDICTS, Check, Claim, ClaimResult, Numbers, StoreNumbers, Verdict,
+    check_claims, claim, close, fewer, format_claims, greater, judge, resolve_scale, rich_claims, tally, tolerance,
+    within, write_claims,
 )
 
 __all__ = [
-    "CLAIMS", "VERDICTS", "Check", "Claim", "ClaimResult", "Numbers", "StoreNumbers", "Verdict",
-    "check_claims", "claim", "format_claims", "greater", "judge", "resolve_scale", "rich_claims", "within", "write_claims",
+    "CLAIMS", "KINDS", "NOISE_K", "VERDICTS", "Check", "Claim", "ClaimResult", "Numbers", "StoreNumbers", "Verdict",
+    "check_claims", "claim", "close", "fewer", "format_claims", "greater", "judge", "resolve_scale", "rich_claims",
+    "tally", "tolerance", "within", "write_claims",
 ]

@@ -4,12 +4,10 @@ recorded every task)."""
 
 from __future__ import annotations
 
-from fedbench.report.claims.base import Numbers, StoreNumbers, Verdict, claim, greater, judge, within
-from fedbench.report.continual import continual_summary
-from fedbench.report.paper import PAPER_SCALE
+from fedbench.report.claims.base import NOISE_K, Numbers, StoreNumbers, Verdict, claim, close, greater, judge
 
 DATASETS = ("Split-CIFAR10", "Split-CIFAR100", "Split-TinyImageNet")
-EWC_TOL = 5.0  # points: "EWC-FL ≈ Fine-FL"
+EWC_TOL = 5.0  # points: "EWC-FL ≈ Fine-FL"; a floor: with seeds, NOISE_K σ of the difference when larger
 
 
 @claim("cflag", "C1", "IID task-incremental: C-FLAG has the highest Acc and the lowest Forgetting of all methods on "
@@ -42,14 +40,16 @@ def _c3(nums: Numbers) -> Verdict:
                   for d in DATASETS for o in ("Fine-FL", "EWC-FL")])
 
 
-@claim("cflag", "C4", f"EWC-FL ≈ Fine-FL: Acc within {EWC_TOL:g} points in every column of Tables 2 and 3")
+@claim("cflag", "C4", f"EWC-FL ≈ Fine-FL: Acc within max({EWC_TOL:g} points, {NOISE_K:g}σ) in every column of "
+       "Tables 2 and 3")
 def _c4(nums: Numbers) -> Verdict:
     checks = []
     for table, setting in (("2", "non-IID"), ("3", "IID")):
-        t = nums.acc(table)
+        t, std = nums.acc(table), nums.acc_std(table)
         for d in DATASETS:
-            gap = t.loc["EWC-FL", f"{d} Acc"] - t.loc["Fine-FL", f"{d} Acc"]
-            checks.append(within(f"{setting} {d}", "EWC-FL − Fine-FL", gap, -EWC_TOL, EWC_TOL))
+            col = f"{d} Acc"
+            checks.append(close(f"{setting} {d}", "EWC-FL", t.loc["EWC-FL", col], "Fine-FL", t.loc["Fine-FL", col], EWC_TOL,
+                                (std.loc["EWC-FL", col], std.loc["Fine-FL", col])))
     return judge(checks)
 
 
@@ -81,8 +81,6 @@ def _c11(nums: Numbers) -> Verdict:
     t7 = nums.acc("7")
     checks = [greater(f"ζ = {z}", "C-FLAG", t7.loc["C-FLAG", f"{s} Split-CIFAR10 Acc"], "EWC-FL",
                       t7.loc["EWC-FL", f"{s} Split-CIFAR10 Acc"]) for z, s in (("0.1", "non-IID"), ("1e5", "IID"))]
-    name = "cflag_fig3_cifar10_zeta1" + ("" if nums.scale == PAPER_SCALE else f".{nums.scale}")
-    summary = continual_summary(nums.store, name).set_index("algorithm") if not nums.store.runs(name).empty else None
-    acc = (lambda a: 100 * summary.loc[a, "acc_mean"] if summary is not None and a in summary.index else float("nan"))
-    checks.insert(1, greater("ζ = 1", "C-FLAG", acc("C-FLAG"), "EWC-FL", acc("EWC-FL")))
+    acc = nums.continual_acc("cflag_fig3_cifar10_zeta1")
+    checks.insert(1, greater("ζ = 1", "C-FLAG", acc.get("C-FLAG", float("nan")), "EWC-FL", acc.get("EWC-FL", float("nan"))))
     return judge(checks)

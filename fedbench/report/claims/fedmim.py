@@ -78,9 +78,19 @@ def _c4b(nums: Numbers) -> Verdict:
     return judge(checks)
 
 
-@claim("fedmim", "C5", "Larger E → lower accuracy: every E = 1 → 5 → 10 step falls (Table II; count of falling steps)")
+@claim("fedmim", "C5", "Enlarging local epochs to E = 10 lowers accuracy at fixed T: for every method on every dataset, "
+       "E = 10 is below both E = 1 and E = 5 (Table II and its text)")
 def _c5(nums: Numbers) -> Verdict:
-    return _falls_along_columns(nums, "II")
+    # The text: "When the local epochs are enlarged to 10, ... a negative impact on the test accuracy". Not every
+    # E = 1 → 5 step falls in the paper (SCAFFOLD CIFAR-100 48.35 → 48.85, notes §4), so only E = 10 is compared.
+    acc = nums.acc("II")
+    checks = []
+    for row in acc.index:
+        for cols in _by_dataset(acc.columns).values():
+            dataset, e10 = _SETTING.match(cols[0])["dataset"], cols[-1]
+            checks += [greater(f"{row} {dataset}", _setting(c), acc.loc[row, c], _setting(e10), acc.loc[row, e10])
+                       for c in cols[:-1]]
+    return judge(checks)
 
 
 def _lowest_in_dir3(nums: Numbers, metric: str, scale: float, unit: str, figure: str) -> Verdict:

@@ -4,7 +4,10 @@ Table I's two blocks are the reference tables ``I-CIFAR-10`` and ``I-MNIST``; ea
 an HLU case. Ours: ACC = final-round accuracy (mean over the usable seeds); #R, #C from the
 seed-mean curve (+inf = never reached). The figures (B and a sweeps of Fig. 1, m = 5 of Fig. 4,
 FedQVR-E under delay limits of Fig. 5) print no numbers: those claims are "not reported" on the
-paper's side and read the ``fedqvr_fig*`` scenarios on ours.
+paper's side and read the ``fedqvr_fig*`` scenarios on ours. #R / #C comparisons where neither
+method reached the target are inconclusive. 3b is an identity of the bit accounting (kind
+"accounting"), unit-tested from the algorithms' uploads in tests/test_accounting.py. Point
+tolerances are floors: with seeds, a difference may also be as large as NOISE_K σ of it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import math
 
 import pandas as pd
 
-from fedbench.report.claims.base import Check, Numbers, StoreNumbers, Verdict, claim, fewer, greater, judge, within
+from fedbench.report.claims.base import (
+    NOISE_K, Check, Numbers, StoreNumbers, Verdict, claim, close, fewer, greater, judge, within,
+)
 
 BLOCKS = {"I-CIFAR-10": ("CIFAR-10", "CIFAR-10 + HLU", 70), "I-MNIST": ("MNIST", "MNIST + HLU", 95)}
 QUANTIZED = ["FedPAQ", "FedCOMGATE", "FedCAMS"]
@@ -73,7 +78,7 @@ def _c3(nums: Numbers) -> Verdict:
 
 
 @claim("fedqvr", "3b", f"A B = 2 quantized upload is ≈ {FP32_PER_QUANTIZED:g}× cheaper per round than full precision "
-       "(FedDyn vs FedQVR uplink bits per round), and SCAFFOLD costs 2× FedDyn")
+       "(FedDyn vs FedQVR uplink bits per round), and SCAFFOLD costs 2× FedDyn", kind="accounting")
 def _c3b(nums: Numbers) -> Verdict:
     checks = []
     for table, case, low in _cases(nums):
@@ -100,28 +105,33 @@ def _c4(nums: Numbers) -> Verdict:
     return judge([greater("CIFAR-10", "FedCAMS", acc["FedCAMS"], o, acc[o]) for o in ("FedPAQ", "FedCOMGATE")])
 
 
-@claim("fedqvr", "5", f"HLU robustness: FedQVR's final accuracy moves by ≤ {HLU_TOL:g} point under HLU, less than any "
-       "baseline's on the same dataset")
+@claim("fedqvr", "5", f"HLU robustness: FedQVR's final accuracy moves by ≤ max({HLU_TOL:g} point, {NOISE_K:g}σ) under HLU, "
+       "less than any baseline's on the same dataset")
 def _c5(nums: Numbers) -> Verdict:
     checks = []
     for table, (plain, hlu, _) in BLOCKS.items():
+        acc, std = nums.acc(table), nums.acc_std(table)
         change = (_column(nums, table, hlu, "ACC") - _column(nums, table, plain, "ACC")).abs()
-        checks.append(within(plain, "|ΔACC| of FedQVR", change["FedQVR"], 0.0, HLU_TOL))
+        checks.append(close(plain, "FedQVR HLU", acc.loc["FedQVR", f"{hlu} ACC"], "plain", acc.loc["FedQVR", f"{plain} ACC"],
+                            HLU_TOL, (std.loc["FedQVR", f"{hlu} ACC"], std.loc["FedQVR", f"{plain} ACC"])))
         checks += [greater(plain, f"|ΔACC| {o}", change[o], "FedQVR's", change["FedQVR"]) for o in change.dropna().index
                    if o != "FedQVR"]
     return judge(checks)
 
 
-@claim("fedqvr", "6", f"Fig. 4: FedQVR with m = 5 is within {M5_TOL:g} points of m = 10 and above every m = 10 baseline "
-       "(CIFAR-10, plain and HLU; final accuracy)")
+@claim("fedqvr", "6", f"Fig. 4: FedQVR with m = 5 is at most max({M5_TOL:g} points, {NOISE_K:g}σ) below m = 10 and above "
+       "every m = 10 baseline (CIFAR-10, plain and HLU; final accuracy)")
 def _c6(nums: Numbers) -> Verdict:
     if not isinstance(nums, StoreNumbers):
         return Verdict("not reported", note=_FIGURE)
     checks = []
     for suffix, case in (("", "CIFAR-10"), ("_hlu", "CIFAR-10 + HLU")):
-        m5 = nums.scenario_acc(f"fedqvr_fig4_m5_cifar10{suffix}").get("FedQVR m=5", math.nan)
+        scenario = f"fedqvr_fig4_m5_cifar10{suffix}"
+        m5 = nums.scenario_acc(scenario).get("FedQVR m=5", math.nan)
+        m5_std = nums.scenario_std(scenario).get("FedQVR m=5", math.nan)
         acc = _column(nums, "I-CIFAR-10", case, "ACC")
-        checks.append(within(case, "FedQVR m=10 − m=5", acc["FedQVR"] - m5, -math.inf, M5_TOL))
+        std = nums.acc_std("I-CIFAR-10")[f"{case} ACC"]
+        checks.append(close(case, "FedQVR m=10", acc["FedQVR"], "m=5", m5, M5_TOL, (std["FedQVR"], m5_std), "below"))
         checks += [greater(case, "FedQVR m=5", m5, o, acc[o]) for o in acc.index if o != "FedQVR"]
     return judge(checks)
 
@@ -162,16 +172,21 @@ def _fig5(nums: StoreNumbers, ds: str) -> dict[str, pd.Series]:
     return {tau: nums.scenario_acc(f"fedqvr_fig5_{ds}_tau{tau}") for tau in FIG5_TAUS[ds]}
 
 
-@claim("fedqvr", "8a", f"Fig. 5: FedQVR-E's final accuracy spans ≤ {TAU_SPREAD:g} points over the delay limits τ "
-       "(CIFAR-10 and MNIST)")
+@claim("fedqvr", "8a", f"Fig. 5: FedQVR-E's final accuracy spans ≤ max({TAU_SPREAD:g} points, {NOISE_K:g}σ) over the delay "
+       "limits τ (CIFAR-10 and MNIST)")
 def _c8a(nums: Numbers) -> Verdict:
     if not isinstance(nums, StoreNumbers):
         return Verdict("not reported", note=_FIGURE)
     checks = []
-    for ds in FIG5_TAUS:
-        accs = pd.Series([acc.get("FedQVR-E", math.nan) for acc in _fig5(nums, ds).values()])
-        spread = accs.max() - accs.min() if accs.notna().all() else math.nan
-        checks.append(within(ds, "FedQVR-E max − min over τ", spread, 0.0, TAU_SPREAD))
+    for ds, taus in FIG5_TAUS.items():
+        accs = pd.Series({tau: acc.get("FedQVR-E", math.nan) for tau, acc in _fig5(nums, ds).items()})
+        stds = pd.Series({tau: nums.scenario_std(f"fedqvr_fig5_{ds}_tau{tau}").get("FedQVR-E", math.nan) for tau in taus})
+        if not accs.notna().all():
+            checks.append(Check(f"{ds}: FedQVR-E at some τ missing", None))
+            continue
+        hi, lo = accs.idxmax(), accs.idxmin()
+        checks.append(close(f"{ds} FedQVR-E", f"max τ={hi}", accs[hi], f"min τ={lo}", accs[lo], TAU_SPREAD,
+                            (stds[hi], stds[lo]), "below"))
     return judge(checks)
 
 
