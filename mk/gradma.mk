@@ -1,6 +1,6 @@
 # GradMA (Luo et al., CVPR 2023): Tables 1–2, Figs. 1–7, and the claims, at SCALE (paper | small | tiny).
 # Included by the Makefile. Runs go to $(OUT)/$(SCALE); tables to tables/, figures to figures/.
-#   make reproduce-gradma-table1 SCALE=tiny     # the 14 columns × 16 methods × 2 seeds on a CPU, 2 processes
+#   make reproduce-gradma-table1 SCALE=tiny     # the 14 columns × 16 methods × 3 seeds on a CPU, 2 processes
 #   make reproduce-gradma-table2 SCALE=tiny     # rounds to ac from the same runs (runs are skipped when done)
 #   make reproduce-gradma-fig5 SCALE=tiny       # the (β1, β2) grid of GradMA-S: 2 settings × 38 methods × seeds
 # Scenario files and every paper-silent choice: configs/gradma/README.md.
