@@ -2,7 +2,7 @@
 Quantized Variance Reduction for Heterogeneous Wireless Edge Networks"), Algorithms 1 and 2."""
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +19,11 @@ class FedQVRParams(BaseModel):
     count_scalar: bool = Field(
         default=False, description="charge the uploaded scalar a/(ηẼ_i) as 32 bits (the paper's Table I does not)"
     )
+    aggregation: Literal["paper", "renormalized"] = Field(
+        default="paper",
+        description="Eq. 12 as printed, θ0 + (N/m)Σ_{i∈A} p_i Δ_i with p_i = n_i/n over all N clients (paper), or "
+        "θ0 + Σ_{i∈A} (n_i/Σ_{j∈A} n_j) Δ_i, renormalised over the clients received (renormalized)",
+    )
 
 
 def effective_steps(steps: torch.Tensor, gamma_eta: float) -> torch.Tensor:
@@ -31,6 +36,7 @@ def effective_steps(steps: torch.Tensor, gamma_eta: float) -> torch.Tensor:
     "FedQVR: proximal local steps toward θ − c/γ, quantized upload, control variates updated from it",
     FedQVRParams,
     label="FedQVR",
+    server={"weighting": "uniform"},
     compression=True,
 )
 class FedQVR(Algorithm):
@@ -43,12 +49,21 @@ class FedQVR(Algorithm):
     compressor and the scalar s_i = a/(ηẼ_i), Ẽ_i = (1 − (1+γη)^(−K_i))/(γη) (free unless
     ``count_scalar``). Updates: c_i ← c_i − s_i Δ_i (Eq. 10), c ← c − Σ_{i∈A} p_i s_i Δ_i with
     p_i = n_i/n over all N clients (Eq. 11), so c = Σ_i p_i c_i holds after every round, and
-    θ ← θ0 + Σ_{i∈A} w_i Δ_i (Eq. 12) with the engine's weights w renormalised over the clients
-    received (n_i/Σ_{j∈A} n_j by default): the paper's (N/m)Σ p_i Δ_i for balanced data, and still
-    an average when fewer than m updates arrive (notes §12.3).
+    θ ← θ0 + (N/m) Σ_{i∈A} p_i Δ_i (Eq. 12, ``aggregation: paper``, the default): an unbiased
+    estimate of Σ_{i=1}^N p_i Δ_i under uniform sampling of m clients, not an average unless the
+    n_i are equal. ``aggregation: renormalized`` uses n_i/Σ_{j∈A} n_j instead (fedbench's earlier
+    rule); the two agree when all n_i are equal.
 
-    FedQVR has no server learning rate: the server block must keep optimizer ``sgd``, lr 1 and
-    momentum 0 (anything else is refused); ``server.weighting`` chooses w.
+    The 1/m is the engine's uniform weight u_i (``server.weighting: uniform``, the registered
+    default; other weightings are refused), so outages need no special case (``wireless``, notes
+    §12.3). A is the set of uploads received; the lost ones keep c_i and add nothing to c. Under
+    ``outage_aggregation: zero_fill`` u_i = 1/(number sampled): Eq. 12 as printed, with N/m kept and a
+    lost Δ_i contributing zero. Under ``renormalize`` u_i = 1/|A|: θ0 + (N/|A|)Σ_{i∈A} p_i Δ_i. In
+    general θ ← θ0 + Σ_{i∈A} N p_i u_i Δ_i (paper) or θ0 + (Σ_{j∈A} u_j) Σ_{i∈A} (n_i/Σ_{j∈A} n_j) Δ_i
+    (renormalized: scaled by the fraction received under zero_fill, 1 otherwise).
+
+    FedQVR has no server learning rate: the server block must keep optimizer ``sgd``, lr 1,
+    momentum 0 and weighting ``uniform`` (anything else is refused).
     """
 
     Params = FedQVRParams
@@ -58,8 +73,13 @@ class FedQVR(Algorithm):
         spec = server.spec
         if spec.optimizer != "sgd" or spec.lr != 1.0 or spec.momentum != 0.0:
             raise ValueError(
-                "FedQVR has no server optimizer (θ ← θ0 + Σ w_i Δ_i, Eq. 12): server.optimizer must be sgd "
+                "FedQVR has no server optimizer (θ ← θ0 + (N/m)Σ p_i Δ_i, Eq. 12): server.optimizer must be sgd "
                 f"with lr 1 and momentum 0, got optimizer={spec.optimizer}, lr={spec.lr}, momentum={spec.momentum}"
+            )
+        if spec.weighting != "uniform":
+            raise ValueError(
+                "FedQVR weighs by p_i = n_i/n itself (Eqs. 11–12) and takes only the engine's 1/m: server.weighting "
+                f"must be uniform, got {spec.weighting!r}; for n_i/Σ_{{j∈A}} n_j set aggregation: renormalized"
             )
 
     def init_state(self, x0: torch.Tensor) -> State:
@@ -91,15 +111,21 @@ class FedQVR(Algorithm):
     def server_update(
         self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
     ) -> dict[str, Any]:
-        """Eqs. 10–12 with the decoded (quantized) Δ_i used in all three."""
+        """Eqs. 10–12 with the decoded (quantized) Δ_i used in all three; ``weights`` are the
+        engine's uniform u_i = 1/m (see the class docstring for outages)."""
         delta = uploads["delta"]
         scale = uploads["scale" if self.params.count_scalar else "_scale"]
         sizes = self.ctx.client_sizes.to(delta)
-        p = sizes[ctx.clients] / sizes.sum()
+        p = sizes[ctx.clients] / sizes.sum()  # p_i = n_i/n over all N clients
         step = scale * delta  # s_i Δ_i, [S, P]
         state["c_i"].index_add_(0, ctx.clients, step, alpha=-1.0)
         state["c"] -= p @ step
-        state["x"] = ctx.broadcast["x"] + weights.to(delta) @ delta
+        u = weights.to(delta)
+        if self.params.aggregation == "paper":
+            w = self.ctx.num_clients * p * u  # (N/m) p_i
+        else:
+            w = u.sum() * p / p.sum()  # n_i/Σ_{j∈A} n_j (× the fraction received under zero_fill)
+        state["x"] = ctx.broadcast["x"] + w @ delta
         return {}
 
 
@@ -108,6 +134,7 @@ class FedQVR(Algorithm):
     "FedQVR-E: FedQVR with per-device bit widths from the wireless bandwidth allocation",
     FedQVRParams,
     label="FedQVR-E",
+    server={"weighting": "uniform"},
     compression=True,
     adaptive_bits=True,
 )
@@ -117,7 +144,9 @@ class FedQVRE(FedQVR):
     The engine allocates the widths (Problem 30, floored) and puts them in
     ``ctx.per_client["bits"]`` ``[S]``, having already removed devices below the minimum width;
     row i then costs d(B_i + 1) + μ bits (Eq. 27). Without allocated widths the scenario's
-    configured B is used, i.e. FedQVR. c follows Eq. 11 (Alg. 2 line 11's extra 1/N is a typo that
+    configured B is used, i.e. FedQVR. θ follows Eq. 12 with m the number sampled before removal
+    under ``zero_fill`` (as Alg. 2 prints it) or |A| after removal and losses under ``renormalize``
+    (notes §5.5). c follows Eq. 11 (Alg. 2 line 11's extra 1/N is a typo that
     would break c = Σ p_i c_i, notes §3.1). Widths ≥ 24 are sent unquantized (see
     :mod:`fedbench.compress`). Needs the ``stochastic`` compressor when widths are given.
     """

@@ -32,8 +32,12 @@ def quantizer_np(bits):
     return q
 
 
-def fedqvr_reference(fed, schedule, steps, quant=None, bits=None, aggregate="renormalised", gamma=GAMMA, a=A, lr=LR, x0=X0):
-    """Alg. 1 as printed; ``bits[t][i]`` gives FedQVR-E's per-device widths (Alg. 2)."""
+def fedqvr_reference(
+    fed, schedule, steps, quant=None, bits=None, aggregate="paper", gamma=GAMMA, a=A, lr=LR, x0=X0, received=None, outage="renormalize"
+):
+    """Alg. 1 as printed; ``bits[t][i]`` gives FedQVR-E's per-device widths (Alg. 2). ``received[t]``:
+    the clients whose upload arrives (the others keep c_i and add nothing); m is the number sampled
+    under ``zero_fill`` and the number received under ``renormalize``."""
     N, d = fed.num_clients, fed.dim
     p = fed.sizes / fed.sizes.sum()
     theta, c, ci = x0.copy(), np.zeros(d), np.zeros((N, d))
@@ -49,22 +53,27 @@ def fedqvr_reference(fed, schedule, steps, quant=None, bits=None, aggregate="ren
             delta = phi - theta0
             if quant is not None:
                 delta = quant(delta, t, i, bits[t - 1][i] if bits else None)
-            s = a / (lr * e_tilde)
+            deltas[i] = (a / (lr * e_tilde), delta)
+        arrived = clients if received is None else received[t - 1]
+        deltas = {i: deltas[i] for i in arrived}  # a lost upload: no (10), (11) or (12) term
+        for i, (s, delta) in deltas.items():
             ci[i] = ci[i] - s * delta  # (10)
-            deltas[i] = (s, delta)
         c = c - sum(p[i] * s * delta for i, (s, delta) in deltas.items())  # (11)
-        if aggregate == "paper":  # (12): θ0 + (N/m) Σ p_i Δ_i
-            theta = theta0 + N / len(clients) * sum(p[i] * delta for i, (_, delta) in deltas.items())
-        else:  # engine weights n_i / Σ_{j∈A} n_j
-            n = fed.sizes[clients]
-            theta = theta0 + sum(w * deltas[i][1] for w, i in zip(n / n.sum(), clients))
+        m = len(clients) if outage == "zero_fill" else len(arrived)
+        if aggregate == "paper":  # (12): θ0 + (N/m) Σ_{i∈A} p_i Δ_i
+            theta = theta0 + N / m * sum(p[i] * delta for i, (_, delta) in deltas.items())
+        else:  # n_i / Σ_{j∈A} n_j over the received, × |A|/m
+            n = fed.sizes[arrived]
+            theta = theta0 + len(arrived) / m * sum(w * deltas[i][1] for w, i in zip(n / n.sum(), arrived))
         history.append((theta.copy(), c.copy(), ci.copy()))
     return history
 
 
-def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0):
+def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0, received=None, outage="renormalize"):
     """The sequential engine's hook order (tests/algorithms/toy.py), plus FedQVR-E widths in
-    ``per_client["bits"]``; returns the state after every round and each round's upload bits."""
+    ``per_client["bits"]``; returns the state after every round and each round's upload bits. Like
+    the engine's ``aggregate``, only the ``received[t]`` rows reach ``server_update``, with the uniform
+    weight 1/(number sampled) under ``zero_fill`` or 1/(number received) under ``renormalize``."""
     state = algo.init_state(torch.tensor(x0))
     states, spent = [], []
     for t, clients in enumerate(schedule, start=1):
@@ -84,8 +93,11 @@ def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0):
         merged = {k: Compressed.cat(v) if isinstance(v[0], Compressed) else torch.cat(v) for k, v in raw.items()}
         spent.append(upload_bits(merged))
         decoded = {k: v.value if isinstance(v, Compressed) else v for k, v in merged.items()}
-        n = torch.tensor(fed.sizes[clients])
-        algo.server_update(state, ctx, decoded, n / n.sum())
+        arrived = clients if received is None else received[t - 1]
+        rows = torch.tensor([clients.index(i) for i in arrived])
+        m = len(clients) if outage == "zero_fill" else len(arrived)
+        u = torch.full((len(arrived),), 1 / m, dtype=torch.float64)  # the engine's uniform weights
+        algo.server_update(state, ctx.select(rows), {k: v[rows] for k, v in decoded.items()}, u)
         states.append({k: v.clone() for k, v in state.items()})
     return states, spent
 
@@ -103,20 +115,58 @@ def assert_matches(states, history, rtol=1e-11):
 
 
 def test_identity_compressor_matches_algorithm_1_with_balanced_data():
-    """Balanced data: the engine's renormalised weights are Eq. 12's (N/m)Σ p_i Δ_i exactly."""
+    """Balanced data: Eq. 12's (N/m)Σ p_i Δ_i is the mean, and both aggregation forms give it."""
     fed = balanced(Quadratics())
-    algo, _ = make_algorithm("fedqvr", fed, gamma=GAMMA)
-    states, _ = drive(algo, fed, SCHEDULE, STEPS)
-    assert_matches(states, fedqvr_reference(fed, SCHEDULE, STEPS, aggregate="paper"))
+    history = fedqvr_reference(fed, SCHEDULE, STEPS)
+    for aggregation in ("paper", "renormalized"):
+        algo, _ = make_algorithm("fedqvr", fed, gamma=GAMMA, aggregation=aggregation)
+        assert_matches(drive(algo, fed, SCHEDULE, STEPS)[0], history)
 
 
-def test_unbalanced_data_renormalises_eq_12_over_the_received_clients():
-    fed = Quadratics()  # n_i = 10, 20, 30, 40
-    algo, _ = make_algorithm("fedqvr", fed, gamma=0.7, a=0.5)
-    states, _ = drive(algo, fed, SCHEDULE, STEPS)
-    assert_matches(states, fedqvr_reference(fed, SCHEDULE, STEPS, gamma=0.7, a=0.5))
-    paper = fedqvr_reference(fed, SCHEDULE, STEPS, gamma=0.7, a=0.5, aggregate="paper")
-    assert not np.allclose(states[0]["x"].numpy(), paper[0][0])  # (N/m)Σp_iΔ_i differs when n_i differ
+def test_unbalanced_data_follow_eq_12_as_printed_by_default():
+    """n_i = 10, 20, 30, 40 and 2–4 of 4 clients per round: θ0 + (N/m)Σ_{i∈A} p_i Δ_i with p_i = n_i/n
+    over all N (not an average); ``aggregation: renormalized`` gives n_i/Σ_{j∈A} n_j instead."""
+    fed = Quadratics()
+    algo, spec = make_algorithm("fedqvr", fed, gamma=0.7, a=0.5)
+    assert algo.params.aggregation == "paper" and spec.weighting == "uniform"
+    paper = fedqvr_reference(fed, SCHEDULE, STEPS, gamma=0.7, a=0.5)
+    assert_matches(drive(algo, fed, SCHEDULE, STEPS)[0], paper)
+    renorm, _ = make_algorithm("fedqvr", fed, gamma=0.7, a=0.5, aggregation="renormalized")
+    renormalised = fedqvr_reference(fed, SCHEDULE, STEPS, gamma=0.7, a=0.5, aggregate="renormalised")
+    assert_matches(drive(renorm, fed, SCHEDULE, STEPS)[0], renormalised)
+    assert not np.allclose(paper[0][0], renormalised[0][0])  # the two differ when n_i differ
+    np.testing.assert_allclose(paper[0][1], renormalised[0][1])  # c (Eq. 11) does not depend on it
+
+
+RECEIVED = [[2], [1, 3], [0, 3], [1, 2], [0, 2, 3], [3]]  # each round's uploads that arrive (a subset of SCHEDULE's)
+
+
+@pytest.mark.parametrize("aggregation", ["paper", "renormalized"])
+@pytest.mark.parametrize("outage", ["zero_fill", "renormalize"])
+def test_lost_uploads_contribute_zero_and_keep_c_equal_to_sum_p_i_c_i(aggregation, outage):
+    """The engine's outage modes with unequal n_i: zero_fill keeps Eq. 12's N/m (m sampled), so a lost
+    Δ_i simply adds zero; renormalize uses N/|A| (A received); lost clients keep c_i."""
+    fed = Quadratics(num_clients=4, dim=6, seed=1)
+    algo, _ = make_algorithm("fedqvr", fed, compression={"kind": "stochastic", "bits": 2}, gamma=GAMMA, aggregation=aggregation)
+    x0 = np.linspace(-0.5, 0.5, 6)
+    states, _ = drive(algo, fed, SCHEDULE, STEPS, x0=x0, received=RECEIVED, outage=outage)
+    aggregate = "paper" if aggregation == "paper" else "renormalised"
+    history = fedqvr_reference(fed, SCHEDULE, STEPS, quant=quantizer_np(2), aggregate=aggregate, x0=x0, received=RECEIVED, outage=outage)
+    assert_matches(states, history, rtol=1e-10)
+    p = torch.tensor(fed.sizes / fed.sizes.sum())
+    for s in states:
+        torch.testing.assert_close(s["c"], p @ s["c_i"], rtol=1e-12, atol=1e-14)
+    other = fedqvr_reference(
+        fed, SCHEDULE, STEPS, quant=quantizer_np(2), aggregate=aggregate, x0=x0, received=RECEIVED,
+        outage="renormalize" if outage == "zero_fill" else "zero_fill",
+    )
+    assert not np.allclose(history[0][0], other[0][0])  # the two outage modes differ
+
+
+@pytest.mark.parametrize("aggregation", ["paper", "renormalized"])
+def test_samples_weighting_is_refused(aggregation):
+    with pytest.raises(ValueError, match="weighting must be uniform"):
+        make_algorithm("fedqvr", Quadratics(), server={"weighting": "samples"}, aggregation=aggregation)
 
 
 def test_stochastic_quantizer_round_matches_numpy_and_keeps_c_equal_to_sum_p_i_c_i():

@@ -37,7 +37,7 @@ COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", 
 
 def spec_of(wireless=None, algorithm="fedavg"):
     raw = copy.deepcopy(RAW)
-    raw["algorithms"] = [{"name": algorithm}]
+    raw["algorithms"] = [algorithm if isinstance(algorithm, dict) else {"name": algorithm}]
     if wireless is not None:
         raw["wireless"] = wireless
     return resolve_runs(parse_scenario(raw))[0]
@@ -132,6 +132,37 @@ def test_a_lost_upload_is_left_out_of_the_aggregate(tmp_path, partial, mode):
     denominator = sizes[keep].sum() if mode == "renormalize" else sizes.sum()
     expected = x0 + (sizes[keep] / denominator) @ uploads["delta"][keep]
     torch.testing.assert_close(loop.state["x"], expected, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("aggregation", ["paper", "renormalized"])
+@pytest.mark.parametrize("mode", ["renormalize", "zero_fill"])
+def test_fedqvr_eq_12_with_a_lost_upload(tmp_path, partial, mode, aggregation):
+    """Unequal n_i (Dirichlet), 3 sampled, 1 lost. paper: θ0 + (N/m)Σ_{received} p_i Δ_i with m = 3
+    (zero_fill: the lost Δ_i adds zero) or m = 2 (renormalize); renormalized: n_i/Σ_{received} n_j,
+    × 2/3 under zero_fill. The lost client keeps c_i = 0 and c = Σ p_i c_i holds."""
+    tau, lost = partial  # FedQVR's uncompressed Δ_i has FedAvg's payload (its scalar is free)
+    algorithm = {"name": "fedqvr", "aggregation": aggregation}
+    ideal = loop_of(tmp_path, spec_of(None, algorithm))
+    theta0 = ideal.state["x"].clone()  # c = 0 in round 1
+    calls = spy(ideal)
+    ideal.round(1)
+    clients, uploads, _ = calls[0]
+    loop = loop_of(tmp_path, spec_of({"tau_s": tau, "outage_aggregation": mode}, algorithm))
+    _, extra = loop.round(1)
+    assert extra["wireless"]["lost"] == lost
+    keep = torch.tensor([c not in lost for c in clients])
+    sizes = loop.s.client_sizes
+    assert sizes.unique().numel() > 1
+    n = sizes[clients][keep]
+    m = 3 if mode == "zero_fill" else 2
+    if aggregation == "paper":
+        w = (8 / m) * n / sizes.sum()
+    else:
+        w = (2 / m) * n / n.sum()
+    expected = theta0 + w @ uploads["delta"][keep]
+    torch.testing.assert_close(loop.state["x"], expected, rtol=1e-5, atol=1e-7)
+    assert (loop.state["c_i"][lost] == 0).all()
+    torch.testing.assert_close(loop.state["c"], (sizes / sizes.sum()) @ loop.state["c_i"], rtol=1e-5, atol=1e-8)
 
 
 def test_lost_clients_keep_their_scaffold_control_variate(tmp_path):
