@@ -133,7 +133,8 @@ class GradMAS(Algorithm):
     worker with the least c (ties: the earliest inserted), whose D and c are dropped. D is an
     ``[m, P]`` table of slots (state ``memory``), stored as D_j = exp(``memory_log_scale``_j)·U_j
     so that β2^k decay never underflows (QP_g is invariant to a column's positive scale; β2 = 0
-    zeroes absent workers' memory, as Eq. 7 says). m = 0 skips memory and QP_g: FedAvgM exactly.
+    zeroes absent workers' memory, as Eq. 7 says, and a zero D_j constrains nothing: it is left out of
+    QP_g). m = 0 skips memory and QP_g: FedAvgM exactly.
     """
 
     Params = GradMASParams
@@ -231,7 +232,10 @@ class GradMAS(Algorithm):
             slots, fresh = self.mem_red(state, ctx.clients.tolist())
             self.update_memory(state, slots, fresh, d_rows)  # Eq. 7
             used = int((state["memory_client"] >= 0).sum())
-            m_tilde, failed = project(m.unsqueeze(0), state["memory"][:used].unsqueeze(0), self.blocks)  # Eq. 8
+            D, live = state["memory"][:used], state["memory"][:used].any(1)
+            if not bool(live.all()):  # β2 = 0 zeroes absent workers' D_j: ⟨m~, 0⟩ ≥ 0 holds, not a constraint
+                D = D[live]
+            m_tilde, failed = project(m.unsqueeze(0), D.unsqueeze(0), self.blocks)  # Eq. 8
             m, fallbacks = m_tilde.squeeze(0), int(failed.sum())
         state["momentum"] = m
         state["x"] = state["x"] - self.server.spec.lr * m

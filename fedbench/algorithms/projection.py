@@ -5,18 +5,26 @@ product with every constraint vector M_j is non-negative,
 
 solved through its dual (Eq. 4) ``min_{z≥0} ½ zᵀMᵀMz + pᵀMz`` = ``min_{z≥0} ½‖Mz + p‖²`` − ½‖p‖²
 (a non-negative least-squares problem in C = #constraints unknowns) and recovered as
-``p~ = p + Mz``. Everything runs on C × C float64 Gram matrices. The primal is invariant to a
-positive rescaling of any M_j, so columns are normalized (decayed memories of norm β2^k stay
-exact) and zero columns — always satisfied — are dropped; p is normalized too (the problem is
-homogeneous in p), so the tolerances below are relative.
+``p~ = p + Mz``. The problem is reduced exactly to C + 1 dimensions by a float64 Householder QR of
+the d × (C+1) matrix [M₁ … M_C p] (R: its triangular factor): ‖Mz + p‖ = ‖R_M z + r_p‖ and
+⟨p~, M_j⟩ = R_jᵀ(R_M z + r_p). Least squares on R has the condition number of M, where the Gram
+matrix MᵀM has its square (near-parallel constraints, a normalized Gram condition of 1e12, are
+still solved to ~1e-15). The primal is invariant to a positive rescaling of any M_j, so columns
+are normalized (decayed memories of norm β2^k stay exact); zero columns (⟨p~, 0⟩ ≥ 0 always
+holds) and duplicate, positively parallel ones (one constraint) are dropped before solving, and
+columns within 1e-8 of antiparallel are solved as an exact pair (see :func:`_distinct`); p is
+normalized too (the problem is homogeneous in p), so the tolerances below are relative.
 
 Each row of ``p`` (a client, or the server's single vector) is projected separately, and within a
 row each *block* of coordinates (a parameter tensor with ``per_tensor`` granularity, as in the
 authors' code; the whole model with ``whole_model``, as in the paper) is its own QP. C ≤ 4
 (GradMA's worker side, C = 3) is solved exactly by enumerating the 2^C active sets, batched in
-torch over rows and blocks; larger C (the server side) by ``scipy.optimize.nnls`` on a square-root
-factor of the Gram matrix. A block whose solution fails the KKT check (or whose solver raises) is
-left unprojected and counted: callers log the count, nothing falls back silently.
+torch over rows and blocks; larger C (the server side) by ``scipy.optimize.nnls`` on R. Each
+candidate's KKT residual is estimated (violations in R's coordinates plus the rounding of forming
+p + Mz); the optimum is taken when within KKT_TOL = 1e-10. A block whose best estimate exceeds
+ACCEPT_TOL (or whose solver raises, or with non-finite input) is left unprojected and counted: the
+count is returned (GradMA logs it as ``qp_fallbacks``, the runner warns, the tables footnote it)
+and added to the module's ``fallbacks`` (the test suite fails if a test makes it grow).
 """
 
 from __future__ import annotations
@@ -28,22 +36,30 @@ import numpy as np
 import torch
 from scipy.optimize import nnls
 
-KKT_TOL = 1e-7  # on normalized data: ‖p‖ = 1, ‖M_j‖ = 1
-PINV_RTOL = 1e-10  # relative eigenvalue cut-off for singular Gram sub-matrices (duplicate columns, C > block dim)
+KKT_TOL = 1e-10  # relative (‖p‖ = 1, ‖M_j‖ = 1) estimated KKT residual within which the dual optimum is taken
+ACCEPT_TOL = 1e-6  # the best estimated KKT residual above which a block is left unprojected (a fallback)
+ROUNDING = 1e-15  # float64 rounding of p + Mz per unit of Σ_j z_j (normalized), added to each estimate
+DUPLICATE_TOL = 1e-12  # unit columns closer than this are one constraint (p~ moves by at most about this)
+ANTIPARALLEL_TOL = 1e-8  # unit columns this close to antiparallel are solved as exactly antiparallel (see _distinct)
+PINV_RTOL = 1e-13  # singular values of an active set's R_A below this × its largest count as zero (dependence)
 ENUMERATE_MAX_C = 4  # active-set enumeration (2^C subsets) up to this many constraints
-CHUNK = 1 << 24  # float64 elements converted at once when forming Gram matrices
+CHUNK = 1 << 24  # float64 elements converted at once when factoring
+
+fallbacks = 0  # blocks left unprojected by all calls in this process (tests/conftest.py checks it)
 
 
 def project(
     p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float = KKT_TOL
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Project each row of ``p`` [S, P] onto {v : ⟨v_b, M[s, j]_b⟩ ≥ 0 ∀j} block by block.
+    """Project each row of ``p`` [S, P] onto {v : ⟨v_b, M[s, j]_b⟩ ≥ 0 ∀j} block by block (Eqs. 2–4).
 
     ``M`` [S, C, P] holds each row's C constraint vectors; ``blocks`` are consecutive block sizes
-    summing to P. Returns p~ [S, P] (``p``'s dtype; a row block that already satisfies every
-    constraint comes back bit-identical) and the number of blocks of each row [S] that were left
-    unprojected because the solver failed.
+    summing to P. ``tol``: the estimated KKT residual within which the least dual objective
+    (Eq. 4) decides between active sets. Returns p~ [S, P] (``p``'s dtype; a row block that
+    already satisfies every constraint comes back bit-identical) and the number of blocks of each
+    row [S] that were left unprojected because the solver failed (also added to ``fallbacks``).
     """
+    global fallbacks
     S, C, P = M.shape
     if p.shape != (S, P):
         raise ValueError(f"p must have shape [S, P] = {(S, P)} to match M {tuple(M.shape)}, got {tuple(p.shape)}")
@@ -51,21 +67,20 @@ def project(
         raise ValueError(f"blocks must be positive sizes summing to P={P}, got {tuple(blocks)}")
     if C == 0:
         return p.clone(), torch.zeros(S, dtype=torch.int64, device=p.device)
-    K, q, pp = _grams(p, M, blocks)  # [S, B, C, C], [S, B, C], [S, B]
-    norms = K.diagonal(dim1=-2, dim2=-1).sqrt()  # [S, B, C]
-    live = (norms > 0) & torch.isfinite(norms)
-    inv = torch.where(live, 1.0 / torch.where(live, norms, 1.0), 0.0)
-    pn = pp.sqrt()
-    inv_p = torch.where(pn > 0, 1.0 / torch.where(pn > 0, pn, 1.0), 0.0)
-    Kn = K * inv.unsqueeze(-1) * inv.unsqueeze(-2)
-    qn = q * inv * inv_p.unsqueeze(-1)
-    finite = torch.isfinite(K).flatten(-2).all(-1) & torch.isfinite(q).all(-1) & torch.isfinite(pp)
-    Kn, qn = torch.where(finite[..., None, None], Kn, 0.0), torch.where(finite[..., None], qn, 0.0)
+    R = _factor(p, M, blocks)  # [S, B, C+1, C+1]: columns M_1 … M_C, p
+    finite = torch.isfinite(R).flatten(-2).all(-1)  # [S, B]
+    R = torch.where(finite[..., None, None], R, 0.0)
+    norms = R.norm(dim=-2)  # [S, B, C+1]: ‖M_j‖ and ‖p‖ of each block
+    inv = torch.where(norms > 0, 1.0 / torch.where(norms > 0, norms, 1.0), 0.0)
+    U, r = (R * inv.unsqueeze(-2)).split((C, 1), dim=-1)  # unit columns (a zero column stays zero)
+    U, keep = _distinct(U, norms[..., :C] > 0)  # drop zero and duplicate constraints
     solve = _solve_enumerate if C <= ENUMERATE_MAX_C else _solve_nnls
-    z, ok = solve(Kn.reshape(-1, C, C), qn.reshape(-1, C), tol)
-    z, ok = z.reshape(qn.shape), ok.reshape(pn.shape) & finite
-    coef = torch.where(ok.unsqueeze(-1), z * inv * pn.unsqueeze(-1), 0.0)  # p~ = p + Σ_j coef_j M_j
-    return _recover(p, M, blocks, coef), (~ok).sum(-1)
+    z, residual = solve(U.reshape(-1, C + 1, C), r.reshape(-1, C + 1), keep.reshape(-1, C), tol)
+    ok = (residual.reshape(finite.shape) <= ACCEPT_TOL) & finite
+    z = torch.where(ok.unsqueeze(-1), z.reshape(keep.shape), 0.0)
+    failed = (~ok).sum(-1)
+    fallbacks += int(failed.sum())
+    return _recover(p, M, blocks, z * inv[..., :C] * norms[..., C:], z.sum(-1)), failed  # p~ = p + Σ_j coef_j M_j
 
 
 def _pieces(blocks: Sequence[int], rows: int):
@@ -78,38 +93,81 @@ def _pieces(blocks: Sequence[int], rows: int):
         start += size
 
 
-def _grams(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int]) -> tuple[torch.Tensor, ...]:
-    """Per row and block, in float64: K = M_b M_bᵀ, q = M_b p_b and ‖p_b‖²."""
+def _factor(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int]) -> torch.Tensor:
+    """Per row and block, in float64: the (C+1) × (C+1) triangular factor R of [M_1 … M_C p] (the
+    block's coordinates as rows), piece by piece as TSQR: R ← R-factor of [R; next piece]."""
     S, C, _ = M.shape
-    K = M.new_zeros((S, len(blocks), C, C), dtype=torch.float64)
-    q = M.new_zeros((S, len(blocks), C), dtype=torch.float64)
-    pp = M.new_zeros((S, len(blocks)), dtype=torch.float64)
-    for b, cols in _pieces(blocks, S * (C + 1)):
-        m = M[:, :, cols].double()
-        v = p[:, cols].double()
-        K[:, b] += m @ m.transpose(1, 2)
-        q[:, b] += (m @ v.unsqueeze(2)).squeeze(2)
-        pp[:, b] += torch.linalg.vecdot(v, v)
-    return K, q, pp
+    k = C + 1
+    R = M.new_zeros((S, len(blocks), k, k), dtype=torch.float64)
+    for b, cols in _pieces(blocks, S * k):
+        X = M.new_empty((S, k, k + cols.stop - cols.start), dtype=torch.float64)  # X[s, j] = column j
+        X[:, :, :k] = R[:, b].transpose(1, 2)
+        X[:, :C, k:] = M[:, :, cols]
+        X[:, C, k:] = p[:, cols]
+        R[:, b] = _householder(X) if C <= ENUMERATE_MAX_C else torch.linalg.qr(X.transpose(1, 2), mode="r").R
+    return R
 
 
-def _recover(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], coef: torch.Tensor) -> torch.Tensor:
-    """p~ = p + Σ_j coef_j M_j block by block in ``p``'s dtype (each term is bounded by ‖p‖), or in
-    float64 where a coefficient of a tiny column does not fit the dtype; unmoved rows stay as they are."""
+def _householder(X: torch.Tensor) -> torch.Tensor:
+    """R [S, k, k] of the QR factorization of the matrices whose k columns are the rows of X
+    [S, k, n ≥ k] (float64, overwritten): Householder reflections as batched torch ops, one pass
+    over the data each, for small k (LAPACK's QR is faster for large k; on GPUs it loops over S)."""
+    S, k, _ = X.shape
+    R = X.new_zeros((S, k, k))
+    for j in range(k):
+        x = X[:, j, j:]
+        norm = torch.linalg.vector_norm(x, dim=-1)
+        alpha = x[:, 0]
+        R[:, j, j] = torch.where(alpha < 0, norm, -norm)  # β: the sign opposite to α, no cancellation in v
+        if j + 1 == k:
+            break
+        half = norm * (norm + alpha.abs())  # ‖v‖²/2 for v = x − β·e_1
+        f = torch.where(half > 0, 1.0 / torch.where(half > 0, half, 1.0), 0.0)  # 0: a zero column
+        rest = X[:, j + 1 :, j:]
+        fw = f.unsqueeze(-1) * ((rest @ x.unsqueeze(-1)).squeeze(-1) - rest[:, :, 0] * R[:, j, j, None])  # f·vᵀrest
+        rest.baddbmm_(-fw.unsqueeze(-1), x.unsqueeze(1))  # rest − f·v(vᵀrest), with v = x …
+        rest[:, :, 0] += fw * R[:, j, j, None]  # … − β·e_1
+        R[:, j, j + 1 :] = rest[:, :, 0]
+    return R
+
+
+def _distinct(U: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unit columns U [..., k, C] to solve with, and which to keep: the live (non-zero) ones,
+    less any within DUPLICATE_TOL of a kept earlier one (positively parallel constraints are one).
+    A kept column within ANTIPARALLEL_TOL = δ of −(a kept earlier one) is replaced by exactly that:
+    the optimum of such a pair needs multipliers ~1/δ, which float64 turns back into p~ only to
+    ~1e-15/δ; as an exact pair (⟨p~, M_j⟩ = 0) p~ violates the original by at most about δ."""
+    U, keep = U.clone(), live.clone()
+    cos = (U.transpose(-1, -2) @ U).abs().triu(1)  # [..., C, C]: |cos| of each pair i < j (accurate to ~eps)
+    for j in (cos >= 1 - 1e-6).flatten(0, -3).any(0).any(0).nonzero().flatten().tolist():  # columns with a candidate
+        before, col = U[..., :j], U[..., j : j + 1]
+        keep[..., j] &= ~(((before - col).norm(dim=-2) <= DUPLICATE_TOL) & keep[..., :j]).any(-1)
+        anti = ((before + col).norm(dim=-2) <= ANTIPARALLEL_TOL) & keep[..., :j] & keep[..., j : j + 1]  # [..., j]
+        partner = before.gather(-1, anti.int().argmax(-1)[..., None, None].expand(*col.shape))
+        U[..., j : j + 1] = torch.where(anti.any(-1)[..., None, None], -partner, col)
+    return U, keep
+
+
+def _recover(
+    p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], coef: torch.Tensor, z_sum: torch.Tensor
+) -> torch.Tensor:
+    """p~ = p + Σ_j coef_j M_j block by block in ``p``'s dtype, or in float64 where that dtype's
+    rounding of the terms (Σ_j z_j·‖p‖ in all) would exceed its rounding of p~ (z_sum > 1: nearly
+    antiparallel constraints) or a coefficient of a tiny column does not fit it; unmoved rows stay as they are."""
     out = p.clone()
     S, C, _ = M.shape
     moved = (coef != 0).any(-1)  # [S, B]: blocks that actually change
     if not bool(moved.any()):
         return out
     native = coef.to(p.dtype)
-    fits = torch.isfinite(native).flatten(1).all(1) | (p.dtype == torch.float64)  # [S]
+    wide = (~torch.isfinite(native).all(-1) | (z_sum > 1)) & (p.dtype != torch.float64)  # [S, B]
     for b, cols in _pieces(blocks, S * (C + 1)):
         if not bool(moved[:, b].any()):
             continue
         shifted = torch.baddbmm(p[:, cols].unsqueeze(1), native[:, b].unsqueeze(1), M[:, :, cols]).squeeze(1)
-        if not bool(fits.all()):
-            wide = (p[:, cols].double() + (coef[:, b].unsqueeze(1) @ M[:, :, cols].double()).squeeze(1)).to(p.dtype)
-            shifted = torch.where(fits[:, None], shifted, wide)
+        if bool(wide[:, b].any()):
+            exact = (p[:, cols].double() + (coef[:, b].unsqueeze(1) @ M[:, :, cols].double()).squeeze(1)).to(p.dtype)
+            shifted = torch.where(wide[:, b, None], exact, shifted)
         out[:, cols] = torch.where(moved[:, b, None], shifted, p[:, cols])
     return out
 
@@ -120,53 +178,55 @@ def _subsets(C: int, device: torch.device) -> torch.Tensor:
     return torch.tensor(masks, dtype=torch.float64, device=device)
 
 
-def _solve_enumerate(K: torch.Tensor, q: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact dual solution for small C (notes §2.2): for each active set A solve K_AA z_A = −q_A
-    (pseudo-inverse: singular K_AA from duplicate or zero columns is fine), keep the KKT-valid
-    sets (z_A ≥ 0, (Kz+q)_A = 0, (Kz+q)_j ≥ 0 off A) and take the one of least dual objective.
-    K [B, C, C], q [B, C] → z [B, C] ≥ 0, ok [B] (False where no set is valid)."""
-    C = K.shape[-1]
-    masks = _subsets(C, K.device)  # [A, C]
-    outer = masks.unsqueeze(-1) * masks.unsqueeze(-2)  # [A, C, C]
-    KA = K.unsqueeze(0) * outer.unsqueeze(1)  # [A, B, C, C]
-    z = (torch.linalg.pinv(KA, rtol=PINV_RTOL, hermitian=True) @ (-q * masks.unsqueeze(1)).unsqueeze(-1)).squeeze(-1)
-    r = (K.unsqueeze(0) @ z.unsqueeze(-1)).squeeze(-1) + q  # [A, B, C] = Mᵀp~ (normalized)
-    on = masks.unsqueeze(1).bool()
-    valid = (
-        torch.where(on, z >= -tol, True).all(-1)
-        & torch.where(on, r.abs() <= tol, True).all(-1)
-        & torch.where(on, True, r >= -tol).all(-1)
-    )
-    objective = 0.5 * (z * (r + q)).sum(-1)  # ½zᵀKz + qᵀz
-    best = torch.where(valid, objective, torch.inf).argmin(0)  # [B]
-    ok = valid.any(0)
+def _kkt(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For z [..., C] (zero off its active set): the estimated KKT residual of p~ = p + Mz for Eq. 2
+    on the kept columns (the worst of −z_j, −⟨p~, M_j⟩ and |⟨p~, M_j⟩| where z_j ≠ 0, plus the
+    rounding ROUNDING·(1 + Σ_j |z_j|) of forming p~) and ½‖p~‖², the dual objective (Eq. 4) up to a
+    constant. In R's coordinates: p~ ↦ w = Uz + r, ⟨p~, M_j⟩ = U_jᵀw."""
+    w = r + (U @ z.unsqueeze(-1)).squeeze(-1)
+    s = (U.transpose(-1, -2) @ w.unsqueeze(-1)).squeeze(-1)
+    on = z != 0
+    worst = torch.maximum(-z, torch.where(on, s.abs(), -s)).clamp(min=0)
+    worst = torch.where(keep, worst, torch.where(on, torch.inf, 0.0)).amax(-1)
+    return worst + ROUNDING * (1 + z.abs().sum(-1)), 0.5 * (w * w).sum(-1)
+
+
+def _solve_enumerate(
+    U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact dual solution for small C (notes §2.2): for each active set A of kept columns solve
+    min ‖U_A z_A + r‖ (least squares on R's columns, SVD pseudo-inverse: exactly dependent columns,
+    C > block size, are fine), then take the set of least dual objective among those whose
+    estimated KKT residual is within ``tol`` (the optimum, whenever float64 resolves it), or else
+    the one of least residual (two constraints nearly antiparallel: the optimum needs multipliers
+    ~1/angle, which float64 cannot turn back into p~ to ``tol``; a neighbouring set is closer).
+    U [B, k, C] unit columns, r [B, k], keep [B, C] → z [B, C] ≥ 0 and its estimated residual [B]."""
+    C = U.shape[-1]
+    masks = _subsets(C, U.device)  # [A, C]
+    UA = U.unsqueeze(0) * masks[:, None, None, :]  # [A, B, k, C]
+    z = (torch.linalg.pinv(UA, rtol=PINV_RTOL) @ -r.unsqueeze(-1)).squeeze(-1) * masks.unsqueeze(1)  # [A, B, C]
+    residual, objective = _kkt(U, r, keep, z)
+    least = residual.min(0).values  # [B]
+    admissible = residual <= least.clamp(min=tol)
+    best = torch.where(admissible, objective, torch.inf).argmin(0)  # [B]
     chosen = z.gather(0, best.view(1, -1, 1).expand(1, -1, C)).squeeze(0)
-    return chosen.clamp(min=0), ok
+    return chosen.clamp(min=0), residual.gather(0, best.view(1, -1)).squeeze(0)
 
 
-def _solve_nnls(K: torch.Tensor, q: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dual solution for any C with ``scipy.optimize.nnls`` (Lawson–Hanson): with K = VΛVᵀ and
-    F = Λ^½Vᵀ, ½‖Fz − b‖² with b = −Λ^-½Vᵀq equals the dual objective up to a constant (the
-    null space of a singular K is dropped: q lies in K's range). Each solution is KKT-checked."""
-    Kn, qn = K.cpu().numpy(), q.cpu().numpy()
-    z = np.zeros_like(qn)
-    ok = np.zeros(len(qn), dtype=bool)
-    for i, (Ki, qi) in enumerate(zip(Kn, qn)):
-        try:
-            w, V = np.linalg.eigh(Ki)
-            keep = w > PINV_RTOL * max(float(w.max()), 0.0)
-            if not keep.any():  # every column is zero: nothing to satisfy
-                ok[i] = True
-                continue
-            root = np.sqrt(w[keep])
-            F = np.zeros_like(Ki)
-            F[: keep.sum()] = root[:, None] * V[:, keep].T
-            b = np.zeros_like(qi)
-            b[: keep.sum()] = -(V[:, keep].T @ qi) / root
-            zi, _ = nnls(F, b, maxiter=50 * len(qi))
-        except (RuntimeError, ValueError, np.linalg.LinAlgError):
+def _solve_nnls(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dual solution for any C with ``scipy.optimize.nnls`` (Lawson–Hanson) on R's kept columns:
+    min_{z≥0} ‖U_keep z + r‖ (Eq. 4), and its estimated KKT residual (:func:`_kkt`; inf where
+    scipy raised). ``tol`` is unused (one candidate)."""
+    Un, rn, kn = U.cpu().numpy(), r.cpu().numpy(), keep.cpu().numpy()
+    z = np.zeros(kn.shape)
+    failed = np.zeros(len(kn), dtype=bool)
+    for i, (Ui, ri, ki) in enumerate(zip(Un, rn, kn)):
+        if not ki.any():
             continue
-        r = Ki @ zi + qi
-        if np.all(np.isfinite(zi)) and r.min() >= -tol and np.abs(zi * r).max() <= tol:
-            z[i], ok[i] = zi, True
-    return torch.as_tensor(z, device=K.device), torch.as_tensor(ok, device=K.device)
+        try:
+            z[i, ki], _ = nnls(Ui[:, ki], -ri, maxiter=50 * int(ki.sum()))
+        except (RuntimeError, ValueError, np.linalg.LinAlgError):
+            failed[i] = True
+    z = torch.as_tensor(np.where(failed[:, None], 0.0, z), device=U.device)
+    residual, _ = _kkt(U, r, keep, z)
+    return z, torch.where(torch.as_tensor(failed, device=U.device), torch.inf, residual)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -357,9 +358,14 @@ def _train(
         payload = load_checkpoint(ckpt_path, cache.device)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)
+        warned = False
         for t in range(done + 1, spec.rounds + 1):
             metrics, extra = loop.round(t)
             store.record_round(run_id, t, metrics, extra)
+            if extra.get("qp_fallbacks") and not warned:  # once per run; the tables footnote the total
+                warned = True
+                warnings.warn(f"{spec.scenario} / {spec.label} seed {seed}: {extra['qp_fallbacks']} QP projection block(s) "
+                              f"fell back (left unprojected) at round {t}; the round logs count every later one", RuntimeWarning)
             if on_round:
                 on_round(t, metrics)
             if loop.diverged(metrics):

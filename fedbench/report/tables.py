@@ -70,6 +70,17 @@ def _server_mb(m: pd.DataFrame) -> float:
     return math.nan if value is None else float(value)
 
 
+def fallback_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
+    """One line per algorithm whose stored round logs count QP projections that fell back (GradMA's
+    ``qp_fallbacks``: blocks left unprojected), for under its table; none when every one solved."""
+    if metrics.empty or "extra" not in metrics.columns:
+        return []
+    logged = metrics[metrics["extra"].map(lambda e: isinstance(e, str) and '"qp_fallbacks"' in e).astype(bool)]
+    per_run = logged.groupby("run_id")["extra"].agg(lambda es: sum(json.loads(e)["qp_fallbacks"] or 0 for e in es))
+    counts = per_run.reindex(runs["run_id"], fill_value=0).groupby(runs["algorithm"].to_numpy(), sort=False).sum()
+    return [f"{algo}: {int(n):,} QP projections fell back (left unprojected)" for algo, n in counts.items() if n > 0]
+
+
 def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per (scenario, algorithm), in the runs' creation order (see the module docstring)."""
     scen_targets: dict[str, list[float]] = {}
@@ -257,11 +268,13 @@ def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:
     paths = []
     for name in scenario_names(store, scenario):
         runs = store.runs(name)
-        summary = summarize(runs, store.metrics(runs["run_id"]))
+        metrics = store.metrics(runs["run_id"])
+        summary = summarize(runs, metrics)
         note = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target"
+        fell_back = fallback_notes(runs, metrics)
         texts = {
-            ".md": f"## {name}\n\n{format_table(summary, 'markdown')}\n_{note}_\n",
-            ".tex": f"% {name}: {note}\n{format_table(summary, 'latex')}",
+            ".md": f"## {name}\n\n{format_table(summary, 'markdown')}\n_{note}_\n" + "".join(f"\n_{n}_\n" for n in fell_back),
+            ".tex": f"% {name}: {note}\n" + "".join(f"% {n}\n" for n in fell_back) + format_table(summary, "latex"),
             ".csv": format_table(summary, "csv"),
         }
         for suffix, text in texts.items():

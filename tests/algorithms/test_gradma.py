@@ -127,9 +127,10 @@ def test_gradma_s_with_no_memory_is_fedavgm_bitwise():
 
 
 @pytest.mark.parametrize("projection,blocks", [("per_tensor", LAYOUT), ("whole_model", (5,))])
-@pytest.mark.parametrize("m,beta2", [(3, 0.5), (6, 0.9)])
+@pytest.mark.parametrize("m,beta2", [(3, 0.5), (6, 0.9), (6, 0.0)])
 def test_gradma_s_server_update_matches_algorithms_3_and_4(projection, blocks, m, beta2):
-    """(b) momentum, memory (Eq. 7), eviction (Alg. 4) and the QP_g step (Eq. 8) every round."""
+    """(b) momentum, memory (Eq. 7), eviction (Alg. 4) and the QP_g step (Eq. 8) every round;
+    β2 = 0 (the β ablation): buffered workers absent from a round have D_j = 0, no constraint."""
     fed = Quadratics(num_clients=6, dim=5, seed=1)
     x0 = np.linspace(-1.0, 1.0, 5)
     algo, _ = make_algorithm(
@@ -371,3 +372,39 @@ def test_engine_run_resumes_from_a_checkpoint_with_identical_results(tmp_path):
     cols = ["round", "test_acc", "test_loss", "train_loss"]
     pd.testing.assert_frame_equal(full[cols], resumed[cols])
     assert [json.loads(e)["memory_slots"] for e in full["extra"]] == [3, 4, 4, 4, 4, 4]
+
+
+def test_fallbacks_warn_once_per_run_and_are_footnoted_under_the_table(tmp_path, monkeypatch):
+    """(d) Never silent: the runner warns once per run from the ``qp_fallbacks`` round log, and the
+    written table says how many projections fell back."""
+    import warnings
+
+    from fedbench.algorithms import gradma
+    from fedbench.engine.runner import execute_run
+    from fedbench.engine.setup import DataCache
+    from fedbench.report.tables import write_tables
+    from fedbench.scenario import parse_scenario, resolve_runs
+    from fedbench.store import ResultsStore
+
+    def failing(p, M, blocks):  # every block of every row left unprojected
+        return p.clone(), torch.full((len(p),), len(blocks), dtype=torch.int64, device=p.device)
+
+    monkeypatch.setattr(gradma, "project", failing)
+    raw = {
+        "name": "fallbacks", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [8]},
+        "clients": {"num": 6, "per_round": 2}, "partition": {"kind": "dirichlet", "omega": 0.3},
+        "local": {"iterations": 2, "batch_size": 16, "lr": 0.1}, "rounds": 3,
+        "algorithms": [{"name": "gradma_s", "memory_size": 4}],
+    }
+    spec = resolve_runs(parse_scenario(raw))[0]
+    store = ResultsStore(tmp_path / "store")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h")
+    assert out.status == "finished"
+    fell_back = [w for w in caught if issubclass(w.category, RuntimeWarning) and "fell back" in str(w.message)]
+    assert len(fell_back) == 1 and "GradMA-S" in str(fell_back[0].message)
+    per_round = [json.loads(e)["qp_fallbacks"] for e in store.metrics([out.run_id])["extra"]]
+    assert per_round == [4, 4, 4]  # 4 parameter tensors of the MLP, one QP_g per round
+    md = next(p for p in write_tables(store, tmp_path / "tables", None) if p.suffix == ".md").read_text()
+    assert "_GradMA-S: 12 QP projections fell back (left unprojected)_" in md

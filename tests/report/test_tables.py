@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from fedbench.report.tables import format_table, rich_table, summarize, write_tables
+from fedbench.report.tables import fallback_notes, format_table, rich_table, summarize, write_tables
 from fedbench.store import ResultsStore, RunRecord
 
 # (algorithm, seed, status, {round: test_acc}, bits_up per round, bits_down per round); 6 rounds, eval every 2.
@@ -133,3 +133,16 @@ def test_server_state_size_is_reported_when_logged(tmp_path: Path) -> None:
     assert summary.set_index("algorithm").loc["FedAvg", "server_mb"] == 2.5
     md = format_table(summary, "markdown")
     assert "Server state (MB)" in md.splitlines()[0] and md.splitlines()[2].rstrip(" |").endswith("2.5")
+
+
+def test_qp_fallbacks_are_footnoted_only_when_a_run_logged_some(tmp_path: Path) -> None:
+    store = build_store(tmp_path)
+    assert fallback_notes(store.runs(), store.metrics()) == []
+    runs = store.runs()
+    fedavg, fedprox = runs["run_id"][:2], runs["run_id"][4:6]
+    for run_id, n in zip([*fedavg, *fedprox], (3, 1000, 0, 0)):  # round 1 of each: a GradMA-style log
+        store.record_round(run_id, 1, {"test_acc": None, "bits_up": 100, "bits_down": 50}, {"qp_fallbacks": n})
+    assert fallback_notes(store.runs(), store.metrics()) == ["FedAvg: 1,003 QP projections fell back (left unprojected)"]
+    md, tex = (p.read_text() for p in write_tables(store, tmp_path / "tables", "toy")[:2])
+    assert md.endswith("\n_FedAvg: 1,003 QP projections fell back (left unprojected)_\n")
+    assert "% FedAvg: 1,003 QP projections fell back (left unprojected)" in tex
