@@ -76,8 +76,12 @@ def fallback_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
     if metrics.empty or "extra" not in metrics.columns:
         return []
     logged = metrics[metrics["extra"].map(lambda e: isinstance(e, str) and '"qp_fallbacks"' in e).astype(bool)]
-    per_run = logged.groupby("run_id")["extra"].agg(lambda es: sum(json.loads(e)["qp_fallbacks"] or 0 for e in es))
-    counts = per_run.reindex(runs["run_id"], fill_value=0).groupby(runs["algorithm"].to_numpy(), sort=False).sum()
+    per_run: dict[str, int] = {}
+    for run_id, extra in zip(logged["run_id"], logged["extra"]):
+        per_run[run_id] = per_run.get(run_id, 0) + int(json.loads(extra)["qp_fallbacks"] or 0)
+    counts = pd.Series([per_run.get(r, 0) for r in runs["run_id"]], dtype="int64").groupby(
+        runs["algorithm"].to_numpy(), sort=False
+    ).sum()
     return [f"{algo}: {int(n):,} QP projections fell back (left unprojected)" for algo, n in counts.items() if n > 0]
 
 
