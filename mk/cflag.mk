@@ -42,7 +42,7 @@ reproduce-cflag-figures: reproduce-cflag-table7  ## C-FLAG Figs. 2–4: per-task
 	$(call CFLAG_MATRICES,$(CFLAG)/fig3_cifar10_zeta1.yaml)
 	for h in noniid iid; do \
 	  $(BIN)/fedbench plot --out $(PAPER_OUT) --scenario cflag_ti_cifar10_$$h$(PAPER_SUFFIX) --x round --metric cflag.Gamma \
-	    --name fig4 --algorithm C-FLAG --algorithm "C-FLAG (no clip)" || exit 1; done
+	    --name fig4 --algorithm C-FLAG || exit 1; done
 
 reproduce-cflag-ablations: install  ## C-FLAG Figs. 5–6: memory per task {50, 150, 200, 300} and local epochs {1, 2, 4} (sweeps)
 	$(BIN)/fedbench sweep configs/sweeps/cflag_fig5_memory.yaml configs/sweeps/cflag_fig6_epochs.yaml \

@@ -4,7 +4,8 @@ Aggregated Gradients"), Alg. 1 with AdapLR (Alg. 2) as reconstructed in the note
 Round t (Alg. 1): every client sends ∇g_i(x_t) (full current-task gradient) and ∇f_i†(x_t) (gradient
 on a replay-memory draw; zero while the memory is empty, task 0); the server broadcasts
 ∇g(x_t) = Σ p_i ∇g_i(x_t) and F = ∇f†(x_t) = Σ p_i ∇f_i†(x_t). Each client runs FedTrack's local
-phase (eq. 4, :mod:`fedbench.algorithms.fedtrack`), accumulating a_i = Σ_k ∇g_i′(x_{t,k}^i), then
+phase (eq. 4 with the IAG estimate of eq. 5, by default ``iag: batch_table``; see
+:mod:`fedbench.algorithms.fedtrack`), accumulating a_i = Σ_k ∇g_i′(x_{t,k}^i), then
 uploads Δx_t^i = AdapLR(…) and the server sets x_{t+1} = Σ p_i Δx_t^i (App. eq. 22). Traffic: three
 P-vectors each way per client and round (x, ∇g, F down; Δx, ∇g_i, ∇f_i† up).
 
@@ -17,7 +18,12 @@ No adaptation (both ratios 1) when ``adaptive`` is off, F = 0 or a_i = 0. Then
 
 * local SGD (the notes' consistent reconstruction, §2.4 / §8.2): rescale only the a_i part,
   x̃ = x_t − βK_i c_i − β_{t,i} a_i = x_{t,E} + (β − β_{t,i}) a_i;
-* ``local.optimizer: adam`` (§8.4): rescale the current-task displacement, x̃ = x_t + (β_{t,i}/β)(x_{t,E} − x_t);
+* ``local.optimizer: adam`` (§8.4): Adam's step is not β·a_i, so AdapLR reads the displacement in
+  gradient units, a_i = (x_t − x_{t,E})/β (what Alg. 2 line 4 recovers from x_{t,E}), and
+  x̃ = x_t − β_{t,i} a_i = x_t + (β_{t,i}/β)(x_{t,E} − x_t). With this a_i the interference case is
+  A-GEM's projection of the step actually taken, and a transference step has norm
+  β_{t,i}‖a_i‖ ≤ (1 − Lα)‖F‖/(Lκp_i), as with SGD; rates computed on Σ_k ∇g_i′ instead rescaled Adam's
+  step by up to ~10¹² and drove the unclipped rule to chance accuracy (configs/cflag/README.md, "C-FLAG defaults");
 
 and Δx_t^i = x̃ − α_{t,i} F: one plain memory step per round (none when F = 0). Non-adaptive C-FLAG
 keeps the memory step (Δ = x_{t,E} − αF; §8.1, unlike Alg. 2 line 2). E in the paper is the
@@ -64,7 +70,7 @@ class AdapLRParams(BaseModel):
 
 
 class CFLAGParams(AdapLRParams):
-    iag: IAG = Field(default="off", description=IAG_HELP)
+    iag: IAG = Field(default="batch_table", description=IAG_HELP)
 
 
 def adaptive_rates(
@@ -119,25 +125,27 @@ class CFLAG(FedTrack):
         kappa = len(weights) if self.params.case == "worst" else 1  # type: ignore[attr-defined]
         ctx.per_client[KP] = kappa * weights
 
-    def rates(self, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def rates(self, ctx: RoundContext, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return adaptive_rates(
-            ctx.broadcast["grad_f"], ctx.per_client[ACC], self.alpha(ctx), ctx.lr, p.L,  # type: ignore[attr-defined]
+            ctx.broadcast["grad_f"], a, self.alpha(ctx), ctx.lr, p.L,  # type: ignore[attr-defined]
             ctx.per_client[KP], p.adaptive, p.min_scale, p.max_scale,  # type: ignore[attr-defined]
         )
 
     def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """AdapLR (Alg. 2 reconstructed): Δx_t^i = x̃ − α_{t,i} F, sent with ∇g_i(x_t) and ∇f_i†(x_t)."""
         pc, x_t, F = ctx.per_client, ctx.broadcast["x"], ctx.broadcast["grad_f"]
-        lam, alpha_scale, beta_scale, adapted = self.rates(ctx)
-        if self.ctx.local_optimizer.name == "sgd":  # x_t − βK_i c_i − β_{t,i} a_i
-            x_tilde = x + (ctx.lr * (1 - beta_scale)).unsqueeze(1) * pc[ACC]
-        else:  # Adam: the current-task displacement scaled by β_{t,i}/β
+        sgd = self.ctx.local_optimizer.name == "sgd"
+        a = pc[ACC] if sgd else (x_t - x) / ctx.lr  # Adam: the displacement in gradient units (Alg. 2 line 4)
+        lam, alpha_scale, beta_scale, adapted = self.rates(ctx, a)
+        if sgd:  # x_t − βK_i c_i − β_{t,i} a_i
+            x_tilde = x + (ctx.lr * (1 - beta_scale)).unsqueeze(1) * a
+        else:  # Adam: x_t − β_{t,i} a_i, the current-task displacement scaled by β_{t,i}/β
             x_tilde = x_t + beta_scale.unsqueeze(1) * (x - x_t)
         moved = x_tilde - (self.alpha(ctx) * alpha_scale).unsqueeze(1) * F
         stats = torch.stack([lam, alpha_scale, beta_scale, adapted.to(lam.dtype)], 1)
         sent = {"delta": moved - x_t, "full_grad": pc["full_grad"], "memory_grad": pc["memory_grad"]}
-        return {**sent, "_a": pc[ACC], "_stats": stats}
+        return {**sent, "_a": a, "_stats": stats}
 
     def server_update(
         self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor

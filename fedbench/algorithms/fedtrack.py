@@ -11,12 +11,15 @@ with ∇g_i(x_t) the client's full current-task gradient (the engine's ``full_gr
 
 The gradient estimate ∇g_i′ (``iag``):
 
-* ``off`` (default): the step's minibatch gradient.
-* ``batch_table``: an IAG table with one slot per minibatch of an epoch, n_b = ⌈n_i/min(B, n_i)⌉
+* ``off``: the step's minibatch gradient (no IAG; a SCAFFOLD-like drift-corrected step).
+* ``batch_table`` (default): an IAG table with one slot per minibatch of an epoch, n_b = ⌈n_i/min(B, n_i)⌉
   slots, every slot starting the round at ∇g_i(x_t) (τ = 0); step k writes its minibatch gradient
   at x_{t,k} into slot k mod n_b and uses the slots' mean. The table holds the client's last n_b
   minibatch gradients (≈ one pass over its data); a per-sample table (eq. 5 as written) is
-  infeasible for real models. Memory: n_b·P floats per client.
+  infeasible for real models. Memory: n_b·P floats per client; one gradient per step. Against eq. (5)
+  with minibatch components: a slot is replaced when refreshed again (τ updated, as in eq. 5, over the
+  paper's 2 epochs), but the slots not yet refreshed hold the mean ∇g_i(x_t) instead of their own
+  minibatch's gradient at x_t (an O(1/n_b) noise term), and step 0 already writes its slot.
 * ``sample``: eq. (5) with the step's minibatch as the refreshed component (a sample for
   ``local.batch_size: 1``, the paper's setting): ∇g_i′(x_{t,0}) = ∇g_i(x_t) and, for k ≥ 1,
   ∇g_i′(x_{t,k}) = ∇g_i(x_t) + w_i Σ_{s=1}^{k} (∇g_{i,j_s}(x_{t,s}) − ∇g_{i,j_s}(x_t)),
@@ -24,7 +27,7 @@ The gradient estimate ∇g_i′ (``iag``):
   is refreshed twice in a round (the engine walks a permutation: true for K_i ≤ ⌈n_i/B⌉ steps that
   start an epoch, e.g. ``local.epochs: 1``; a component seen again counts twice). Components come
   from the engine's permutation walk, not uniform draws with replacement. Costs a second gradient
-  (the anchor at x_t on the same minibatch) per step.
+  (the anchor at x_t on the same minibatch) per step. ``cflag_gd`` uses it.
 
 a_i = Σ_k ∇g_i′(x_{t,k}^i) (gradient units, only over the client's own K_i steps) is kept in the
 round's scratch for C-FLAG's AdapLR (:mod:`fedbench.algorithms.cflag`).
@@ -50,7 +53,7 @@ TABLE, MEAN, SUM = "iag.table", "iag.mean", "iag.sum"  # batch_table slots [S, n
 
 class FedTrackParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    iag: IAG = Field(default="off", description=IAG_HELP)
+    iag: IAG = Field(default="batch_table", description=IAG_HELP)
 
 
 @ALGORITHMS.register(

@@ -132,7 +132,7 @@ def drive(algo, toy: Toy, batched: bool = False, schedule=SCHEDULE, memory_on=ME
 
 
 def cflag_reference(
-    toy: Toy, iag: str = "off", adaptive: bool = True, case: str = "worst", L: float = 5.0, alpha: float | None = None,
+    toy: Toy, iag: str = "batch_table", adaptive: bool = True, case: str = "worst", L: float = 5.0, alpha: float | None = None,
     adam: bool = False, batch: int = 1, min_scale: float = 0.0, max_scale: float = math.inf, memory: bool = True,
     schedule=SCHEDULE, memory_on=MEMORY_ON,
 ):
@@ -177,6 +177,8 @@ def cflag_reference(
                     y = y - LR * (m / (1 - b1 ** (k + 1))) / (np.sqrt(v / (1 - b2 ** (k + 1))) + eps)
                 else:
                     y = y - beta * d
+            if adam:  # Adam: AdapLR reads the displacement in gradient units, a_i = (x_t − x_{t,E})/β
+                a = (x - y) / beta
             lam = float(F @ a)
             alpha_i, beta_i = alpha, beta
             if adaptive and F @ F > 0 and a @ a > 0:
@@ -298,6 +300,46 @@ def test_interference_with_alpha_equal_beta_is_an_agem_projection():
     assert seen > 0
 
 
+def test_with_adam_adaplr_reads_the_displacement_projects_it_or_bounds_it():
+    """Adam (notes §8.4): AdapLR's a_i is the displacement in gradient units, a_i = −d_i/β with
+    d_i = x_{t,E} − x_t. Interference (Λ ≤ 0, α = β): Δx_t^i = −αF + d_i − (⟨F, d_i⟩/‖F‖²)F, A-GEM's
+    projection of the step actually taken (App. B.1); transference: d_i rescaled to a step of norm
+    β_{t,i}‖a_i‖ ≤ (1 − Lα)‖F‖/(L N p_i), whatever Adam's step size (Table 1, worst case)."""
+    toy = Toy()
+    algo = build("cflag", toy, batch_size=2, adam=True)
+    state = algo.init_state(torch.tensor(X0))
+    idx = torch.tensor([0, 1, 2])
+    steps = torch.tensor([float(STEPS[i]) for i in idx.tolist()], dtype=torch.float64)
+    n = torch.tensor(SIZES, dtype=torch.float64)
+    weights = n / n.sum()
+    seen = {True: 0, False: 0}
+    for t in range(2, 10):  # rounds from X0 with different component orders
+        ctx = RoundContext(idx, LR, steps, algo.broadcast(state, idx), {}, t)
+        ctx.per_client["full_grad"] = torch.tensor(np.stack([toy.full_np(i, X0) for i in range(3)]))
+        ctx.per_client["memory_grad"] = torch.tensor(np.stack([toy.memory_np(i, X0) for i in range(3)]))
+        algo.prepare_round(state, ctx, weights)
+        F = ctx.broadcast["grad_f"]
+        for row in range(3):
+            sub = ctx.select(slice(row, row + 1))
+            x = sub.start
+            for k in range(STEPS[row]):
+                x = algo.local_step(sub, x, toy.oracle([row], t, k, True))
+            up = algo.upload(sub, x)
+            d = (x - sub.start)[0]
+            torch.testing.assert_close(up["_a"][0], -d / LR, rtol=1e-12, atol=1e-14)
+            interference = float(F @ d) >= 0
+            if interference:
+                projected = d - (F @ d) / (F @ F) * F
+                torch.testing.assert_close(up["delta"][0], -LR * F + projected, rtol=1e-12, atol=1e-14)
+            else:
+                step = up["delta"][0] + LR * F  # −β_{t,i} a_i: along d_i, bounded
+                bound = (1 - 5.0 * LR) * float(F.norm()) / (5.0 * 3 * float(weights[row]))
+                assert 0 < float(step.norm()) <= bound * (1 + 1e-12)
+                torch.testing.assert_close(step / step.norm(), d / d.norm(), rtol=1e-12, atol=1e-14)
+            seen[interference] += 1
+    assert seen[True] > 0 and seen[False] > 0
+
+
 def test_adaptive_rates_on_hand_values():
     F = torch.tensor([1.0, 0.0], dtype=torch.float64)
     a = torch.tensor([[2.0, 0.0], [-1.0, 1.0], [0.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
@@ -320,8 +362,9 @@ def test_adaptive_rates_on_hand_values():
 
 def test_params_and_errors():
     assert ALGORITHMS.get("cflag").params().model_dump() == {
-        "adaptive": True, "case": "worst", "L": 5.0, "alpha": None, "max_scale": None, "min_scale": 0.0, "iag": "off",
+        "adaptive": True, "case": "worst", "L": 5.0, "alpha": None, "max_scale": None, "min_scale": 0.0, "iag": "batch_table",
     }
+    assert ALGORITHMS.get("fedtrack").params().model_dump() == {"iag": "batch_table"}  # eq. (5)'s IAG by default
     assert "iag" not in ALGORITHMS.get("cflag_gd").params().model_dump()
     assert ALGORITHMS.get("cflag").extra["local_optimizer"] and not ALGORITHMS.get("cflag_gd").extra.get("local_optimizer")
     with pytest.raises(ValueError, match="max_scale"):
