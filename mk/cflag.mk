@@ -8,6 +8,9 @@ CFLAG_DATASETS  = cifar10 cifar100 tinyimagenet
 CFLAG_TI_IID    = $(foreach d,$(CFLAG_DATASETS),$(CFLAG)/ti_$(d)_iid.yaml)
 CFLAG_TI_NONIID = $(foreach d,$(CFLAG_DATASETS),$(CFLAG)/ti_$(d)_noniid.yaml)
 CFLAG_CI        = $(foreach d,cifar10 cifar100,$(foreach h,noniid iid,$(CFLAG)/ci_$(d)_$(h).yaml))
+# Fig. 5 (clients, memory; Split-CIFAR10 and -100) and Fig. 6 (epochs) as grid files: one scenario per point
+CFLAG_SWEEPS    = $(foreach g,fig5_clients_cifar10 fig5_clients_cifar100 fig5_memory fig5_memory_cifar100 fig6_epochs,\
+                    configs/sweeps/cflag_$(g).yaml)
 CFLAG_COMPARE   = $(BIN)/fedbench compare --paper cflag --out $(PAPER_OUT) --scale $(SCALE) --tables-dir tables
 # accuracy-matrix heat maps and per-scenario Acc/Forgetting tables
 CFLAG_MATRICES  = for f in $(1); do s=$$(basename $$f .yaml); \
@@ -17,7 +20,8 @@ CFLAG_MATRICES  = for f in $(1); do s=$$(basename $$f .yaml); \
 .PHONY: reproduce-cflag reproduce-cflag-table2 reproduce-cflag-table3 reproduce-cflag-table7 \
         reproduce-cflag-table8 reproduce-cflag-figures reproduce-cflag-ablations reproduce-cflag-claims
 
-reproduce-cflag: reproduce-cflag-table7 reproduce-cflag-table8 reproduce-cflag-figures reproduce-cflag-claims  ## everything of C-FLAG at SCALE
+reproduce-cflag: reproduce-cflag-table7 reproduce-cflag-table8 reproduce-cflag-figures reproduce-cflag-ablations \
+                 reproduce-cflag-claims  ## everything of C-FLAG at SCALE (the claims last: C11, C12 read the figures' runs)
 
 reproduce-cflag-table3: install  ## C-FLAG Table 3 (IID, task-incremental) at SCALE: paper / ours
 	$(call PAPER_RUN,$(CFLAG_TI_IID))
@@ -44,11 +48,9 @@ reproduce-cflag-figures: reproduce-cflag-table7  ## C-FLAG Figs. 2–4: per-task
 	  $(BIN)/fedbench plot --out $(PAPER_OUT) --scenario cflag_ti_cifar10_$$h$(PAPER_SUFFIX) --x round --metric cflag.Gamma \
 	    --name fig4 --algorithm C-FLAG || exit 1; done
 
-reproduce-cflag-ablations: install  ## C-FLAG Figs. 5–6: memory per task {50, 150, 200, 300} and local epochs {1, 2, 4} (sweeps)
-	$(BIN)/fedbench sweep configs/sweeps/cflag_fig5_memory.yaml configs/sweeps/cflag_fig6_epochs.yaml \
-	  --scale $(SCALE) --out $(PAPER_OUT) --jobs $(PAPER_JOBS)
-	for s in $$($(BIN)/fedbench sweep configs/sweeps/cflag_fig5_memory.yaml configs/sweeps/cflag_fig6_epochs.yaml \
-	    --scale $(SCALE) --out $(PAPER_OUT) --dry-run | grep -o '^cflag_[^ ]*'); do \
+reproduce-cflag-ablations: install  ## C-FLAG Figs. 5–6 (sweeps): clients {3, 5, 10} and memory per task {50, 150, 200, 300} on Split-CIFAR10/100, local epochs {1, 2, 4}
+	$(PAPER_SWEEP) $(CFLAG_SWEEPS) --jobs $(PAPER_JOBS)
+	for s in $$($(PAPER_SWEEP) $(CFLAG_SWEEPS) --dry-run | grep -o '^cflag_[^ ]*'); do \
 	  $(BIN)/fedbench continual --out $(PAPER_OUT) --scenario $$s --tables-dir tables --figures-dir figures || exit 1; done
 
 reproduce-cflag-claims: install  ## C-FLAG claims on the SCALE runs and the paper's numbers: tables/cflag_claims_$(SCALE).md

@@ -70,3 +70,47 @@ def test_write_files(store: ResultsStore, tmp_path: Path) -> None:
     paths = write_comparison(store, "cflag", "2", tmp_path)  # Table 2 reads Table 7's runs: the non-IID cells
     assert [p.name for p in paths][0] == "cflag_table2_tiny.md"
     assert "Fine-FL" in paths[0].read_text() and "forgetting (%)" in paths[0].read_text()
+
+
+def _record_final(store: ResultsStore, scenario: str, label: str, seed: int, acc: float) -> None:
+    """A finished 2-task continual run whose final row scores ``acc`` on both tasks (Acc = acc)."""
+    spec_hash = hashlib.sha256(f"{scenario}/{label}".encode()).hexdigest()
+    rec = RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, label, seed,
+                    json.dumps({"algorithm": {"label": label}}))
+    store.start_run(rec)
+    for task, row in enumerate([[acc, 0.0], [acc, acc]]):
+        store.record_round(rec.run_id, task + 1, {"test_acc": row[task]}, {"task": task, "task_acc": row})
+    store.finish_run(rec.run_id, "finished")
+
+
+# C-FLAG's Acc by memory per task (Fig. 5 right): Split-CIFAR10 falls (150–300 tie, as at the tiny scale where a
+# client's whole task fits in memory), Split-CIFAR100 rises.
+MEMORY_ACC = {"cifar10": {50: 0.9, 150: 0.8, 200: 0.8, 300: 0.8}, "cifar100": {50: 0.6, 150: 0.62, 200: 0.65, 300: 0.7}}
+
+
+def _c12(store: ResultsStore):
+    return {r.id: r for r in check_claims(store, "cflag", "tiny")}["C12"]
+
+
+def test_claim_c12_memory_size(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "none")
+    assert _c12(store).ours.short() == "not run (0 of 8 checked)"
+    assert _c12(store).paper.verdict == "not reported"
+
+    store = ResultsStore(tmp_path / "c10")
+    for m, acc in MEMORY_ACC["cifar10"].items():
+        _record_final(store, f"cflag_ti_cifar10_iid--per_task-{m}.tiny", "C-FLAG", 1, acc)
+    assert _c12(store).ours.short() == "holds (4/4 hold; 4 of 8 checked)"  # Split-CIFAR100 not run yet
+
+    for m, acc in MEMORY_ACC["cifar100"].items():
+        _record_final(store, f"cflag_ti_cifar100_iid--per_task-{m}.tiny", "C-FLAG", 1, acc)
+    c12 = _c12(store).ours
+    assert c12.short() == "holds (8/8 hold)"
+    assert "Split-CIFAR10 m 150→200: m=200 80.00 ≤ m=150 80.00" in c12.evidence  # a tie passes
+    assert "Split-CIFAR10 m 50→300: m=50 90.00 > m=300 80.00" in c12.evidence
+    assert "Split-CIFAR100 m 50→300: m=300 70.00 > m=50 60.00" in c12.evidence
+
+    _record_final(store, "cflag_ti_cifar100_iid--per_task-200.tiny", "C-FLAG", 10, 0.55)  # mean 60.00 < 62.00 at 150
+    c12 = _c12(store).ours
+    assert c12.short() == "fails (7/8 hold)"
+    assert "Split-CIFAR100 m 150→200: m=150 62.00 > m=200 60.00" in c12.evidence

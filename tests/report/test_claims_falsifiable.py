@@ -42,6 +42,8 @@ def world(where: str, label: str, metric: str = "test_acc") -> float:
     if where.startswith("fedqvr_fig5_") and label in ("FedQVR", "FedQVR-E"):  # looser τ: higher (8a, 8b)
         tau = float(where.rsplit("tau", 1)[1])
         return (78.0 if label == "FedQVR" else 85.0) + tau
+    if m := re.fullmatch(r"cflag_ti_cifar(10|100)_iid--per_task-(\d+)", where):  # C-FLAG Fig. 5: C10 falls, C100 rises
+        return 80.0 + (1 if m.group(1) == "100" else -1) * int(m.group(2)) / 100
     if label in _SCORES:
         return _SCORES[label]
     if m := re.search(r" (?:S|E|B|m)=(\d+)$", label):  # more clients, epochs, bits, memory: higher
@@ -102,6 +104,8 @@ def _labels(scenario: str) -> list[str]:
         return [f"GradMA-S m={m}" for m in (0, 10, 20, 40, 60, 80, 100)]
     if scenario.startswith("cflag_fig3"):
         return ["C-FLAG", "EWC-FL"]
+    if scenario.startswith("cflag_ti_") and "--per_task-" in scenario:
+        return ["C-FLAG"]
     raise AssertionError(f"no synthetic labels for scenario {scenario!r}: add them to _labels")
 
 
