@@ -22,6 +22,7 @@ reproduce-fedmim-table2: install  ## FedMIM Table II (3 datasets × E = 1, 5, 10
 reproduce-fedmim-table3: install  ## FedMIM Table III (α/β ablation) at SCALE: paper / ours, claims
 	$(call PAPER_RUN,$(FEDMIM)/table3.yaml)
 	$(call FEDMIM_REPORT,III)
+	$(BIN)/fedbench plot --out $(PAPER_OUT) --scenario fedmim_table3$(PAPER_SUFFIX) --figures-dir figures --x round
 
 reproduce-fedmim-fig2: install  ## FedMIM Fig. 2: (a) accuracy at 5%/20% participation, (b) local consistency (Table I DIR.3 runs)
 	$(call PAPER_RUN,$(FEDMIM_FIG2))
