@@ -34,8 +34,9 @@ class Case:
 CASES = [
     Case("quickstart", ("configs/quickstart.yaml",), ("table", "--scenario", "quickstart", "--no-show"),
          ("quickstart.md", "quickstart.csv", "quickstart.tex"), scale=None),
-    Case("fedcams", ("configs/fedcams/table3_eps.yaml",), ("compare", "--paper", "fedcams", "--table", "3", "--scale", "tiny"),
-         ("fedcams_table3_tiny.md", "fedcams_table3_tiny.csv", "fedcams_table3_tiny.tex")),
+    Case("fedcams", ("configs/fedcams/fig4_compressors_cifar10_resnet18.yaml", "configs/fedcams/fig5_compressors_cifar10_convmixer.yaml"),
+         ("compare", "--paper", "fedcams", "--table", "fig4_5", "--scale", "tiny"),
+         ("fedcams_tablefig4_5_tiny.md", "fedcams_tablefig4_5_tiny.csv", "fedcams_tablefig4_5_tiny.tex")),
     Case("fedqvr", ("configs/fedqvr/fig5_mnist_tau0.08.yaml",),
          ("table", "--scenario", "fedqvr_fig5_mnist_tau0.08.tiny", "--no-show"),
          ("fedqvr_fig5_mnist_tau0.08.tiny.md", "fedqvr_fig5_mnist_tau0.08.tiny.csv")),
