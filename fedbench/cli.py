@@ -36,13 +36,15 @@ def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] =
 
 
 def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
+    """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct non-negative integers exits 2 before a run starts."""
     if seeds is None:
         return None
-    try:
-        return [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        console.print(f"[red]--seeds: expected comma-separated integers like 0,1,2, got {seeds!r}[/red]")
-        raise typer.Exit(2) from None
+    parts = [s.strip() for s in seeds.split(",")]
+    if not all(p.isascii() and p.isdigit() for p in parts) or len(set(map(int, parts))) != len(parts):
+        console.print(f"[red]--seeds: expected distinct non-negative integers separated by commas, like 0,1,2; "
+                      f"got {seeds!r}[/red]")
+        raise typer.Exit(2)
+    return [int(p) for p in parts]
 
 
 @app.command()

@@ -22,7 +22,7 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
@@ -293,7 +293,7 @@ class Scenario(Strict):
     wireless: WirelessSpec | None = Field(default=None, description="uplink channel and deadline (absent: ideal uplink)")
     continual: ContinualSpec | None = Field(default=None, description="task stream (absent: one task with every class)")
     algorithms: list[AlgorithmSpec] = Field(min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
     targets: list[float] = Field(default_factory=list, description="target test accuracies in (0, 1]")
     checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
     paper: PaperRef | None = None

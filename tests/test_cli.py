@@ -95,5 +95,14 @@ def test_run_rejects_bad_seeds_and_overrides(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(TINY))
     assert runner.invoke(app, ["run", str(path), "--seeds", "a,b"]).exit_code == 2
+    for bad in ("", "0,,1", "-1", "0,0", "1,²"):  # empty, an empty entry, negative, duplicate, non-ASCII digit
+        result = runner.invoke(app, ["run", str(path), "--seeds", bad, "--out", str(tmp_path / "out")], terminal_width=200)
+        assert result.exit_code == 2 and "--seeds" in result.output and result.exception.__class__ is SystemExit, bad
+        assert not (tmp_path / "out").exists(), bad  # nothing written
+    negative = tmp_path / "negative.yaml"
+    negative.write_text(yaml.safe_dump({**TINY, "seeds": [0, -1]}))
+    for command in ("run", "validate"):
+        result = runner.invoke(app, [command, str(negative)], terminal_width=200)
+        assert result.exit_code == 2 and "seeds" in result.output, command
     result = runner.invoke(app, ["run", str(path), "--set", "rounds=-1"], terminal_width=200)
     assert result.exit_code == 2 and "rounds:" in result.output

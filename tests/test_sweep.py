@@ -94,6 +94,12 @@ def test_invalid_grid_points_name_their_key_and_value(base, grid, message):
     assert message in str(err.value)
 
 
+def test_a_negative_seed_in_a_grid_file_is_refused(base):
+    with pytest.raises(ScenarioError) as err:
+        expand([write(base.parent, "g.yaml", {"base": "base.yaml", "seeds": [0, -2]})])
+    assert "seeds.1: Input should be greater than or equal to 0" in str(err.value)
+
+
 def test_two_files_giving_one_name_different_settings_is_an_error(base):
     a = write(base.parent, "a.yaml", {"base": "base.yaml", "set": {"rounds": 3}})
     with pytest.raises(ScenarioError, match="give one of the grid files its own `name:`"):

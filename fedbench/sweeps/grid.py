@@ -27,7 +27,7 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -53,7 +53,7 @@ class GridFile(BaseModel):
     scale: str | None = Field(default=None, description="a scale the base defines (default: the file as written)")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key → non-empty list of values")
     set: dict[str, Any] = Field(default_factory=dict, description="dotted key → value, applied to every point")
-    seeds: list[int] | None = Field(default=None, min_length=1, description="replaces the base's seeds")
+    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1, description="replaces the base's seeds")
     name: str | None = Field(default=None, pattern=_NAME, description="prefix of the point names")
 
 
