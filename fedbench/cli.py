@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedbench.engine.threads import DEFAULT_THREADS
+
 app = typer.Typer(
     help="fedbench: run federated-learning scenarios from YAML, then build paper-style tables and curves.",
     no_args_is_help=True,
@@ -66,8 +68,8 @@ def run(
                                "(for several `fedbench run` processes sharing a terminal)"),
     client_state: str = typer.Option("device", help="device | host: keep per-client [N, P] tables (SCAFFOLD's c_i, "
                                      "error feedback, GradMA's last models, ...) in pinned host memory; same numbers"),
-    threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads per run; CPU numbers are identical "
-                                "only for the same count (the committed outputs use 1)"),
+    threads: int = typer.Option(DEFAULT_THREADS, "--threads", min=1, help="torch CPU threads per run; CPU numbers are "
+                                "identical only for the same count (the committed outputs use the default)"),
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.runs import run_scenario

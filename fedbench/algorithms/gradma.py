@@ -232,7 +232,8 @@ class GradMAS(Algorithm):
             slots, fresh = self.mem_red(state, ctx.clients.tolist())
             self.update_memory(state, slots, fresh, d_rows)  # Eq. 7
             used = int((state["memory_client"] >= 0).sum())
-            D, live = state["memory"][:used], state["memory"][:used].any(1)
+            D = state["memory"][:used]
+            live = D.any(1)
             if not bool(live.all()):  # β2 = 0 zeroes absent workers' D_j: ⟨m~, 0⟩ ≥ 0 holds, not a constraint
                 D = D[live]
             m_tilde, failed = project(m.unsqueeze(0), D.unsqueeze(0), self.blocks)  # Eq. 8

@@ -12,14 +12,14 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-import torch
-
 DEFAULT_THREADS = 1  # the committed outputs (tables/, figures/, README numbers) are made with one thread
 
 
 @contextmanager
 def pinned_threads(threads: int) -> Iterator[None]:
     """Run the block with ``threads`` torch intra-op threads, then restore the process's setting."""
+    import torch  # here, so that the CLI reads DEFAULT_THREADS without importing torch
+
     if threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads}")
     previous = torch.get_num_threads()

@@ -26,7 +26,7 @@ from fedbench.report.reference import (
     ACCURACY_METRICS, CONTINUAL_METRICS, ColumnSpec, column_specs, load_reference, reference_frame, reference_table, reference_text,
 )
 from fedbench.report.tables import (
-    _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, fallback_notes, latex_escape, markdown_grid, summarize,
+    _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, fallback_notes, footnotes, latex_escape, markdown_grid, summarize,
 )
 
 PAPER_SCALE = "paper"
@@ -285,20 +285,20 @@ def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | 
     frame = compare(store, paper, table, scale)
     out_dir = Path(out_dir)
     paths = []
-    caption = reference_table(paper, table)["caption"]
+    ref = reference_table(paper, table)
+    caption = ref["caption"]
     title = load_reference(paper)["title"]
     marks, never = table_display(paper, table)
-    runs = paper_runs(store, paper, str(reference_table(paper, table).get("runs_from", table)))
+    runs = paper_runs(store, paper, str(ref.get("runs_from", table)))
+    metrics = store.metrics(runs["run_id"])  # read once; fallback_notes counts only the runs it is given
     for sc in dict.fromkeys(frame["scale"].dropna()):
         part = frame[frame["scale"] == sc]
         heading, note = comparison_title(paper, table, sc), comparison_note(paper, table, sc)
-        in_scale = runs[runs["scale"] == sc]
-        fell_back = fallback_notes(in_scale, store.metrics(in_scale["run_id"]))  # "GradMA-S: 3 QP projections fell back …"
+        md_notes, tex_notes = footnotes(fallback_notes(runs[runs["scale"] == sc], metrics))  # "GradMA-S: 3 QP … fell back"
         texts = {
             ".md": f"## {heading}\n\n{title}, Table {table}: _{caption}_\n\n"
-                   f"{format_comparison(part, 'markdown', marks, never)}\n_{note}_\n" + "".join(f"\n_{n}_\n" for n in fell_back),
-            ".tex": f"% {heading}\n% {note}\n" + "".join(f"% {n}\n" for n in fell_back)
-                    + format_comparison(part, "latex", marks, never),
+                   f"{format_comparison(part, 'markdown', marks, never)}\n_{note}_\n{md_notes}",
+            ".tex": f"% {heading}\n% {note}\n{tex_notes}{format_comparison(part, 'latex', marks, never)}",
             ".csv": format_comparison(part, "csv"),
         }
         out_dir.mkdir(parents=True, exist_ok=True)

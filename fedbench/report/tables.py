@@ -85,6 +85,11 @@ def fallback_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
     return [f"{algo}: {int(n):,} QP projections fell back (left unprojected)" for algo, n in counts.items() if n > 0]
 
 
+def footnotes(notes: list[str]) -> tuple[str, str]:
+    """``notes`` as lines under a table: Markdown (one italic paragraph each) and LaTeX comments."""
+    return "".join(f"\n_{n}_\n" for n in notes), "".join(f"% {n}\n" for n in notes)
+
+
 def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per (scenario, algorithm), in the runs' creation order (see the module docstring)."""
     scen_targets: dict[str, list[float]] = {}
@@ -275,10 +280,10 @@ def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:
         metrics = store.metrics(runs["run_id"])
         summary = summarize(runs, metrics)
         note = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target"
-        fell_back = fallback_notes(runs, metrics)
+        md_notes, tex_notes = footnotes(fallback_notes(runs, metrics))
         texts = {
-            ".md": f"## {name}\n\n{format_table(summary, 'markdown')}\n_{note}_\n" + "".join(f"\n_{n}_\n" for n in fell_back),
-            ".tex": f"% {name}: {note}\n" + "".join(f"% {n}\n" for n in fell_back) + format_table(summary, "latex"),
+            ".md": f"## {name}\n\n{format_table(summary, 'markdown')}\n_{note}_\n{md_notes}",
+            ".tex": f"% {name}: {note}\n{tex_notes}{format_table(summary, 'latex')}",
             ".csv": format_table(summary, "csv"),
         }
         for suffix, text in texts.items():
