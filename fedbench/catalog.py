@@ -32,8 +32,8 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
     """Section → rows; the first row of each section is its header."""
     algos = [("name", "label", "description", "params (defaults)", "server defaults", "compression")]
     algos += [
-        (e.name, e.extra.get("label", e.name), e.description, _params_of(e), str(e.extra.get("server", "—")),
-         "yes" if e.extra.get("compression") else "—")
+        (e.name, e.obj.caps.label, e.description, _params_of(e), str(dict(e.obj.caps.server) or "—"),
+         "yes" if e.obj.caps.compression else "—")
         for e in ALGORITHMS
     ]
     datasets = [("name", "description", "params (defaults)")]

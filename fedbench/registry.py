@@ -7,8 +7,8 @@ with errors that name the YAML path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterator, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -29,7 +29,7 @@ class Entry(Generic[T]):
     obj: T
     description: str
     params: type[BaseModel] = NoParams
-    extra: dict[str, Any] = field(default_factory=dict)
+    tags: frozenset[str] = frozenset()  # e.g. "offline": a dataset that needs no download
 
 
 class UnknownNameError(KeyError):
@@ -55,14 +55,14 @@ class Registry(Generic[T]):
         name: str,
         description: str,
         params: type[BaseModel] = NoParams,
-        **extra: Any,
+        tags: tuple[str, ...] = (),
     ) -> Callable[[T], T]:
-        """Decorator adding ``obj`` under ``name``; ``extra`` holds kind-specific metadata."""
+        """Decorator adding ``obj`` under ``name`` (``tags``: plain labels such as ``offline``)."""
 
         def add(obj: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
-            self._entries[name] = Entry(name, obj, description, params, dict(extra))
+            self._entries[name] = Entry(name, obj, description, params, frozenset(tags))
             return obj
 
         return add

@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
+from fedbench.optim.spec import ServerSpec
 from fedbench.registry import Registry, UnknownNameError
 
 
@@ -156,27 +157,6 @@ class EvalSpec(Strict):
     batch_size: int = Field(default=1024, ge=1)
     client_spread: bool = Field(
         default=True, description="also record the std over clients of the global model's accuracy on each client's data"
-    )
-
-
-class ServerSpec(Strict):
-    """Server optimizer applied to the aggregated model change Δ = Σ w_i (x_i − x).
-
-    ``sgd``: x ← x + lr·m with m = momentum·m + Δ (FedAvg at lr=1, momentum=0; FedAvgM otherwise).
-    ``adam``/``yogi``/``amsgrad``: Reddi et al. (2021) Alg. 2, x ← x + lr·m/(√v + eps);
-    ``ams``: FedAMS option 1, x ← x + lr·m/√max(v̂, v, eps) (see :mod:`fedbench.optim`).
-    """
-
-    optimizer: Literal["sgd", "adam", "yogi", "amsgrad", "ams"] = "sgd"
-    lr: float = Field(default=1.0, gt=0, description="server learning rate η_g")
-    momentum: float = Field(default=0.0, ge=0, lt=1, description="server momentum β (sgd only)")
-    beta1: float = Field(default=0.9, ge=0, lt=1)
-    beta2: float = Field(default=0.99, ge=0, lt=1)
-    eps: float = Field(default=1e-3, gt=0, description="adaptivity τ in m/(√v + τ); the floor of v̂ for ams")
-    initial_accumulator: float = Field(default=0.0, ge=0, description="v_0 of adam/yogi/amsgrad")
-    bias_correction: bool = False
-    weighting: Literal["samples", "uniform"] = Field(
-        default="samples", description="aggregation weights: n_i/Σn (samples) or 1/S (uniform)"
     )
 
 
@@ -523,18 +503,19 @@ def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
         if p:
             continue
         entry = ALGORITHMS.get(algo.name)
-        label = algo.label or entry.extra.get("label", algo.name)
+        caps = entry.obj.caps
+        label = algo.label or caps.label
         if label in labels:
             problems.append(f"{path}.label: {label!r} is used twice; give each entry a distinct label")
         labels.add(label)
-        server_raw = {**entry.extra.get("server", {}), **scenario.server.model_dump(exclude_unset=True), **algo.server}
+        server_raw = {**caps.server, **scenario.server.model_dump(exclude_unset=True), **algo.server}
         try:
             server = ServerSpec.model_validate(server_raw)
         except ValidationError as exc:
             problems += _format_errors(exc, f"{path}.server")
             continue
-        if scenario.local.optimizer != "sgd" and not entry.extra.get("local_optimizer", False):
-            supported = ", ".join(e.name for e in ALGORITHMS if e.extra.get("local_optimizer"))
+        if scenario.local.optimizer != "sgd" and not caps.local_optimizer:
+            supported = ", ".join(e.name for e in ALGORITHMS if e.obj.caps.local_optimizer)
             problems.append(
                 f"local.optimizer: {algo.name} ({path}) does not support {scenario.local.optimizer!r} (its local step "
                 f"is its own); use sgd, or one of: {supported}"
@@ -542,8 +523,8 @@ def resolve_runs(scenario: Scenario, collect: bool = False) -> list[Any]:
         comp_spec, comp_path = (algo.compression, f"{path}.compression") if algo.compression else (scenario.compression, "compression")
         compression, p = _check_params(COMPRESSORS, comp_spec.kind, comp_spec.params(), comp_path, "kind")
         problems += p
-        if comp_spec.kind != "none" and not entry.extra.get("compression", False):
-            supported = ", ".join(e.name for e in ALGORITHMS if e.extra.get("compression"))
+        if comp_spec.kind != "none" and not caps.compression:
+            supported = ", ".join(e.name for e in ALGORITHMS if e.obj.caps.compression)
             problems.append(f"{comp_path}.kind: {algo.name} does not support uplink compression; algorithms that do: {supported}")
         specs.append(
             RunSpec(

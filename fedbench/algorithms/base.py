@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 import torch
 from pydantic import BaseModel
 
-from fedbench.algorithms.local_optim import LocalOptimizer
+from fedbench.algorithms.capabilities import Capabilities
+from fedbench.optim.local import LocalOptimizer
 from fedbench.algorithms.client_table import HostTable
 from fedbench.compress import Compressed, Compressor
-from fedbench.optim import ServerOptimizer
+from fedbench.optim.server import ServerOptimizer
 from fedbench.registry import NoParams, Registry
 
 if TYPE_CHECKING:
@@ -61,14 +62,16 @@ class RoundContext:
     rows there (e.g. GradMA's previous local iterate) and read them at the next step; the
     engine gives each client its own dict when it runs clients one by one. In the batched engine a
     client that has finished its K_i steps keeps receiving (ignored) scratch updates, so scratch
-    must not feed ``upload`` unless every client runs the same number of steps. When the algorithm
-    sets ``needs_full_gradient``, the engine puts ∇f_i(x) over client i's whole data under
-    ``per_client["full_grad"]`` before the first step; with ``needs_memory_gradient`` it puts
-    ∇f_i†(x) on a draw from client i's replay memory under ``per_client["memory_grad"]`` and the
-    memory's size under ``per_client["memory_size"]`` (``[S]``; rows of an empty memory are zeros).
-    With ``replay_per_step`` and ``replay_apart`` the step's replay draw is not joined to the
-    minibatch: ``grad(z)`` is the current minibatch's gradient and ``grad.memory(z)`` the draw's
-    (same clipping/weight decay; exact zero rows while the memory is empty).
+    must not feed ``upload`` unless every client runs the same number of steps.
+
+    The engine's per-client inputs are typed fields, filled as the algorithm's
+    :class:`~fedbench.algorithms.capabilities.Capabilities` ask: ``full_grad`` ``[S, P]`` =
+    ∇f_i(x) over client i's whole data (``full_gradient``); ``memory_grad`` ``[S, P]`` = ∇f_i†(x)
+    on a draw from its replay memory and ``memory_size`` ``[S]`` (``memory_gradient``; rows of an
+    empty memory are zeros); ``bits`` ``[S]`` the bit widths of the wireless allocation
+    (``adaptive_bits``). With ``replay_per_step`` and ``replay_apart`` the step's replay draw is not
+    joined to the minibatch: ``grad(z)`` is the current minibatch's gradient and ``grad.memory(z)``
+    the draw's (same clipping/weight decay; exact zero rows while the memory is empty).
     """
 
     clients: torch.Tensor
@@ -77,6 +80,10 @@ class RoundContext:
     broadcast: dict[str, torch.Tensor]
     per_client: dict[str, torch.Tensor] = field(default_factory=dict)
     round: int = 0
+    full_grad: torch.Tensor | None = None
+    memory_grad: torch.Tensor | None = None
+    memory_size: torch.Tensor | None = None
+    bits: torch.Tensor | None = None
 
     @property
     def start(self) -> torch.Tensor:
@@ -86,10 +93,15 @@ class RoundContext:
 
     def select(self, rows: slice) -> "RoundContext":
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
+        inputs = {k: None if v is None else v[rows] for k, v in self.inputs().items()}
         return RoundContext(
             self.clients[rows], self.lr, self.steps[rows], self.broadcast,
-            {k: v[rows] for k, v in self.per_client.items()}, self.round,
+            {k: v[rows] for k, v in self.per_client.items()}, self.round, **inputs,
         )
+
+    def inputs(self) -> dict[str, torch.Tensor | None]:
+        """The engine's typed per-client inputs (``None`` where the algorithm did not ask)."""
+        return {"full_grad": self.full_grad, "memory_grad": self.memory_grad, "memory_size": self.memory_size, "bits": self.bits}
 
 
 @dataclass(frozen=True)
@@ -143,15 +155,11 @@ class Algorithm:
 
     Local work is plain SGD, ``x ← x − η_l·∇f_i(x; ξ)``; the server moves the global model along
     the weighted mean change Δ = Σ_i w_i (x_i − x) with the configured server optimizer
-    (:mod:`fedbench.optim`), which makes FedAvgM, FedAdam, FedYogi and FedAMSGrad configuration.
+    (:mod:`fedbench.optim.server`), which makes FedAvgM, FedAdam, FedYogi and FedAMSGrad configuration.
     """
 
     Params: ClassVar[type[BaseModel]] = NoParams
-    needs_full_gradient: ClassVar[bool] = False  # engine fills per_client["full_grad"] = ∇f_i(x_t) on all local data
-    needs_memory_gradient: ClassVar[bool] = False  # engine fills per_client["memory_grad"] = ∇f_i†(x_t) on a memory draw
-    replay_per_step: ClassVar[bool] = False  # continual: a memory batch joins every local minibatch (ER)
-    replay_apart: ClassVar[bool] = False  # with replay_per_step: the draw stays apart, grad.memory(z) = ∇f_I(z) (NCCL-FL)
-    batchable: ClassVar[bool] = True  # False: always the sequential executor (e.g. grad(x, objective) for a custom local loss)
+    caps: ClassVar[Capabilities] = Capabilities(label="FedAvg")  # set by AlgorithmRegistry.register
 
     def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
         self.params = params
@@ -227,4 +235,26 @@ def weighted_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return weights @ rows
 
 
-ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
+class AlgorithmRegistry(Registry[type[Algorithm]]):
+    """The algorithm registry: each entry declares its :class:`Capabilities` where it registers."""
+
+    def register(self, name: str, description: str, params: type[BaseModel] = NoParams, **caps: Any) -> Callable:
+        """Decorator adding an algorithm class under ``name``; ``caps`` are the fields of its
+        :class:`Capabilities` (``label`` required), stored on the class as ``cls.caps``."""
+        declared = Capabilities(**caps)
+        add = super().register(name, description, params)
+
+        def register_class(cls: type[Algorithm]) -> type[Algorithm]:
+            if any(entry.obj is cls for entry in self):
+                raise ValueError(f"algorithm class {cls.__name__} is registered twice; register a subclass")
+            cls.caps = declared
+            return add(cls)
+
+        return register_class
+
+    def capabilities(self, name: str) -> Capabilities:
+        """The declaration of the algorithm registered as ``name``."""
+        return self.get(name).obj.caps
+
+
+ALGORITHMS = AlgorithmRegistry("algorithm")

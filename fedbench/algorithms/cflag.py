@@ -107,12 +107,13 @@ def adaptive_rates(
     CFLAGParams,
     label="C-FLAG",
     local_optimizer=True,
+    full_gradient=True,
+    memory_gradient=True,
 )
 class CFLAG(FedTrack):
     """C-FLAG Alg. 1 + AdapLR (module docstring); ``iag`` as FedTrack's."""
 
     Params = CFLAGParams
-    needs_memory_gradient = True
 
     def alpha(self, ctx: RoundContext) -> float:
         """Memory step α: ``alpha`` or, by default, the round's local rate (α_t = β_t, paper Sec. 5)."""
@@ -121,7 +122,7 @@ class CFLAG(FedTrack):
     def prepare_round(self, state: State, ctx: RoundContext, weights: torch.Tensor) -> None:
         """Alg. 1 lines 2–3: broadcast ∇g(x_t) and F = ∇f†(x_t) = Σ p_i ∇f_i†(x_t); note κ·p_i per client."""
         super().prepare_round(state, ctx, weights)
-        ctx.broadcast["grad_f"] = weighted_mean(ctx.per_client["memory_grad"], weights)
+        ctx.broadcast["grad_f"] = weighted_mean(ctx.memory_grad, weights)
         kappa = len(weights) if self.params.case == "worst" else 1  # type: ignore[attr-defined]
         ctx.per_client[KP] = kappa * weights
 
@@ -144,7 +145,7 @@ class CFLAG(FedTrack):
             x_tilde = x_t + beta_scale.unsqueeze(1) * (x - x_t)
         moved = x_tilde - (self.alpha(ctx) * alpha_scale).unsqueeze(1) * F
         stats = torch.stack([lam, alpha_scale, beta_scale, adapted.to(lam.dtype)], 1)
-        sent = {"delta": moved - x_t, "full_grad": pc["full_grad"], "memory_grad": pc["memory_grad"]}
+        sent = {"delta": moved - x_t, "full_grad": ctx.full_grad, "memory_grad": ctx.memory_grad}
         return {**sent, "_a": a, "_stats": stats}
 
     def server_update(
@@ -184,6 +185,8 @@ class CFLAGGDParams(AdapLRParams):
     "C-FLAG, theory form: local GD with the IAG of eq. (5) (local.batch_size: 1 for per-sample components)",
     CFLAGGDParams,
     label="C-FLAG-GD",
+    full_gradient=True,
+    memory_gradient=True,
 )
 class CFLAGGD(CFLAG):
     """C-FLAG as analysed (Sec. 3–4): plain local GD, eq. (5)'s IAG over the step's components

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, GradFn, RoundContext, State
 from fedbench.compress import Compressed, StochasticQuantizer
-from fedbench.optim import ServerOptimizer
+from fedbench.optim.server import ServerOptimizer
 
 
 class FedQVRParams(BaseModel):
@@ -142,7 +142,7 @@ class FedQVRE(FedQVR):
     """FedQVR-E Alg. 2: FedQVR where received client i quantizes with its own width B_i.
 
     The engine allocates the widths (Problem 30, floored) and puts them in
-    ``ctx.per_client["bits"]`` ``[S]``, having already removed devices below the minimum width;
+    ``ctx.bits`` ``[S]``, having already removed devices below the minimum width;
     row i then costs d(B_i + 1) + μ bits (Eq. 27). Without allocated widths the scenario's
     configured B is used, i.e. FedQVR. θ follows Eq. 12 with m the number sampled before removal
     under ``zero_fill`` (as Alg. 2 prints it) or |A| after removal and losses under ``renormalize``
@@ -152,7 +152,7 @@ class FedQVRE(FedQVR):
     """
 
     def quantize(self, ctx: RoundContext, rows: torch.Tensor) -> Compressed:
-        bits = ctx.per_client.get("bits")
+        bits = ctx.bits
         if bits is None:
             return self.compress(ctx, rows)
         compressor = self.ctx.compressor

@@ -62,13 +62,13 @@ class FedTrackParams(BaseModel):
     FedTrackParams,
     label="FedTrack",
     local_optimizer=True,
+    full_gradient=True,
 )
 class FedTrack(Algorithm):
     """FedTrack: local steps (4) with the estimate of ``iag``; clients send Δ_i = x_{t,E}^i − x_t and
     ∇g_i(x_t), the server x_{t+1} = Σ p_i x_{t,E}^i (through the server optimizer, SGD lr 1 by default)."""
 
     Params = FedTrackParams
-    needs_full_gradient = True
 
     @property
     def iag(self) -> str:
@@ -76,7 +76,7 @@ class FedTrack(Algorithm):
 
     def prepare_round(self, state: State, ctx: RoundContext, weights: torch.Tensor) -> None:
         """Alg. 1 lines 2–3: the server aggregates ∇g(x_t) = Σ p_i ∇g_i(x_t) and broadcasts it."""
-        ctx.broadcast["grad_g"] = weighted_mean(ctx.per_client["full_grad"], weights)
+        ctx.broadcast["grad_g"] = weighted_mean(ctx.full_grad, weights)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
         """Eq. (4) through ``local.optimizer``; adds ∇g_i′(x_{t,k}) to a_i while k < K_i."""
@@ -88,7 +88,7 @@ class FedTrack(Algorithm):
         live = (pc[STEP] < ctx.steps).unsqueeze(1)  # batched engine: rows past their K_i keep being called
         pc[ACC] = torch.where(live, pc[ACC] + estimate, pc[ACC])
         pc[STEP] = pc[STEP] + 1
-        drift = ctx.broadcast["grad_g"] - pc["full_grad"]
+        drift = ctx.broadcast["grad_g"] - ctx.full_grad
         return self.ctx.local_optimizer.step(ctx, x, drift + estimate)
 
     def estimate(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn, first: bool) -> torch.Tensor:
@@ -96,7 +96,7 @@ class FedTrack(Algorithm):
         g = grad(x)
         if self.iag == "off":
             return g
-        pc, full = ctx.per_client, ctx.per_client["full_grad"]
+        pc, full = ctx.per_client, ctx.full_grad
         sizes = self.ctx.client_sizes[ctx.clients].to(x.dtype)
         batch = torch.clamp(sizes, max=float(self.batch_size()))  # min(B, n_i)
         if self.iag == "sample":
@@ -126,7 +126,7 @@ class FedTrack(Algorithm):
         return self.ctx.batch_size
 
     def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"delta": x - ctx.broadcast["x"], "full_grad": ctx.per_client["full_grad"]}
+        return {"delta": x - ctx.broadcast["x"], "full_grad": ctx.full_grad}
 
     def server_update(
         self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor

@@ -23,9 +23,7 @@ class FineFL(Algorithm):
 
 @ALGORITHMS.register(
     "er_fl", "Ering: FedAvg with a replay-memory batch joined to every local minibatch (continual baseline)",
-    label="Ering", compression=True, local_optimizer=True,
+    label="Ering", compression=True, local_optimizer=True, replay_per_step=True,
 )
 class ERing(Algorithm):
     """FedAvg whose local minibatches are current-task samples plus a memory draw (experience replay)."""
-
-    replay_per_step = True

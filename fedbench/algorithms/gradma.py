@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, GradFn, RoundContext, State, weighted_mean
 from fedbench.algorithms.projection import project
-from fedbench.optim import ServerOptimizer
+from fedbench.optim.server import ServerOptimizer
 
 SERVER = {"optimizer": "sgd", "lr": 1.0, "momentum": 0.0}
 

@@ -105,14 +105,13 @@ def nearest_mean(features: torch.Tensor, means: torch.Tensor, allowed: torch.Ten
 
 @ALGORITHMS.register(
     "icarl_fl", "iCaRL-FL: FedAvg with herded exemplars, sigmoid distillation and a nearest-mean-of-exemplars classifier",
-    ICaRLParams, label="iCaRL-FL", compression=True, local_optimizer=True,
+    ICaRLParams, label="iCaRL-FL", compression=True, local_optimizer=True, batchable=False,
+    replay_per_step=True,
 )
 class ICaRLFL(Algorithm):
     """Local steps on iCaRL's loss over current data + exemplars; herding and NME at each task's end."""
 
     Params = ICaRLParams
-    batchable = False
-    replay_per_step = True
 
     def init_state(self, x0: torch.Tensor) -> State:
         old = torch.zeros(0, dtype=torch.bool, device=x0.device)

@@ -84,13 +84,12 @@ class LwFObjective:
 
 @ALGORITHMS.register(
     "lwf_fl", "LwF-FL: FedAvg with distillation of the previous task's global model on the old classes", LwFParams,
-    label="LwF-FL", compression=True, local_optimizer=True,
+    label="LwF-FL", compression=True, local_optimizer=True, batchable=False,
 )
 class LwFFL(Algorithm):
     """Local steps on CE + λ·KD (module docstring); FedAvg server; θ_old and the old heads set at task ends."""
 
     Params = LwFParams
-    batchable = False
 
     def init_state(self, x0: torch.Tensor) -> State:
         heads = torch.zeros(0, dtype=torch.int64, device=x0.device)

@@ -21,6 +21,7 @@ class MimeLiteParams(BaseModel):
     "MimeLite: local steps with the server's frozen SGD-momentum state (2x communication)",
     MimeLiteParams,
     label="MimeLite",
+    full_gradient=True,
 )
 class MimeLite(Algorithm):
     """MimeLite (Mime Alg. 1 with the SGDm base optimizer, Mime Eq. 3 / GradMA notes §4.10).
@@ -36,7 +37,6 @@ class MimeLite(Algorithm):
     """
 
     Params = MimeLiteParams
-    needs_full_gradient = True
 
     def init_state(self, x0: torch.Tensor) -> State:
         return {**super().init_state(x0), "s": torch.zeros_like(x0)}
@@ -49,7 +49,7 @@ class MimeLite(Algorithm):
         return x - ctx.lr * ((1 - beta) * grad(x) + beta * ctx.broadcast["s"])
 
     def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"delta": x - ctx.broadcast["x"], "full_grad": ctx.per_client["full_grad"]}
+        return {"delta": x - ctx.broadcast["x"], "full_grad": ctx.full_grad}
 
     def server_update(
         self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor

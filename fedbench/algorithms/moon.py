@@ -72,13 +72,13 @@ class MoonObjective:
 
 
 @ALGORITHMS.register(
-    "moon", "MOON: local model-contrastive loss on representations, FedAvg server", MoonParams, label="MOON", compression=True
+    "moon", "MOON: local model-contrastive loss on representations, FedAvg server", MoonParams, label="MOON", compression=True,
+    batchable=False,
 )
 class Moon(Algorithm):
     """Local step w ← w − η_l·∇(CE + μ·ℓ_con)(w; ξ) (MOON Alg. 1, lines 9–17); server FedAvg."""
 
     Params = MoonParams
-    batchable = False
 
     def init_state(self, x0: torch.Tensor) -> State:
         seen = torch.zeros(self.ctx.num_clients, dtype=torch.bool, device=x0.device)
@@ -112,7 +112,7 @@ class Moon(Algorithm):
 
 @ALGORITHMS.register(
     "moonm", "MOON with server momentum (FedAvgM server; GradMA's MOONM)", MoonParams, label="MOONM",
-    server={"optimizer": "sgd", "momentum": 0.5}, compression=True,
+    server={"optimizer": "sgd", "momentum": 0.5}, compression=True, batchable=False,
 )
 class MoonM(Moon):
     """MOON's local loss with the FedAvgM server m ← β·m + Δ, x ← x + η_g·m (GradMA Alg. 5; β = 0.5)."""

@@ -53,13 +53,13 @@ class NCCLParams(BaseModel):
     NCCLParams,
     label="NCCL-FL",
     local_optimizer=True,
+    replay_per_step=True,
+    replay_apart=True,
 )
 class NCCLFL(Algorithm):
     """NCCL local steps (module docstring), FedAvg server; logs the share of interfering steps."""
 
     Params = NCCLParams
-    replay_per_step = True
-    replay_apart = True
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
         p, pc = self.params, ctx.per_client

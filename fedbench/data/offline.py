@@ -52,7 +52,7 @@ def stratified_test_mask(y: np.ndarray, test_fraction: float, rng: np.random.Gen
     "digits",
     "scikit-learn's bundled 8×8 handwritten digits (1797 images, 10 classes), offline",
     params=DigitsParams,
-    offline=True,
+    tags=("offline",),
 )
 def digits(root: Path, download: bool, *, test_fraction: float, split_seed: int) -> DatasetSplits:
     """Digits scaled to [0, 1], then standardized with the training split's mean and std."""
@@ -126,7 +126,7 @@ def _mnist1d_arrays(cache_dir: Path, num_samples: int, seed: int, train_split: f
     "mnist1d",
     "MNIST-1D: 40-sample 1-D signals of 10 digit templates, generated locally (Greydanus 2020)",
     params=Mnist1dParams,
-    offline=True,
+    tags=("offline",),
 )
 def mnist1d(root: Path, download: bool, *, num_samples: int, seed: int, train_split: float) -> DatasetSplits:
     """MNIST-1D as ``[n, 1, 40]`` signals, already standardized by the generator."""
@@ -179,7 +179,7 @@ def synthetic_device(
     "synthetic",
     "Synthetic(α, β) of FedProx (Li et al. 2020): per-device logistic models, natural client split",
     params=SyntheticParams,
-    offline=True,
+    tags=("offline",),
 )
 def synthetic(
     root: Path,

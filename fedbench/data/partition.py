@@ -97,7 +97,6 @@ def iid(labels, num_clients, rng, params: NoParams, client_ids=None) -> list[np.
     "dirichlet",
     "per-class Dir(ω·1_N) over clients (convention A, GradMA code) with a min_samples seeding pass",
     params=DirichletParams,
-    convention="A",
 )
 def dirichlet(labels, num_clients, rng, params: DirichletParams, client_ids=None) -> list[np.ndarray]:
     """Convention A as coded in GradMA's ``data_distributer.py::_split_dataset`` (seed_code.md §1.7).
@@ -149,7 +148,6 @@ def dirichlet(labels, num_clients, rng, params: DirichletParams, client_ids=None
     "dirichlet_balanced",
     "per-client Dir(ω·1_C) class priors, equal client sizes n//N (convention B: FedDyn, FedMIM, MIFA)",
     params=BalancedDirichletParams,
-    convention="B",
 )
 def dirichlet_balanced(labels, num_clients, rng, params: BalancedDirichletParams, client_ids=None) -> list[np.ndarray]:
     """Convention B: FedDyn ``utils_dataset.py``, FL-Simulator ``dataset.py`` (FedMIM), MIFA, C-FLAG-style
@@ -297,7 +295,6 @@ def _distinct_shards(
 @PARTITIONS.register(
     "natural",
     "the dataset's own per-sample client ids, e.g. Synthetic(α,β) (clients.num = number of ids)",
-    needs_client_ids=True,
 )
 def natural(labels, num_clients, rng, params: NoParams, client_ids=None) -> list[np.ndarray]:
     """Client i gets the samples whose id is the i-th smallest distinct id; ``rng`` is unused."""

@@ -16,9 +16,9 @@ task's slot (:class:`~fedbench.continual.memory.ReplayMemory`), and ``Algorithm.
 indices, features/logits at any point, the memories); its logs may replace the ``task_acc`` row (iCaRL's NME).
 ``test_acc``/``test_loss`` of a continual run are over the test samples of the tasks seen so far.
 
-Memory use: ``per_client["memory_grad"]`` = ∇f_i†(x_t) on ``replay_batch`` memory samples drawn
+Memory use: ``RoundContext.memory_grad`` = ∇f_i†(x_t) on ``replay_batch`` memory samples drawn
 from the ``("replay", t, i)`` stream (or the whole memory, ``memory.gradient: full``) for algorithms
-with ``needs_memory_gradient``; per-step replay (ER) joins ``replay_batch`` samples drawn from the
+declaring ``memory_gradient``; per-step replay (ER) joins ``replay_batch`` samples drawn from the
 ``("replay_step", task, i, position)`` stream to every local minibatch.
 """
 

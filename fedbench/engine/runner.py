@@ -9,7 +9,7 @@ rounds lets an interrupted run resume with identical numbers.
 With a ``wireless`` block (FedQVR Sec. V) the sampled devices' channel is drawn right after
 sampling (:mod:`fedbench.wireless`): an ``adaptive_bits`` algorithm (FedQVR-E) gets the
 allocation of Eq. (30) — devices below B̲ are removed before training, the others' bit widths
-go to ``ctx.per_client["bits"]`` — and every upload is then checked against the deadline τ at its
+go to ``ctx.bits`` — and every upload is then checked against the deadline τ at its
 bandwidth (W_total/m for fixed-bit algorithms); only those that arrive enter ``server_update``.
 ``bits_up`` counts every upload sent, lost ones included (they used the channel).
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, RoundContext
+from fedbench.algorithms.base import RoundContext
 from fedbench.algorithms.client_table import from_checkpoint, to_checkpoint
 from fedbench.compress import BITS_PER_FLOAT, Compressed, bound_bits
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
@@ -135,13 +135,13 @@ class RoundLoop:
         self.buffers = setup.buffers0
         self.cl = None if spec.continual is None else ContinualLoop(spec, seed, setup)
         self.task_log: dict = {}
-        replay = self.cl is not None and (spec.continual.memory.replay == "per_step" or setup.algorithm.replay_per_step)
+        replay = self.cl is not None and (spec.continual.memory.replay == "per_step" or setup.algorithm.caps.replay_per_step)
         self.local_cfg = LocalConfig(
             spec.local.weight_decay, spec.local.clip_grad_norm, spec.local.augment, seed, self.cl.replay if replay else None,
-            setup.algorithm.replay_apart,
+            setup.algorithm.caps.replay_apart,
         )
         self.batched = choose_executor(
-            executor, bool(setup.buffers0), setup.x0.device.type == "cuda", setup.algorithm.batchable
+            executor, bool(setup.buffers0), setup.x0.device.type == "cuda", setup.algorithm.caps.batchable
         )
         self.uplink, self.adaptive = None, False
         if spec.wireless is not None:  # FedQVR-E's channel (cvxpy is imported only for these runs)
@@ -150,7 +150,7 @@ class RoundLoop:
             model = setup.model  # payload d(B+1) + μ, μ = 2·32 bits per parameter tensor (+ fp32 BN buffers)
             overhead = bound_bits(len(model.numels)) + BITS_PER_FLOAT * model.buffer_numel()
             self.uplink = Uplink(spec.wireless, spec.clients.num, seed, model.dim, overhead)
-            self.adaptive = bool(ALGORITHMS.get(spec.algorithm["name"]).extra.get("adaptive_bits", False))
+            self.adaptive = setup.algorithm.caps.adaptive_bits
 
     def steps_of(self, clients: list[int], t: int) -> list[int]:
         """Local steps K_i of each sampled client in round t: fixed iterations, ⌈E·n_i/B⌉ for
@@ -191,18 +191,18 @@ class RoundLoop:
             algo.broadcast(self.state, clients), algo.client_state(self.state, clients), t,
         )
         if radio is not None and radio.bits is not None:
-            ctx.per_client["bits"] = torch.as_tensor(radio.bits[radio.kept], dtype=torch.int64, device=clients.device)
-        if algo.needs_full_gradient:
-            ctx.per_client["full_grad"] = full_local_gradients(
+            ctx.bits = torch.as_tensor(radio.bits[radio.kept], dtype=torch.int64, device=clients.device)
+        if algo.caps.full_gradient:
+            ctx.full_grad = full_local_gradients(
                 s.model, self.buffers, s.data.train, [s.parts[c] for c in clients.tolist()],
                 ctx.broadcast["x"], spec.local.batch_size, self.local_cfg,
             )
-        if algo.needs_memory_gradient:  # ∇f_i†(x_t) on a memory draw; zeros for an empty memory (task 0)
+        if algo.caps.memory_gradient:  # ∇f_i†(x_t) on a memory draw; zeros for an empty memory (task 0)
             grads, sizes = (
                 no_memory(len(clients), ctx.broadcast["x"]) if self.cl is None
                 else self.cl.memory_gradients(self.buffers, clients.tolist(), ctx.broadcast["x"], t, self.local_cfg)
             )
-            ctx.per_client["memory_grad"], ctx.per_client["memory_size"] = grads, sizes
+            ctx.memory_grad, ctx.memory_size = grads, sizes
         algo.prepare_round(self.state, ctx, aggregation_weights(spec, s.client_sizes[clients]))
         if self.batched:
             result = run_clients_batched(algo, ctx, steps, s.model, s.data.train, s.batcher, self.local_cfg)
@@ -288,7 +288,7 @@ class RoundLoop:
         """Which client executor ran, and why the batched one did not when it was not used."""
         if self.batched:
             return "batched"
-        if not self.s.algorithm.batchable:
+        if not self.s.algorithm.caps.batchable:
             return "sequential (the algorithm's local loss runs client by client)"
         if self.s.buffers0:
             return "sequential (BatchNorm running statistics are per client)"

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fedbench.algorithms import ALGORITHMS, Algorithm, AlgorithmContext
-from fedbench.algorithms.local_optim import build_local_optimizer
+from fedbench.optim.local import build_local_optimizer
 from fedbench.compress import build_compressor
 from fedbench.continual.tasks import TaskStream, split_tasks
 from fedbench.data import DatasetSplits, load_dataset
@@ -21,7 +21,7 @@ from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.flat import Buffers, FlatModel
 from fedbench.models import build_model
-from fedbench.optim import ServerOptimizer
+from fedbench.optim.server import ServerOptimizer
 from fedbench.scenario import RunSpec
 from fedbench.seeding import numpy_stream, torch_seed
 

@@ -18,10 +18,10 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
 from fedbench.algorithms.cflag import adaptive_rates
-from fedbench.algorithms.local_optim import LocalAdam, LocalOptimizer
+from fedbench.optim.local import LocalAdam, LocalOptimizer
 from fedbench.compress import Compressed
-from fedbench.optim import ServerOptimizer
-from fedbench.scenario import ServerSpec
+from fedbench.optim.server import ServerOptimizer
+from fedbench.optim.spec import ServerSpec
 from tests.continual.common import COLS, P, matrix, raw_with, run, spec_of
 
 SIZES = (4, 5, 3)
@@ -79,7 +79,7 @@ class Toy:
 
 def build(name: str, toy: Toy, batch_size: int = 1, adam: bool = False, **params):
     entry = ALGORITHMS.get(name)
-    spec = ServerSpec.model_validate(entry.extra.get("server", {}))
+    spec = ServerSpec.model_validate(dict(entry.obj.caps.server))
     local = LocalAdam(*ADAM) if adam else LocalOptimizer()
     ctx = AlgorithmContext(
         len(toy.sizes), toy.dim, torch.tensor(toy.sizes, dtype=torch.float64), torch.device("cpu"),
@@ -102,12 +102,12 @@ def drive(algo, toy: Toy, batched: bool = False, schedule=SCHEDULE, memory_on=ME
         ctx = RoundContext(idx, lr, steps, algo.broadcast(state, idx), algo.client_state(state, idx), t)
         x_t = ctx.broadcast["x"].numpy()
         on = memory_on[t - 1]
-        if algo.needs_full_gradient:
-            ctx.per_client["full_grad"] = torch.tensor(np.stack([toy.full_np(i, x_t) for i in clients]))
-        if algo.needs_memory_gradient:
+        if algo.caps.full_gradient:
+            ctx.full_grad = torch.tensor(np.stack([toy.full_np(i, x_t) for i in clients]))
+        if algo.caps.memory_gradient:
             rows = [toy.memory_np(i, x_t) if on else np.zeros(toy.dim) for i in clients]
-            ctx.per_client["memory_grad"] = torch.tensor(np.stack(rows))
-            ctx.per_client["memory_size"] = torch.full((len(clients),), 4.0 if on else 0.0, dtype=torch.float64)
+            ctx.memory_grad = torch.tensor(np.stack(rows))
+            ctx.memory_size = torch.full((len(clients),), 4.0 if on else 0.0, dtype=torch.float64)
         n = torch.tensor([float(toy.sizes[i]) for i in clients], dtype=torch.float64)
         weights = n / n.sum()
         algo.prepare_round(state, ctx, weights)
@@ -278,8 +278,8 @@ def test_interference_with_alpha_equal_beta_is_an_agem_projection():
     idx = torch.tensor([0, 1, 2])
     steps = torch.tensor([float(STEPS[i]) for i in idx.tolist()], dtype=torch.float64)
     ctx = RoundContext(idx, LR, steps, algo.broadcast(state, idx), {}, 2)
-    ctx.per_client["full_grad"] = torch.tensor(np.stack([toy.full_np(i, X0) for i in range(3)]))
-    ctx.per_client["memory_grad"] = torch.tensor(np.stack([toy.memory_np(i, X0) for i in range(3)]))
+    ctx.full_grad = torch.tensor(np.stack([toy.full_np(i, X0) for i in range(3)]))
+    ctx.memory_grad = torch.tensor(np.stack([toy.memory_np(i, X0) for i in range(3)]))
     n = torch.tensor(SIZES, dtype=torch.float64)
     algo.prepare_round(state, ctx, n / n.sum())
     seen = 0
@@ -293,7 +293,7 @@ def test_interference_with_alpha_equal_beta_is_an_agem_projection():
         if float(F @ a) > 0:
             continue
         seen += 1
-        c = ctx.broadcast["grad_g"] - ctx.per_client["full_grad"][row]
+        c = ctx.broadcast["grad_g"] - ctx.full_grad[row]
         projected = a - (F @ a) / (F @ F) * F
         torch.testing.assert_close(up["delta"][0] + LR * STEPS[i] * c, -LR * F - LR * projected, rtol=1e-12, atol=1e-14)
         assert abs(float(projected @ F)) < 1e-12
@@ -315,8 +315,8 @@ def test_with_adam_adaplr_reads_the_displacement_projects_it_or_bounds_it():
     seen = {True: 0, False: 0}
     for t in range(2, 10):  # rounds from X0 with different component orders
         ctx = RoundContext(idx, LR, steps, algo.broadcast(state, idx), {}, t)
-        ctx.per_client["full_grad"] = torch.tensor(np.stack([toy.full_np(i, X0) for i in range(3)]))
-        ctx.per_client["memory_grad"] = torch.tensor(np.stack([toy.memory_np(i, X0) for i in range(3)]))
+        ctx.full_grad = torch.tensor(np.stack([toy.full_np(i, X0) for i in range(3)]))
+        ctx.memory_grad = torch.tensor(np.stack([toy.memory_np(i, X0) for i in range(3)]))
         algo.prepare_round(state, ctx, weights)
         F = ctx.broadcast["grad_f"]
         for row in range(3):
@@ -366,7 +366,7 @@ def test_params_and_errors():
     }
     assert ALGORITHMS.get("fedtrack").params().model_dump() == {"iag": "batch_table"}  # eq. (5)'s IAG by default
     assert "iag" not in ALGORITHMS.get("cflag_gd").params().model_dump()
-    assert ALGORITHMS.get("cflag").extra["local_optimizer"] and not ALGORITHMS.get("cflag_gd").extra.get("local_optimizer")
+    assert ALGORITHMS.capabilities("cflag").local_optimizer and not ALGORITHMS.capabilities("cflag_gd").local_optimizer
     with pytest.raises(ValueError, match="max_scale"):
         ALGORITHMS.get("cflag").params.model_validate({"max_scale": 0.5, "min_scale": 1.0})
     toy = Toy()

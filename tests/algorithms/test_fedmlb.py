@@ -129,7 +129,7 @@ def test_branches_are_validated():
     x, y = torch.randn(4, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0])
     with pytest.raises(ValueError, match="between 1 and 2"):
         GradientOracle(flat, {}, x, y, CFG)(flat.flatten().unsqueeze(0), objective=MLBObjective(flat.flatten(), 1, 1, 1, (3,)))
-    assert not ALGORITHMS.get("fedmlb").obj.batchable and not ALGORITHMS.get("fedmlbm").obj.batchable
+    assert not ALGORITHMS.capabilities("fedmlb").batchable and not ALGORITHMS.capabilities("fedmlbm").batchable
 
 
 # -- engine runs ----------------------------------------------------------------------------

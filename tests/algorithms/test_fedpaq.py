@@ -32,7 +32,7 @@ def fedpaq_reference(fed, eta_g, quant):
 def test_fedpaq_matches_algorithm_1(eta_g):
     fed = Quadratics(dim=5)  # unbalanced n_i: FedPAQ still averages uniformly
     algo, spec = make_algorithm("fedpaq", fed, server={"lr": eta_g}, compression={"kind": "stochastic", "bits": 2})
-    assert spec.weighting == "uniform" and ALGORITHMS.get("fedpaq").extra["compression"]
+    assert spec.weighting == "uniform" and ALGORITHMS.capabilities("fedpaq").compression
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
     np.testing.assert_allclose(state["x"].numpy(), fedpaq_reference(fed, eta_g, quantizer_np(2)), rtol=1e-11)
     unquantized = fedpaq_reference(fed, eta_g, lambda z, t, i: z)

@@ -30,7 +30,7 @@ def fedproxm_reference(fed, x, mu, beta1, eta_g, weighting="samples"):
 
 def test_fedproxm_defaults_to_server_momentum_half():
     entry = ALGORITHMS.get("fedproxm")
-    assert entry.extra["server"] == {"momentum": 0.5}
+    assert entry.obj.caps.server == {"momentum": 0.5}
     assert entry.params().mu == 0.01
 
 

@@ -71,7 +71,7 @@ def fedqvr_reference(
 
 def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0, received=None, outage="renormalize"):
     """The sequential engine's hook order (tests/algorithms/toy.py), plus FedQVR-E widths in
-    ``per_client["bits"]``; returns the state after every round and each round's upload bits. Like
+    ``ctx.bits``; returns the state after every round and each round's upload bits. Like
     the engine's ``aggregate``, only the ``received[t]`` rows reach ``server_update``, with the uniform
     weight 1/(number sampled) under ``zero_fill`` or 1/(number received) under ``renormalize``."""
     state = algo.init_state(torch.tensor(x0))
@@ -81,7 +81,7 @@ def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0, received=None, ou
         k = torch.tensor([float(steps[i]) for i in clients], dtype=torch.float64)
         ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t)
         if bits is not None:
-            ctx.per_client["bits"] = torch.tensor([bits[t - 1][i] for i in clients])
+            ctx.bits = torch.tensor([bits[t - 1][i] for i in clients])
         raw = {}
         for row, i in enumerate(clients):
             sub = ctx.select(slice(row, row + 1))
@@ -278,7 +278,7 @@ BITS = [{0: 2, 1: 5, 2: 3, 3: 7}, {0: 4, 1: 2, 2: 9, 3: 30}] * 3  # allocated B_
 
 def test_fedqvr_e_uses_each_devices_allocated_width():
     fed = Quadratics(num_clients=4, dim=6, seed=2)
-    assert ALGORITHMS.get("fedqvr_e").extra["adaptive_bits"] is True
+    assert ALGORITHMS.capabilities("fedqvr_e").adaptive_bits is True
     algo, _ = make_algorithm("fedqvr_e", fed, compression={"kind": "stochastic", "bits": 2}, gamma=GAMMA)
     x0 = np.linspace(0.5, -0.5, 6)
     states, spent = drive(algo, fed, SCHEDULE, STEPS, bits=BITS, x0=x0)

@@ -202,7 +202,7 @@ def test_network_classifier_keeps_the_engine_row_and_training_is_unchanged(tmp_p
     ends = [e for e in nme_extra if "task_acc" in e]
     assert [e["task_acc_network"] for e in ends] == matrix(net_extra)
     assert [e["task_acc_nme"] for e in ends] == matrix(nme_extra) != matrix(net_extra)
-    assert not ALGORITHMS.get("icarl_fl").obj.batchable and ALGORITHMS.get("icarl_fl").obj.replay_per_step
+    assert not ALGORITHMS.capabilities("icarl_fl").batchable and ALGORITHMS.capabilities("icarl_fl").replay_per_step
 
 
 def test_an_interrupted_run_resumes_with_the_herded_memory(tmp_path):

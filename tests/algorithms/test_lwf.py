@@ -111,7 +111,7 @@ def test_task_ends_set_the_old_model_and_the_old_heads(tmp_path, mode):
     torch.testing.assert_close(loop.state["lwf.old_model"], loop.state["x"], rtol=0, atol=0)
     want = [0, 0, 0, 1, 1, 1] if mode == "task" else [0] * 6
     assert loop.state["lwf.heads"].tolist() == want + [-1] * 4
-    assert not ALGORITHMS.get("lwf_fl").obj.batchable
+    assert not ALGORITHMS.capabilities("lwf_fl").batchable
 
 
 @pytest.mark.parametrize("mode", ["task", "class"])

@@ -88,8 +88,8 @@ def test_full_participation_with_sample_weights_is_fedavg():
 
 
 def test_registrations():
-    assert ALGORITHMS.get("mifa").extra.get("server", {}) == {}
-    assert ALGORITHMS.get("mifam").extra["server"] == {"momentum": 0.5}
+    assert ALGORITHMS.capabilities("mifa").server == {}
+    assert ALGORITHMS.capabilities("mifam").server == {"momentum": 0.5}
     fed = Quadratics()
     algo, _ = make_algorithm("mifa", fed)
     state = algo.init_state(torch.tensor(X0))

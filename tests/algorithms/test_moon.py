@@ -125,7 +125,7 @@ def test_previous_model_is_the_global_model_until_a_client_has_trained():
     torch.testing.assert_close(state["x"], local.mean(0))  # FedAvg, η_g = 1
     prev = algo.client_state(state, torch.tensor([0, 1, 3]))["previous"]
     assert torch.equal(prev[0], state["x"]) and torch.equal(prev[1], local[0]) and torch.equal(prev[2], local[1])
-    assert not ALGORITHMS.get("moon").obj.batchable and not ALGORITHMS.get("moonm").obj.batchable
+    assert not ALGORITHMS.capabilities("moon").batchable and not ALGORITHMS.capabilities("moonm").batchable
 
 
 def test_non_batchable_algorithms_take_the_sequential_executor():

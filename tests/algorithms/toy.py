@@ -11,8 +11,8 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
 from fedbench.compress import Compressed, build_compressor
-from fedbench.optim import ServerOptimizer
-from fedbench.scenario import ServerSpec
+from fedbench.optim.server import ServerOptimizer
+from fedbench.optim.spec import ServerSpec
 
 
 class Quadratics:
@@ -33,7 +33,7 @@ class Quadratics:
 
 def make_algorithm(name: str, fed: Quadratics, server: dict | None = None, compression: dict | None = None, layout: tuple[int, ...] = (), **params):
     entry = ALGORITHMS.get(name)
-    spec = ServerSpec.model_validate({**entry.extra.get("server", {}), **(server or {})})
+    spec = ServerSpec.model_validate({**dict(entry.obj.caps.server), **(server or {})})
     comp = dict(compression or {"kind": "none"})
     compressor = build_compressor(comp.pop("kind"), comp, layout or (fed.dim,))
     ctx = AlgorithmContext(fed.num_clients, fed.dim, torch.tensor(fed.sizes), torch.device("cpu"), 0, compressor, layout)
@@ -55,9 +55,9 @@ def iterate_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[in
         index = torch.tensor(clients)
         k = torch.tensor([float(steps[i]) for i in clients], dtype=torch.float64)
         ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t)
-        if algo.needs_full_gradient:  # the exact ∇f_i(x_t), as the engine's full_local_gradients
+        if algo.caps.full_gradient:  # the exact ∇f_i(x_t), as the engine's full_local_gradients
             x_t = ctx.broadcast["x"].unsqueeze(0)
-            ctx.per_client["full_grad"] = torch.cat([fed.oracle(i)(x_t) for i in clients])
+            ctx.full_grad = torch.cat([fed.oracle(i)(x_t) for i in clients])
         uploads = {}
         for row, i in enumerate(clients):
             sub = ctx.select(slice(row, row + 1))

@@ -4,6 +4,7 @@ end-of-task hook, and resuming mid-run."""
 
 import copy
 import json
+from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
@@ -81,15 +82,14 @@ class MemoryProbe(Algorithm):
     """FedAvg that records the memory gradients it is given, broadcasts their weighted mean
     (C-FLAG's ∇f†(x_t)), and records the end-of-task data."""
 
-    needs_memory_gradient = True
+    caps = replace(Algorithm.caps, label="Probe", memory_gradient=True)
     seen: ClassVar[list] = []
     ended: ClassVar[list] = []
 
     def prepare_round(self, state, ctx, weights):
-        pc = ctx.per_client
-        MemoryProbe.seen.append((ctx.round, ctx.clients.tolist(), pc["memory_grad"].clone(), pc["memory_size"].clone(),
+        MemoryProbe.seen.append((ctx.round, ctx.clients.tolist(), ctx.memory_grad.clone(), ctx.memory_size.clone(),
                                  ctx.broadcast["x"].clone()))
-        ctx.broadcast["memory_grad"] = weights @ pc["memory_grad"]
+        ctx.broadcast["memory_grad"] = weights @ ctx.memory_grad
 
     def end_task(self, state, data):
         x = state["x"]
@@ -99,7 +99,7 @@ class MemoryProbe(Algorithm):
 
 @pytest.fixture
 def probe(monkeypatch):
-    entry = Entry("memory_probe", MemoryProbe, "test-only", NoParams, {"label": "Probe"})
+    entry = Entry("memory_probe", MemoryProbe, "test-only", NoParams)
     monkeypatch.setitem(ALGORITHMS._entries, "memory_probe", entry)
     MemoryProbe.seen, MemoryProbe.ended = [], []
     return MemoryProbe

@@ -37,7 +37,7 @@ def _same(a: DatasetSplits, b: DatasetSplits) -> bool:
 def test_registered_offline_entries():
     for name in ("digits", "mnist1d", "synthetic"):
         entry = DATASETS.get(name)
-        assert entry.extra["offline"] and entry.description
+        assert "offline" in entry.tags and entry.description
     with pytest.raises(UnknownNameError, match="unknown dataset 'nope'"):
         _load("nope", Path("."))
 

@@ -217,6 +217,6 @@ def test_missing_files_name_dataset_directory_and_flag(tmp_path, name, folder):
 def test_real_datasets_registered_without_offline_flag():
     for name in ("mnist", "fashion_mnist", "emnist", "cifar10", "cifar100", "svhn", "tiny_imagenet"):
         entry = DATASETS.get(name)
-        assert entry.description and not entry.extra.get("offline", False)
+        assert entry.description and "offline" not in entry.tags
     with pytest.raises(Exception, match="extra"):
         DATASETS.get("mnist").params.model_validate({"split": "x"})

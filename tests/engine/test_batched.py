@@ -38,7 +38,7 @@ def metrics(tmp_path, raw, executor):
 def test_batched_equals_sequential(tmp_path, name):
     raw = copy.deepcopy(BASE)
     raw["algorithms"] = [{"name": name}]
-    if ALGORITHMS.get(name).extra.get("compression"):
+    if ALGORITHMS.capabilities(name).compression:
         raw["algorithms"][0]["compression"] = {"kind": "stochastic", "bits": 4}
     seq, bat = metrics(tmp_path, raw, "sequential"), metrics(tmp_path, raw, "batched")
     pd.testing.assert_frame_equal(seq, bat, rtol=1e-4, atol=1e-6)

@@ -1,7 +1,7 @@
 """The wireless uplink in the round loop: ideal-channel equality, deadline outages (nothing
 received → model unchanged; some received → renormalised or zero-filled weights; lost clients'
 state untouched), and the adaptive-bits path (allocation before training, widths in
-``ctx.per_client["bits"]``, removed devices not trained)."""
+``ctx.bits``, removed devices not trained)."""
 
 import copy
 import json
@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from fedbench.algorithms import ALGORITHMS, Algorithm
+from fedbench.algorithms.capabilities import Capabilities
 from fedbench.compress import Compressed
 from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run
@@ -179,10 +180,11 @@ def test_lost_clients_keep_their_scaffold_control_variate(tmp_path):
 class BitsProbe(Algorithm):
     """FedAvg that records the widths it is given and charges d(B_i + 1) + μ bits for its upload."""
 
+    caps = Capabilities(label="Probe", adaptive_bits=True)
     seen: ClassVar[list] = []
 
     def upload(self, ctx, x):
-        bits = ctx.per_client["bits"]
+        bits = ctx.bits
         assert bits.dtype == torch.int64 and bits.shape == ctx.clients.shape
         BitsProbe.seen.append((ctx.round, ctx.clients.tolist(), bits.tolist()))
         delta = x - ctx.broadcast["x"]
@@ -191,7 +193,7 @@ class BitsProbe(Algorithm):
 
 @pytest.fixture
 def probe(monkeypatch):
-    entry = Entry("bits_probe", BitsProbe, "test-only adaptive FedAvg", NoParams, {"label": "Probe", "adaptive_bits": True})
+    entry = Entry("bits_probe", BitsProbe, "test-only adaptive FedAvg", NoParams)
     monkeypatch.setitem(ALGORITHMS._entries, "bits_probe", entry)
     BitsProbe.seen = []
     return BitsProbe

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbench.scenario import ServerSpec
+from fedbench.optim.spec import ServerSpec
 
 OptState = dict[str, torch.Tensor]
 
