@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from fedbench.algorithms import ALGORITHMS
 from tests.algorithms.toy import Quadratics, make_algorithm, run_rounds
@@ -35,3 +36,11 @@ def test_readme_two_commands_come_first_and_ci_runs_the_test_command():
 
 def test_readme_stays_short():
     assert len(ROOT.joinpath("README.md").read_bytes()) <= 12 * 1024
+
+
+def test_readme_scenario_example_is_an_abridged_quickstart():
+    text = ROOT.joinpath("README.md").read_text()
+    example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    quickstart = yaml.safe_load(ROOT.joinpath("configs", "quickstart.yaml").read_text())
+    assert all(example[k] == quickstart[k] for k in example if k != "algorithms")
+    assert all(entry in quickstart["algorithms"] for entry in example["algorithms"])
