@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from fedbench.cli import app
 from fedbench.scenario import load_scenario, read_yaml, scale_names
+from tests.factories import tiny_scenario
 
 runner = CliRunner()
 # Files named _*.yaml are shared bases that column files `extends:`, not scenarios of their own; configs/sweeps/
@@ -17,17 +18,10 @@ CONFIGS = sorted(
     p for p in _CONFIG_DIR.rglob("*.yaml") if not p.name.startswith("_") and p.relative_to(_CONFIG_DIR).parts[0] != "sweeps"
 )
 
-TINY = {
-    "name": "tiny",
-    "dataset": "digits",
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 6, "per_round": 2},
-    "partition": {"kind": "iid"},
-    "local": {"iterations": 2, "batch_size": 16, "lr": 0.1},
-    "rounds": 3,
-    "algorithms": [{"name": "fedavg"}, {"name": "scaffold"}],
-    "targets": [0.2],
-}
+TINY = tiny_scenario(
+    {"clients.num": 6, "clients.per_round": 2, "local.iterations": 2}, dataset="digits", partition={"kind": "iid"},
+    algorithms=[{"name": "fedavg"}, {"name": "scaffold"}], targets=[0.2],
+)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))

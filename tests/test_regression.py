@@ -14,17 +14,13 @@ from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import tiny_scenario
 
-SCENARIO = {
-    "name": "regression",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [64]},
-    "clients": {"num": 20, "per_round": 5},
-    "partition": {"kind": "dirichlet", "omega": 0.1},
-    "local": {"iterations": 10, "batch_size": 16, "lr": 0.05},
-    "rounds": 30,
-    "algorithms": [{"name": "fedavg"}, {"name": "scaffold"}],
-}
+SCENARIO = tiny_scenario(
+    {"model.hidden": [64], "clients.num": 20, "clients.per_round": 5, "partition.omega": 0.1},
+    name="regression", local={"iterations": 10, "batch_size": 16, "lr": 0.05}, rounds=30,
+    algorithms=[{"name": "fedavg"}, {"name": "scaffold"}],
+)
 # label → (minimum top accuracy, maximum top accuracy) after 30 rounds
 BANDS = {"FedAvg": (0.87, 0.96), "SCAFFOLD": (0.89, 0.98)}  # measured: 0.920, 0.938
 

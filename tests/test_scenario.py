@@ -7,18 +7,12 @@ import pytest
 import yaml
 
 from fedbench.scenario import ScenarioError, load_scenario, parse_scenario, resolve_runs, scenario_hash
+from tests.factories import tiny_scenario
 
-BASE = {
-    "name": "t",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 10, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.5},
-    "local": {"iterations": 2, "batch_size": 8, "lr": 0.1},
-    "rounds": 3,
-    "algorithms": [{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
-    "targets": [0.5],
-}
+BASE = tiny_scenario(
+    {"clients.num": 10, "local.iterations": 2, "local.batch_size": 8},
+    name="t", algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}], targets=[0.5],
+)
 
 
 def with_(path: str, value):

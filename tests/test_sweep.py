@@ -15,20 +15,13 @@ from fedbench.report.paper import scale_of
 from fedbench.scenario import ScenarioError, load_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from fedbench.sweeps import WorkerSettings, expand, run_sweep, sweep_runs
+from tests.factories import tiny_scenario
 
-BASE = {
-    "name": "tinysweep",
-    "dataset": "digits",
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 4, "per_round": 2},
-    "partition": {"kind": "dirichlet", "omega": 1.0},
-    "local": {"iterations": 2, "batch_size": 16, "lr": 0.1},
-    "rounds": 2,
-    "algorithms": [{"name": "fedavg"}, {"name": "scaffold"}],
-    "seeds": [0],
-    "paper": {"name": "fedmim", "table": "I", "column": "x"},
-    "scales": {"tiny": {"rounds": 1, "clients.num": 3}},
-}
+BASE = tiny_scenario(
+    {"clients.num": 4, "clients.per_round": 2, "partition.omega": 1.0, "local.iterations": 2},
+    name="tinysweep", dataset="digits", rounds=2, algorithms=[{"name": "fedavg"}, {"name": "scaffold"}], seeds=[0],
+    paper={"name": "fedmim", "table": "I", "column": "x"}, scales={"tiny": {"rounds": 1, "clients.num": 3}},
+)
 SWEEPS = sorted(Path(__file__).parents[1].joinpath("configs", "sweeps").glob("*.yaml"))
 
 

@@ -24,6 +24,7 @@ from fedbench.engine.setup import DataCache, build_run
 from fedbench.models import build_model
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import tiny_scenario
 
 CFG = LocalConfig(weight_decay=0.0, clip_grad_norm=None, augment=AugmentSpec(), seed=0)
 
@@ -133,16 +134,7 @@ def test_branches_are_validated():
 
 
 # -- engine runs ----------------------------------------------------------------------------
-RAW = {
-    "name": "fedmlb",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16, 8]},
-    "clients": {"num": 8, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.5},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 4,
-    "algorithms": [{"name": "fedavg"}],
-}
+RAW = tiny_scenario({"model.hidden": [16, 8]}, name="fedmlb", rounds=4)
 
 
 def final_model(tmp_path, algorithm):

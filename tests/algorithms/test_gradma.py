@@ -11,6 +11,7 @@ import torch
 
 from fedbench.algorithms import RoundContext
 from tests.algorithms.toy import Quadratics, iterate_rounds, make_algorithm, weights_np
+from tests.factories import tiny_scenario
 
 LAYOUT = (2, 3)  # two "parameter tensors" of the 5-dim toy model
 SCHEDULE = [[0, 2], [1, 4], [0, 3], [2, 5], [1, 3], [0, 4], [5, 2], [1, 0]]  # sorted per round by the engine
@@ -345,12 +346,10 @@ def test_engine_run_resumes_from_a_checkpoint_with_identical_results(tmp_path):
     from fedbench.scenario import parse_scenario, resolve_runs
     from fedbench.store import ResultsStore
 
-    raw = {
-        "name": "gradma", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]},
-        "clients": {"num": 8, "per_round": 3}, "partition": {"kind": "dirichlet", "omega": 0.3},
-        "local": {"iterations": 3, "batch_size": 16, "lr": 0.1}, "rounds": 6, "checkpoint_every": 2,
-        "algorithms": [{"name": "gradma", "memory_size": 4}],
-    }
+    raw = tiny_scenario(
+        {"partition.omega": 0.3}, name="gradma", rounds=6, checkpoint_every=2,
+        algorithms=[{"name": "gradma", "memory_size": 4}],
+    )
     spec = resolve_runs(parse_scenario(raw))[0]
     cache = DataCache(tmp_path / "data", False, torch.device("cpu"))
 
@@ -390,12 +389,10 @@ def test_fallbacks_warn_once_per_run_and_are_footnoted_under_the_table(tmp_path,
         return p.clone(), torch.full((len(p),), len(blocks), dtype=torch.int64, device=p.device)
 
     monkeypatch.setattr(gradma, "project", failing)
-    raw = {
-        "name": "fallbacks", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [8]},
-        "clients": {"num": 6, "per_round": 2}, "partition": {"kind": "dirichlet", "omega": 0.3},
-        "local": {"iterations": 2, "batch_size": 16, "lr": 0.1}, "rounds": 3,
-        "algorithms": [{"name": "gradma_s", "memory_size": 4}],
-    }
+    raw = tiny_scenario(
+        {"model.hidden": [8], "clients.num": 6, "clients.per_round": 2, "partition.omega": 0.3, "local.iterations": 2},
+        name="fallbacks", algorithms=[{"name": "gradma_s", "memory_size": 4}],
+    )
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / "store")
     with warnings.catch_warnings(record=True) as caught:

@@ -12,6 +12,7 @@ from fedbench.engine.setup import DataCache, build_run
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.algorithms.toy import Quadratics, make_algorithm, run_rounds, weights_np
+from tests.factories import tiny_scenario
 
 SCHEDULE = [[0, 2], [1, 2, 3], [0, 3], [1, 2]]
 STEPS = [3, 2, 4, 1]
@@ -65,16 +66,7 @@ def test_mimelite_without_momentum_is_fedavg():
     assert torch.equal(run_rounds(mime, fed, X0, SCHEDULE, STEPS, LR)["x"], run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR)["x"])
 
 
-RAW = {
-    "name": "mime",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 8, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.3},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 2,
-    "algorithms": [{"name": "fedavg"}],
-}
+RAW = tiny_scenario({"partition.omega": 0.3}, name="mime", rounds=2)
 
 
 def engine_metrics(tmp_path, name, executor="sequential"):

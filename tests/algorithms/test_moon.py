@@ -23,6 +23,7 @@ from fedbench.models import build_model
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.algorithms.toy import Quadratics, make_algorithm
+from tests.factories import tiny_scenario
 
 CFG = LocalConfig(weight_decay=0.0, clip_grad_norm=None, augment=AugmentSpec(), seed=0)
 
@@ -137,16 +138,7 @@ def test_non_batchable_algorithms_take_the_sequential_executor():
 
 
 # -- engine runs ----------------------------------------------------------------------------
-RAW = {
-    "name": "moon",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 8, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.5},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 4,
-    "algorithms": [{"name": "fedavg"}],
-}
+RAW = tiny_scenario(name="moon", rounds=4)
 
 
 def final_model(tmp_path, algorithm, raw=RAW, executor="auto"):

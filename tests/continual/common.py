@@ -1,7 +1,6 @@
 """A tiny Split-digits federation shared by the continual tests: 3 tasks × 3 classes (class 9 in no
 task), an MLP, 3 clients, 2 rounds per task."""
 
-import copy
 import json
 
 import torch
@@ -10,33 +9,19 @@ from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import P_MLP16, tiny_scenario, with_changes
 
-RAW = {
-    "name": "split_digits",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 3, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.5},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 6,
-    "continual": {"tasks": 3, "classes_per_task": 3, "rounds_per_task": 2, "memory": {"per_task": 12, "replay_batch": 5}},
-    "algorithms": [{"name": "fedavg"}],
-}
-P = 64 * 16 + 16 + 16 * 10 + 10  # mlp 64-16-10
+RAW = tiny_scenario(
+    {"clients.num": 3, "clients.per_round": 3}, name="split_digits", rounds=6,
+    continual={"tasks": 3, "classes_per_task": 3, "rounds_per_task": 2, "memory": {"per_task": 12, "replay_batch": 5}},
+)
+P = P_MLP16
 COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
 
 
 def raw_with(changes: dict | None = None, **top) -> dict:
     """RAW with dotted-key ``changes`` (e.g. {"continual.mode": "class"}) and top-level keys replaced."""
-    raw = copy.deepcopy(RAW)
-    raw.update(copy.deepcopy(top))
-    for key, value in (changes or {}).items():
-        node = raw
-        *path, last = key.split(".")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return raw
+    return with_changes(RAW, changes, **top)
 
 
 def spec_of(raw: dict, algorithm: str = "fedavg"):

@@ -11,18 +11,13 @@ from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import tiny_scenario
 
-BASE = {
-    "name": "batched",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 12, "per_round": 4},
-    # unequal client sizes: epochs → different K_i per client, and clients smaller than the batch
-    "partition": {"kind": "dirichlet", "omega": 0.5},
-    "local": {"epochs": 0.5, "batch_size": 32, "lr": 0.05, "weight_decay": 1e-3, "clip_grad_norm": 2.0},
-    "rounds": 3,
-    "algorithms": [{"name": "fedavg"}],
-}
+# unequal client sizes (Dirichlet 0.5): epochs → different K_i per client, and clients smaller than the batch
+BASE = tiny_scenario(
+    {"clients.num": 12, "clients.per_round": 4}, name="batched",
+    local={"epochs": 0.5, "batch_size": 32, "lr": 0.05, "weight_decay": 1e-3, "clip_grad_norm": 2.0},
+)
 COLS = ["test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
 
 

@@ -2,8 +2,6 @@
 reproducible whatever the caller did to torch's global generator, and a resumed run matches an
 uninterrupted one."""
 
-import copy
-
 import pandas as pd
 import pytest
 import torch
@@ -12,27 +10,17 @@ from fedbench.engine.runner import execute_run, run_id_of
 from fedbench.engine.setup import DataCache
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import tiny_scenario, with_changes
 
-RAW = {
-    "name": "dropout",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [32], "dropout": 0.5},
-    "clients": {"num": 8, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.3},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 5,
-    "eval": {"every": 1},
-    "checkpoint_every": 2,
-    "algorithms": [{"name": "fedavg"}],
-    "targets": [0.3],
-}
+RAW = tiny_scenario(
+    {"model.hidden": [32], "model.dropout": 0.5, "partition.omega": 0.3},
+    name="dropout", rounds=5, eval={"every": 1}, checkpoint_every=2, targets=[0.3],
+)
 COLS = ["round", "test_acc", "test_loss", "train_loss", "consistency"]
 
 
 def scenario(**model):
-    raw = copy.deepcopy(RAW)
-    raw["model"].update(model)
-    return parse_scenario(raw)
+    return parse_scenario(with_changes(RAW, {f"model.{key}": value for key, value in model.items()}))
 
 
 def run(tmp_path, sc, name, seed=0, on_round=None, executor="sequential", global_seed=None):

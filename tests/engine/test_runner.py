@@ -11,20 +11,11 @@ from fedbench.engine.setup import DataCache
 from fedbench.runs import run_scenario
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import tiny_scenario
 
-RAW = {
-    "name": "engine",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 8, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.3},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 5,
-    "eval": {"every": 2},
-    "checkpoint_every": 2,
-    "algorithms": [{"name": "fedavg"}],
-    "targets": [0.3],
-}
+RAW = tiny_scenario(
+    {"partition.omega": 0.3}, name="engine", rounds=5, eval={"every": 2}, checkpoint_every=2, targets=[0.3]
+)
 
 
 def scenario(**changes):

@@ -20,18 +20,10 @@ from fedbench.engine.setup import DataCache, build_run
 from fedbench.registry import Entry, NoParams
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import P_MLP16, tiny_scenario
 
-RAW = {
-    "name": "wireless",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 8, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.5},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 3,
-    "algorithms": [{"name": "fedavg"}],
-}
-P = 64 * 16 + 16 + 16 * 10 + 10  # mlp 64-16-10
+RAW = tiny_scenario(name="wireless")
+P = P_MLP16
 MU = 2 * 32 * 4  # fp32 min and max per parameter tensor (4 tensors)
 COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
 

@@ -7,16 +7,9 @@ import json
 import pytest
 
 from fedbench.scenario import ScenarioError, parse_scenario, resolve_runs
+from tests.factories import DROP, tiny_scenario
 
-BASE = {
-    "name": "w",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 10, "per_round": 3},
-    "local": {"iterations": 2, "batch_size": 8, "lr": 0.1},
-    "rounds": 3,
-    "algorithms": [{"name": "fedavg"}],
-}
+BASE = tiny_scenario({"clients.num": 10, "local.iterations": 2, "local.batch_size": 8}, name="w", partition=DROP)
 
 
 def raw_with(wireless):
