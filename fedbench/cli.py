@@ -96,7 +96,7 @@ def validate(
     overrides: Optional[list[str]] = SETS,
 ) -> None:
     """Check a scenario (at every scale it defines) without training; show the resolved runs."""
-    from fedbench.scenario import ScenarioError, read_yaml, resolve_runs, scale_names
+    from fedbench.scenario import ScenarioError, read_yaml, scale_names
 
     try:
         scales = [scale] if scale else scale_names(read_yaml(scenario))
@@ -108,7 +108,7 @@ def validate(
         table = Table(title=f"{sc.name}: {len(sc.algorithms)} algorithm(s) × seeds {sc.seeds}")
         for col in ("label", "algorithm", "params", "server", "spec hash"):
             table.add_column(col)
-        for spec in resolve_runs(sc):
+        for spec in sc.runs:
             params = {k: v for k, v in spec.algorithm.items() if k not in ("name", "label")}
             table.add_row(spec.label, spec.algorithm["name"], str(params or "—"), str(spec.server.model_dump()), spec.spec_hash()[:16])
         console.print(table)
@@ -135,15 +135,15 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"),
 ) -> None:
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
-    from fedbench import sweeps
+    from fedbench.sweeps import driver, grid, worker
 
-    points = _or_exit(sweeps.expand, files, scale, _parse_seeds(seeds))
-    runs = sweeps.sweep_runs(points)
+    points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds))
+    runs = grid.sweep_runs(points)
     if dry_run:
-        console.print("\n".join(sweeps.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
+        console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
         return
-    settings = sweeps.WorkerSettings(device, data_dir, download, client_executor)
-    summary = _or_exit(lambda: sweeps.run_sweep(
+    settings = worker.WorkerSettings(device, data_dir, download, client_executor)
+    summary = _or_exit(lambda: driver.run_sweep(
         runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))
     if summary.failed:
         raise typer.Exit(1)

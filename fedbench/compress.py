@@ -205,7 +205,7 @@ class StochasticQuantizer(Compressor):
         return Compressed(value, cost)
 
 
-def build_compressor(kind: str, params: dict, layout: tuple[int, ...]) -> Compressor:
+def build_compressor(kind: str, params: dict | BaseModel, layout: tuple[int, ...]) -> Compressor:
     """The registered compressor ``kind`` with validated ``params`` for a model of this layout."""
     entry = COMPRESSORS.get(kind)
-    return entry.obj(entry.params.model_validate(params), layout)
+    return entry.obj(params if isinstance(params, BaseModel) else entry.params.model_validate(params), layout)

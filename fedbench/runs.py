@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.engine.threads import DEFAULT_THREADS
-from fedbench.scenario import Scenario, resolve_runs, scenario_hash
+from fedbench.scenario import Scenario, scenario_hash
 from fedbench.store import ResultsStore
 
 
@@ -33,7 +33,7 @@ def run_scenario(
     console = console or Console()
     if seeds is not None:
         scenario = scenario.model_copy(update={"seeds": seeds})
-    specs = resolve_runs(scenario)
+    specs = list(scenario.runs)
     if only:
         specs = [s for s in specs if s.label in only or s.algorithm["name"] in only]
         if not specs:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedbench.compress import build_compressor
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.models import build_model
 from fedbench.models.registry import count_parameters
 from fedbench.report.claims.fedcams import _UPLINK_RATIO, FEDCAMS_RATIO_TOL

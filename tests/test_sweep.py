@@ -14,7 +14,9 @@ from fedbench.engine.runner import run_id_of
 from fedbench.report.paper import scale_of
 from fedbench.scenario import ScenarioError, load_scenario, resolve_runs
 from fedbench.store import ResultsStore
-from fedbench.sweeps import WorkerSettings, expand, run_sweep, sweep_runs
+from fedbench.sweeps.driver import run_sweep
+from fedbench.sweeps.grid import expand, sweep_runs
+from fedbench.sweeps.worker import WorkerSettings
 from tests.factories import tiny_scenario
 
 BASE = tiny_scenario(

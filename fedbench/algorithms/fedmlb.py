@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext
-from fedbench.engine.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel
 
 
 class FedMLBParams(BaseModel):

@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, TaskData
 from fedbench.compress import BITS_PER_FLOAT
-from fedbench.engine.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel
 
 
 class ICaRLParams(BaseModel):

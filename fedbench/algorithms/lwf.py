@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, TaskData
-from fedbench.engine.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel
 
 
 class LwFParams(BaseModel):

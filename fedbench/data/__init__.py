@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel
 
 from fedbench.data import offline, vision  # noqa: F401  (registration)
 from fedbench.data.base import DATASETS, ArraySplit, DatasetSplits
@@ -18,14 +19,14 @@ from fedbench.data.vision import DatasetNotFoundError
 __all__ = ["DATASETS", "ArraySplit", "DatasetSplits", "DatasetNotFoundError", "load_dataset"]
 
 
-def load_dataset(name: str, params: dict[str, Any] | None, root: Path, download: bool) -> DatasetSplits:
+def load_dataset(name: str, params: dict[str, Any] | BaseModel | None, root: Path, download: bool) -> DatasetSplits:
     """Validates ``params`` with the entry's pydantic model and runs its loader.
 
     Raises :class:`~fedbench.registry.UnknownNameError` for an unregistered ``name`` and
     :class:`pydantic.ValidationError` for bad ``params`` (unknown keys are rejected).
     """
     entry = DATASETS.get(name)
-    validated = entry.params.model_validate(params or {})
+    validated = params if isinstance(params, BaseModel) else entry.params.model_validate(params or {})
     splits = entry.obj(Path(root), download, **validated.model_dump())
     _check(name, splits)
     return splits

@@ -20,7 +20,7 @@ from torch.func import grad_and_value, vmap
 from fedbench.algorithms.base import Algorithm, RoundContext
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.engine.local import LocalConfig, LocalResult
 
 

@@ -31,7 +31,7 @@ import torch
 from fedbench.algorithms.base import Algorithm, State, TaskData
 from fedbench.continual.memory import ReplayMemory
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.flat import Buffers
+from fedbench.models.flat import Buffers
 from fedbench.engine.local import LocalConfig, client_gradients, full_local_gradients
 from fedbench.seeding import numpy_stream
 

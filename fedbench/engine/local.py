@@ -18,7 +18,7 @@ from fedbench.data.base import ArraySplit
 from fedbench.scenario import AugmentSpec
 from fedbench.engine.augment import augment_batch
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.flat import Buffers, FlatModel, Objective
+from fedbench.models.flat import Buffers, FlatModel, Objective
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class GradientOracle:
     """Minibatch gradient at any point(s) for one client and one local step.
 
     ``grad(points, objective)`` differentiates an algorithm's own local loss (MOON, FedMLB; see
-    :class:`~fedbench.engine.flat.Objective`) instead of cross-entropy; only this sequential
+    :class:`~fedbench.models.flat.Objective`) instead of cross-entropy; only this sequential
     oracle accepts one, so such algorithms set ``batchable = False``.
 
     BatchNorm running statistics are updated by the step's first evaluation only — the gradient

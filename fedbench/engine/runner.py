@@ -35,13 +35,13 @@ from fedbench.compress import BITS_PER_FLOAT, Compressed, bound_bits
 from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.engine.batched import run_clients_batched
 from fedbench.engine.continual import ContinualLoop, no_memory
-from fedbench.engine.flat import average_buffers
+from fedbench.models.flat import average_buffers
 from fedbench.engine.local import LocalConfig, LocalResult, full_local_gradients, run_clients_sequential
 from fedbench.engine.setup import DataCache, RunSetup, build_run
 from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
-from fedbench.scenario import RunSpec
+from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
-from fedbench.store import ResultsStore, RunRecord
+from fedbench.store import ResultsStore
 
 if TYPE_CHECKING:
     from fedbench.wireless import RoundRadio
@@ -56,15 +56,6 @@ class RunOutcome:
     run_id: str
     status: str
     error: str | None = None
-
-
-def run_id_of(spec: RunSpec, seed: int) -> str:
-    return f"{spec.spec_hash()[:16]}-s{seed}"
-
-
-def run_record(spec: RunSpec, seed: int, scenario_hash: str) -> RunRecord:
-    """The store's record of the run (spec, seed) of a scenario with this hash."""
-    return RunRecord(run_id_of(spec, seed), spec.scenario, scenario_hash, spec.spec_hash(), spec.label, seed, spec.to_json())
 
 
 def sample_clients(num: int, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:

@@ -19,7 +19,7 @@ from fedbench.data import DatasetSplits, load_dataset
 from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel
 from fedbench.models import build_model
 from fedbench.optim.server import ServerOptimizer
 from fedbench.scenario import RunSpec
@@ -42,11 +42,11 @@ class DataCache:
         self.data_dir, self.download, self.device = data_dir, download, device
         self._loaded: dict[str, DatasetSplits] = {}
 
-    def get(self, spec: dict) -> DatasetSplits:
-        key = json.dumps(spec, sort_keys=True)
+    def get(self, spec: RunSpec) -> DatasetSplits:
+        """The run's dataset (its resolved ``dataset`` block is the cache key)."""
+        key = json.dumps(spec.dataset, sort_keys=True)
         if key not in self._loaded:
-            params = {k: v for k, v in spec.items() if k != "name"}
-            data = load_dataset(spec["name"], params, self.data_dir, self.download)
+            data = load_dataset(spec.dataset["name"], spec.components.dataset, self.data_dir, self.download)
             self._loaded[key] = data.to(self.device)
         return self._loaded[key]
 
@@ -82,12 +82,11 @@ def partition_clients(
 ) -> list[torch.Tensor]:
     """Client index tensors on the data's device, from the ``("partition",)`` stream; in a continual
     run the training indices ``indices`` of task ``task`` are split, from the ``("partition", task)`` stream."""
-    params = {k: v for k, v in spec.partition.items() if k != "kind"}
     labels, ids, keys = data.train.y.cpu().numpy(), data.client_ids, () if task is None else (task,)
     if indices is not None:
         labels, ids = labels[indices], None if ids is None else ids[indices]
     parts = make_partition(
-        spec.partition["kind"], labels, spec.clients.num, numpy_stream(seed, "partition", *keys), params, ids
+        spec.partition["kind"], labels, spec.clients.num, numpy_stream(seed, "partition", *keys), spec.components.partition, ids
     )
     if indices is not None:
         parts = [np.asarray(indices)[p] for p in parts]
@@ -130,27 +129,24 @@ def subsample(indices: np.ndarray, fraction: float, rng: np.random.Generator) ->
 def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: bool = False) -> RunSetup:
     """Load data, split it, initialise the model from the ``("init",)`` stream, build the algorithm."""
     device = cache.device
-    data = cache.get(spec.dataset)
+    data = cache.get(spec)
     tasks = None if spec.continual is None else task_setup(spec, data, seed)
     parts = partition_clients(spec, data, seed) if tasks is None else tasks.parts[0]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed(seed, "init"))
-        params = {k: v for k, v in spec.model.items() if k != "name"}
-        module = build_model(spec.model["name"], params, data.input_shape, data.num_classes)
+        module = build_model(spec.model["name"], spec.components.model, data.input_shape, data.num_classes)
     model = FlatModel(module.to(device))
     model.autocast = torch.bfloat16 if spec.local.precision == "bf16" else None
     sizes = torch.tensor([len(p) for p in parts], dtype=torch.float32, device=device)
     entry = ALGORITHMS.get(spec.algorithm["name"])
-    algo_params = entry.params.model_validate({k: v for k, v in spec.algorithm.items() if k not in ("name", "label")})
-    compression = {k: v for k, v in spec.compression.items() if k != "kind"}
-    compressor = build_compressor(spec.compression["kind"], compression, tuple(model.numels))
+    compressor = build_compressor(spec.compression["kind"], spec.components.compression, tuple(model.numels))
     local = spec.local
     optimizer = build_local_optimizer(local.optimizer, local.betas, local.eps)
     ctx = AlgorithmContext(
         spec.clients.num, model.dim, sizes, device, seed, compressor, tuple(model.numels), optimizer, local.batch_size,
         host_client_state,
     )
-    algorithm = entry.obj(algo_params, ServerOptimizer(spec.server), ctx)
+    algorithm = entry.obj(spec.components.algorithm, ServerOptimizer(spec.server), ctx)
     task0 = None if tasks is None else 0
     batcher = ClientBatcher(parts, local.batch_size, seed, local.drop_singleton_batch, task0)
     info = partition_info(data, parts) if tasks is None else tasks.info[0]

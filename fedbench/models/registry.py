@@ -10,7 +10,7 @@ Blocks (for MOON's representation and FedMLB's hybrid paths): a model may define
 C(B_B(…B₁(x)))``: B sequential feature blocks followed by the classifier C, built from the
 model's own submodules so that ``torch.func.functional_call`` swaps their parameters. The
 representation (penultimate features) is B_B's output. mlp, lenet5, cnn1d, small_cnn and
-resnet18 define it; :meth:`fedbench.engine.flat.FlatModel.run_stages` evaluates a range of
+resnet18 define it; :meth:`fedbench.models.flat.FlatModel.run_stages` evaluates a range of
 stages on a flat parameter vector. An optional attribute ``fedmlb_branches`` (1-based block
 numbers) sets FedMLB's default hybrid paths for the model (otherwise: after every block).
 """

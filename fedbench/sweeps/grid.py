@@ -32,9 +32,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fedbench.engine.runner import run_id_of
 from fedbench.scenario import (
-    RunSpec, Scenario, ScenarioError, apply_override, apply_scale, parse_scenario, read_yaml, resolve_runs, scenario_hash,
+    RunSpec, Scenario, ScenarioError, apply_override, apply_scale, parse_scenario, read_yaml, run_id_of, scenario_hash,
 )
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
@@ -161,7 +160,7 @@ def expand_file(path: str | Path, scale: str | None = None) -> list[SweepPoint]:
                 point_raw["name"] = point_name(prefix, point, scale)
             if point:
                 point_raw.pop("paper", None)
-            scenario = parse_scenario(point_raw, where)
+            scenario = parse_scenario(point_raw, where, at_scale=scale)
         except ScenarioError as exc:
             raise ScenarioError(exc.problems, where) from None
         points.append(SweepPoint(scenario, point, str(path)))
@@ -178,7 +177,7 @@ def expand(paths: list[str | Path], scale: str | None = None, seeds: list[int] |
             points.append(SweepPoint(sc, p.overrides, p.source))
     seen: dict[tuple[str, str], tuple[str, str]] = {}
     for p in points:
-        for spec in resolve_runs(p.scenario):
+        for spec in p.scenario.runs:
             key, value = (spec.scenario, spec.label), (spec.spec_hash(), p.source)
             if seen.setdefault(key, value)[0] != value[0]:
                 raise ScenarioError(
@@ -195,7 +194,7 @@ def sweep_runs(points: list[SweepPoint]) -> list[SweepRun]:
     runs: dict[str, SweepRun] = {}
     for p in points:
         shash = scenario_hash(p.scenario)
-        for spec in resolve_runs(p.scenario):
+        for spec in p.scenario.runs:
             for seed in p.scenario.seeds:
                 run = SweepRun(spec, seed, shash)
                 runs.setdefault(run.run_id, run)

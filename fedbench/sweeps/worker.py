@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from fedbench.engine.runner import RunOutcome, execute_run, run_record
+from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.engine.threads import DEFAULT_THREADS
+from fedbench.scenario import run_record
 from fedbench.store import ResultsStore, RunRecord, extra_to_json
 from fedbench.sweeps.grid import SweepRun
 

@@ -17,7 +17,7 @@ from torch.nn.utils import vector_to_parameters
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.fedmlb import MLBObjective
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run

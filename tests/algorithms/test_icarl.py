@@ -20,7 +20,7 @@ from fedbench.algorithms.base import TaskData
 from fedbench.algorithms.icarl import ICaRLObjective, herding
 from fedbench.continual.memory import ReplayMemory
 from fedbench.continual.tasks import TaskStream
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.engine.runner import run_id_of
 from fedbench.models import build_model

@@ -12,7 +12,7 @@ from torch.nn.utils import vector_to_parameters
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.lwf import LwFObjective, old_heads
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs

@@ -15,7 +15,7 @@ from torch.nn.utils import vector_to_parameters
 
 from fedbench.algorithms import ALGORITHMS, RoundContext
 from fedbench.algorithms.moon import MoonObjective
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.engine.runner import RoundLoop, choose_executor, decoded, execute_run
 from fedbench.engine.setup import DataCache, build_run

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.engine.batched import BatchedOracle
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
 from fedbench.scenario import AugmentSpec

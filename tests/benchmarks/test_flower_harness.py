@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict  # n
 from benchmarks.fedbench_harness import fedavg_rounds  # noqa: E402
 from benchmarks.flower_harness import client_app, fedavg_strategy, train_config  # noqa: E402
 from benchmarks.workload import case_named, initial_model  # noqa: E402
-from fedbench.engine.flat import FlatModel  # noqa: E402
+from fedbench.models.flat import FlatModel  # noqa: E402
 
 
 def test_flower_round_matches_fedbench_sequential_round(monkeypatch):

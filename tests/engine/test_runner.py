@@ -183,7 +183,7 @@ def test_data_fraction_keeps_a_seeded_subset_of_each_client(tmp_path):
 
 
 def test_only_the_first_gradient_of_a_step_moves_batchnorm_statistics():
-    from fedbench.engine.flat import FlatModel
+    from fedbench.models.flat import FlatModel
     from fedbench.engine.local import GradientOracle, LocalConfig
     from fedbench.models import build_model
     from fedbench.scenario import AugmentSpec
@@ -216,7 +216,7 @@ def test_bf16_mixed_precision_trains_close_to_fp32(tmp_path):
 
 
 def test_bf16_logits_round_through_bfloat16():
-    from fedbench.engine.flat import FlatModel
+    from fedbench.models.flat import FlatModel
     from fedbench.models import build_model
 
     torch.manual_seed(0)

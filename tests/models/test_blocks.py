@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import vector_to_parameters
 
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.models import build_model
 
 CASES = [

@@ -8,7 +8,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.models import build_model, count_parameters
 
 # (name, params, input_shape, num_classes) on each model's intended input and on other inputs

@@ -1,0 +1,131 @@
+"""Resolution: a validated :class:`Scenario` becomes one :class:`RunSpec` per algorithm entry.
+
+Each registered component's inline parameters are validated against its registry entry's schema
+and each algorithm's declared :class:`~fedbench.algorithms.capabilities.Capabilities` are checked
+against the scenario, once; every problem names its YAML path. Server settings resolve in this
+order (later wins): :class:`ServerSpec` defaults, the algorithm's declared server defaults (e.g.
+``fedadam`` → ``optimizer: adam, lr: 0.1``), the scenario's ``server`` block, the entry's ``server``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fedbench.algorithms import ALGORITHMS
+from fedbench.algorithms.capabilities import Capabilities
+from fedbench.compress import COMPRESSORS
+from fedbench.data import DATASETS
+from fedbench.data.partition import PARTITIONS
+from fedbench.models import MODELS
+from fedbench.optim.spec import ServerSpec
+from fedbench.registry import Registry, UnknownNameError
+from fedbench.scenario.errors import ScenarioError, format_errors
+from fedbench.scenario.runspec import Components, RunSpec
+from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, Scenario
+
+
+@dataclass
+class Checked:
+    """One component after validation: its resolved JSON form (``{key: name, **params}``) and
+    its parameter model, or the problems that stopped it."""
+
+    resolved: dict[str, Any]
+    model: BaseModel | None
+    problems: list[str]
+
+
+def check_component(registry: Registry, name: str, params: dict, path: str, key: str = "name") -> Checked:
+    """Validate ``params`` against the registry entry ``name``; problems name ``path``. The model
+    is rebuilt from the resolved JSON, exactly what the spec's JSON gives back."""
+    try:
+        entry = registry.get(name)
+    except UnknownNameError as exc:
+        return Checked({}, None, [f"{path}.{key}: {exc}"])
+    try:
+        dumped = entry.params.model_validate(params).model_dump(mode="json")
+    except ValidationError as exc:
+        return Checked({}, None, format_errors(exc, path))
+    return Checked({key: name, **dumped}, entry.params.model_validate(dumped), [])
+
+
+def _server(scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str) -> tuple[ServerSpec | None, list[str]]:
+    """The entry's server settings: declared defaults < scenario ``server`` < entry ``server``."""
+    raw = {**caps.server, **scenario.server.model_dump(exclude_unset=True), **algo.server}
+    try:
+        return ServerSpec.model_validate(raw), []
+    except ValidationError as exc:
+        return None, format_errors(exc, f"{path}.server")
+
+
+def _capability_problems(scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str, comp: tuple[CompressionSpec, str]) -> list[str]:
+    """The scenario asks for what the algorithm declares: a non-sgd local optimizer, compression."""
+    problems = []
+    if scenario.local.optimizer != "sgd" and not caps.local_optimizer:
+        supported = ", ".join(e.name for e in ALGORITHMS if e.obj.caps.local_optimizer)
+        problems.append(
+            f"local.optimizer: {algo.name} ({path}) does not support {scenario.local.optimizer!r} (its local step "
+            f"is its own); use sgd, or one of: {supported}"
+        )
+    spec, comp_path = comp
+    if spec.kind != "none" and not caps.compression:
+        supported = ", ".join(e.name for e in ALGORITHMS if e.obj.caps.compression)
+        problems.append(f"{comp_path}.kind: {algo.name} does not support uplink compression; algorithms that do: {supported}")
+    return problems
+
+
+def _spec(scenario: Scenario, shared: dict[str, Checked], algorithm: dict, compression: dict, server: ServerSpec) -> RunSpec:
+    """The :class:`RunSpec` of one entry (its JSON and hash are frozen: see runspec.py)."""
+    return RunSpec(
+        scenario=scenario.name, dataset=shared["dataset"].resolved, model=shared["model"].resolved,
+        clients=scenario.clients, partition=shared["partition"].resolved, local=scenario.local, rounds=scenario.rounds,
+        eval=scenario.eval, compression=compression, algorithm=algorithm, server=server, targets=scenario.targets,
+        checkpoint_every=scenario.checkpoint_every, paper=scenario.paper, wireless=scenario.wireless,
+        continual=scenario.continual,
+    )
+
+
+def _entry(scenario: Scenario, i: int, shared: dict[str, Checked], labels: set[str], scale: str) -> tuple[RunSpec | None, list[str]]:
+    """Resolve ``algorithms[i]``; returns its spec (None when it cannot be built) and its problems."""
+    algo, path = scenario.algorithms[i], f"algorithms[{i}]"
+    checked = check_component(ALGORITHMS, algo.name, algo.params(), path)
+    if checked.problems:
+        return None, checked.problems
+    caps = ALGORITHMS.capabilities(algo.name)
+    label = algo.label or caps.label
+    problems = [f"{path}.label: {label!r} is used twice; give each entry a distinct label"] if label in labels else []
+    labels.add(label)
+    server, p = _server(scenario, algo, caps, path)
+    if server is None:
+        return None, problems + p
+    comp = (algo.compression, f"{path}.compression") if algo.compression else (scenario.compression, "compression")
+    compression = check_component(COMPRESSORS, comp[0].kind, comp[0].params(), comp[1], "kind")
+    problems += _capability_problems(scenario, algo, caps, path, comp) + compression.problems
+    algorithm = {"name": algo.name, "label": label, **{k: v for k, v in checked.resolved.items() if k != "name"}}
+    spec = _spec(scenario, shared, algorithm, compression.resolved, server)
+    if problems or any(c.model is None for c in shared.values()):
+        return spec, problems
+    models = {k: c.model for k, c in shared.items()}
+    return spec.resolved(scale, Components(**models, compression=compression.model, algorithm=checked.model)), problems
+
+
+def resolve_runs(scenario: Scenario, scale: str = "paper", source: str = "scenario") -> tuple[RunSpec, ...]:
+    """One :class:`RunSpec` per algorithm entry, every default filled in, at ``scale``; raises
+    :class:`ScenarioError` listing every problem of the scenario."""
+    shared = {
+        "dataset": check_component(DATASETS, scenario.dataset.name, scenario.dataset.params(), "dataset"),
+        "model": check_component(MODELS, scenario.model.name, scenario.model.params(), "model"),
+        "partition": check_component(PARTITIONS, scenario.partition.kind, scenario.partition.params(), "partition", "kind"),
+    }
+    problems = [p for c in shared.values() for p in c.problems]
+    specs, labels = [], set()
+    for i in range(len(scenario.algorithms)):
+        spec, p = _entry(scenario, i, shared, labels, scale)
+        problems += p
+        if spec is not None:
+            specs.append(spec)
+    if problems:
+        raise ScenarioError(problems, source)
+    return tuple(specs)
