@@ -14,7 +14,7 @@ from fedbench.compress import Compressor
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched import run_clients_batched
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.flat import FlatModel
+from fedbench.models.flat import FlatModel
 from fedbench.engine.local import LocalConfig, run_clients_sequential
 from fedbench.engine.runner import decoded
 from fedbench.optim import ServerOptimizer

@@ -29,7 +29,7 @@ simulation can keep it in an ``[N, P]`` table. ``server_update`` receives decode
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 import torch
 from pydantic import BaseModel
@@ -46,7 +46,17 @@ if TYPE_CHECKING:
     from fedbench.continual.tasks import TaskStream
 
 State = dict[str, torch.Tensor]
-GradFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+class GradFn(Protocol):
+    """The engine's gradient oracle for one local step (same minibatch on every call):
+    ``grad(z)`` = clip(∇f_i(z; ξ)) + λz ``[S, P]``; ``grad(z, objective)`` the gradient of an
+    algorithm's own local loss (``batchable=False``); ``grad.memory(z)`` the step's replay draw's
+    gradient (``replay_apart``)."""
+
+    def __call__(self, z: torch.Tensor, objective: Any = None) -> torch.Tensor: ...
+
+    def memory(self, z: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass

@@ -114,23 +114,24 @@ class CFLAG(FedTrack):
     """C-FLAG Alg. 1 + AdapLR (module docstring); ``iag`` as FedTrack's."""
 
     Params = CFLAGParams
+    params: CFLAGParams  # type: ignore[assignment]  # narrows FedTrack.params (C-FLAG extends its fields)
 
     def alpha(self, ctx: RoundContext) -> float:
         """Memory step α: ``alpha`` or, by default, the round's local rate (α_t = β_t, paper Sec. 5)."""
-        return ctx.lr if self.params.alpha is None else self.params.alpha  # type: ignore[attr-defined]
+        return ctx.lr if self.params.alpha is None else self.params.alpha
 
     def prepare_round(self, state: State, ctx: RoundContext, weights: torch.Tensor) -> None:
         """Alg. 1 lines 2–3: broadcast ∇g(x_t) and F = ∇f†(x_t) = Σ p_i ∇f_i†(x_t); note κ·p_i per client."""
         super().prepare_round(state, ctx, weights)
         ctx.broadcast["grad_f"] = weighted_mean(ctx.memory_grad, weights)
-        kappa = len(weights) if self.params.case == "worst" else 1  # type: ignore[attr-defined]
+        kappa = len(weights) if self.params.case == "worst" else 1
         ctx.per_client[KP] = kappa * weights
 
     def rates(self, ctx: RoundContext, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return adaptive_rates(
-            ctx.broadcast["grad_f"], a, self.alpha(ctx), ctx.lr, p.L,  # type: ignore[attr-defined]
-            ctx.per_client[KP], p.adaptive, p.min_scale, p.max_scale,  # type: ignore[attr-defined]
+            ctx.broadcast["grad_f"], a, self.alpha(ctx), ctx.lr, p.L,
+            ctx.per_client[KP], p.adaptive, p.min_scale, p.max_scale,
         )
 
     def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -158,7 +159,7 @@ class CFLAG(FedTrack):
     def round_log(self, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor) -> dict[str, Any]:
         """Λ_{t,i}, α_{t,i}/α, β_{t,i}/β per client; Γ(t) (eq. 15) and Γ_ad(t) (notes §2.5)."""
         lam, alpha_scale, beta_scale, adapted = uploads["_stats"].T
-        a, L, alpha, beta = uploads["_a"], self.params.L, self.alpha(ctx), ctx.lr  # type: ignore[attr-defined]
+        a, L, alpha, beta = uploads["_a"], self.params.L, self.alpha(ctx), ctx.lr
         w = weights.to(a.dtype)
         gamma = L * beta**2 / 2 * float((w @ a).square().sum()) - beta * (1 - L * alpha) * float(w @ lam)
         beta_i, alpha_i = beta * beta_scale, alpha * alpha_scale

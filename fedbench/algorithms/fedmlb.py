@@ -104,7 +104,7 @@ class FedMLB(Algorithm):
         return MLBObjective(ctx.broadcast["x"], p.lambda1, p.lambda2, p.temperature, branches)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return x - ctx.lr * grad(x, objective=self.objective(ctx))  # type: ignore[call-arg]
+        return x - ctx.lr * grad(x, objective=self.objective(ctx))
 
 
 @ALGORITHMS.register(

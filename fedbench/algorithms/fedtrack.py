@@ -69,10 +69,11 @@ class FedTrack(Algorithm):
     ∇g_i(x_t), the server x_{t+1} = Σ p_i x_{t,E}^i (through the server optimizer, SGD lr 1 by default)."""
 
     Params = FedTrackParams
+    params: FedTrackParams
 
     @property
     def iag(self) -> str:
-        return self.params.iag  # type: ignore[attr-defined]
+        return self.params.iag
 
     def prepare_round(self, state: State, ctx: RoundContext, weights: torch.Tensor) -> None:
         """Alg. 1 lines 2–3: the server aggregates ∇g(x_t) = Σ p_i ∇g_i(x_t) and broadcasts it."""

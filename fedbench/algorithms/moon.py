@@ -95,7 +95,7 @@ class Moon(Algorithm):
         return MoonObjective(ctx.broadcast["x"], ctx.per_client["previous"][0], self.params.mu, self.params.temperature)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return x - ctx.lr * grad(x, objective=self.objective(ctx))  # type: ignore[call-arg]
+        return x - ctx.lr * grad(x, objective=self.objective(ctx))
 
     def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, Any]:
         """Δ_i as FedAvg, plus the final local model kept for the next participation (free)."""

@@ -60,14 +60,15 @@ class NCCLFL(Algorithm):
     """NCCL local steps (module docstring), FedAvg server; logs the share of interfering steps."""
 
     Params = NCCLParams
+    params: NCCLParams
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
         p, pc = self.params, ctx.per_client
         g = grad(x)
-        f = grad.memory(x)  # type: ignore[attr-defined]
-        alpha = ctx.lr if p.alpha is None else p.alpha  # type: ignore[attr-defined]
+        f = grad.memory(x)
+        alpha = ctx.lr if p.alpha is None else p.alpha
         lam, alpha_scale, beta_scale, adapted = adaptive_rates(
-            f, g, alpha, alpha, p.L, 1.0, True, p.min_scale, p.max_scale  # type: ignore[attr-defined]
+            f, g, alpha, alpha, p.L, 1.0, True, p.min_scale, p.max_scale
         )
         if STEP not in pc:
             pc[STEP], pc[STATS] = x.new_zeros(len(x)), x.new_zeros((len(x), 3))
