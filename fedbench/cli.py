@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -33,7 +34,69 @@ def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] =
     try:
         return load_scenario(scenario, overrides or [], scale)
     except ScenarioError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
+    """Exit 2 with one line unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        console.print(f"[red]{option}: expected one of {', '.join(allowed)}, got {value!r}[/red]", soft_wrap=True)
+        raise typer.Exit(2)
+
+
+def _check_only(sc, only: Optional[str]) -> None:
+    """``--only`` must name at least one algorithm label or name of the scenario."""
+    wanted = set(only.split(",")) if only else set()
+    if wanted and not any(s.label in wanted or s.algorithm["name"] in wanted for s in sc.runs):
+        labels = ", ".join(s.label for s in sc.runs)
+        raise ValueError(f"--only {only}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
+
+
+def _check_device(device: str) -> None:
+    """``--device``: auto, cpu, cuda or cuda:N, and CUDA only where torch sees a device."""
+    import re
+
+    from fedbench.engine.setup import resolve_device
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
+        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
+    try:
+        resolve_device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"--device {device}: {str(exc).splitlines()[0]}") from None
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` is (or can become) a writable folder, and its store, if any, is writable; nothing is created here."""
+    import os
+
+    from fedbench.store import DB_NAME
+
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == out else f"lies under {existing}, which is a file"
+        raise ValueError(f"--out {out}: {where}, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: {existing} is not writable")
+    db = out / DB_NAME
+    if db.exists() and not os.access(db, os.W_OK):
+        raise ValueError(f"--out {out}: its results store {db} is read-only")
+
+
+@contextmanager
+def _store_errors(out: Path) -> Iterator[None]:
+    """A results store SQLite cannot read or write (corrupt, truncated, read-only) exits 2 with one
+    line naming it and the way out, instead of a traceback."""
+    import sqlite3
+
+    from fedbench.store import DB_NAME
+
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        console.print(f"[red]results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
+                      "then recomputed) or choose another --out[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -72,19 +135,24 @@ def run(
                                 "identical only for the same count (the committed outputs use the default)"),
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
+    from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
     from fedbench.runs import run_scenario
 
-    if client_state not in ("device", "host"):
-        console.print(f"[red]--client-state must be device or host, got {client_state!r}[/red]")
-        raise typer.Exit(2)
+    _choice("--client-state", client_state, CLIENT_STATES)
+    _choice("--executor", executor, EXECUTORS)
     sc = _load(scenario, overrides, scale)
-    outcomes = run_scenario(
-        sc, out, device=device, data_dir=data_dir, download=download,
-        seeds=_parse_seeds(seeds), only=only.split(",") if only else None, console=console, executor=executor,
-        quiet=quiet, client_state=client_state, threads=threads,
-    )
-    if not quiet:
-        _print_summary(out, sc.name)
+    seed_list = _parse_seeds(seeds)
+    _or_exit(_check_only, sc, only)
+    _or_exit(_check_device, device)
+    _or_exit(_check_out, out)
+    with _store_errors(out):
+        outcomes = run_scenario(
+            sc, out, device=device, data_dir=data_dir, download=download,
+            seeds=seed_list, only=only.split(",") if only else None, console=console, executor=executor,
+            quiet=quiet, client_state=client_state, threads=threads,
+        )
+        if not quiet:
+            _print_summary(out, sc.name)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
 
@@ -101,11 +169,13 @@ def validate(
     try:
         scales = [scale] if scale else scale_names(read_yaml(scenario))
     except ScenarioError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
     for name in scales:
         sc = _load(scenario, overrides, name)
-        table = Table(title=f"{sc.name}: {len(sc.algorithms)} algorithm(s) × seeds {sc.seeds}")
+        runs = len(sc.runs) * len(sc.seeds)
+        table = Table(title=f"{sc.name}: {len(sc.runs)} algorithm(s) × seeds {sc.seeds} = {runs} run(s) of {sc.rounds} "
+                            f"rounds ({runs * sc.rounds} rounds in all)")
         for col in ("label", "algorithm", "params", "server", "spec hash"):
             table.add_column(col)
         for spec in sc.runs:
@@ -137,14 +207,21 @@ def sweep(
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
     from fedbench.sweeps import driver, grid, worker
 
+    from fedbench.engine.runner import EXECUTORS
+
+    _choice("--executor", executor, ("local", "ray"))
+    _choice("--client-executor", client_executor, EXECUTORS)
     points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds))
     runs = grid.sweep_runs(points)
-    if dry_run:
-        console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
-        return
-    settings = worker.WorkerSettings(device, data_dir, download, client_executor)
-    summary = _or_exit(lambda: driver.run_sweep(
-        runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))
+    with _store_errors(out):
+        if dry_run:
+            console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
+            return
+        _or_exit(_check_device, device)
+        _or_exit(_check_out, out)
+        settings = worker.WorkerSettings(device, data_dir, download, client_executor)
+        summary = _or_exit(lambda: driver.run_sweep(
+            runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))
     if summary.failed:
         raise typer.Exit(1)
 
@@ -179,9 +256,10 @@ def table(
     from fedbench.report.tables import write_tables
     from fedbench.store import ResultsStore
 
-    paths = write_tables(ResultsStore(out), tables_dir, scenario)
-    if show:
-        _print_summary(out, scenario)
+    with _store_errors(out):
+        paths = write_tables(ResultsStore(out), tables_dir, scenario)
+        if show:
+            _print_summary(out, scenario)
     for p in paths:
         console.print(f"wrote {p}")
 
@@ -206,17 +284,19 @@ def plot(
     if x not in allowed:
         console.print(f"[red]--x must be one of {', '.join(allowed)}, got {x!r}[/red]")
         raise typer.Exit(2)
-    store = ResultsStore(out)
+    with _store_errors(out):
+        store = ResultsStore(out)
     axes = ["round", "bits"] if x == "both" else [x]
     for axis in axes:
         try:
-            paths = plot_curves(store, figures_dir, scenario, axis, metric, algorithm, name)
+            with _store_errors(out):
+                paths = plot_curves(store, figures_dir, scenario, axis, metric, algorithm, name)
         except UnknownMetric as exc:
             console.print(f"[red]--metric must be one of {', '.join(METRICS)} or a dotted path to a number in the "
                           f"extra logs: {exc}[/red]")
             raise typer.Exit(2) from None
         except ValueError as exc:
-            console.print(f"[red]{exc}[/red]")
+            console.print(f"[red]{exc}[/red]", soft_wrap=True)
             raise typer.Exit(2) from None
         for p in paths:
             console.print(f"wrote {p}")
@@ -251,11 +331,12 @@ TABLES_DIR = typer.Option(Path("tables"), help="where the report files are writt
 
 
 def _or_exit(fn, *args):
-    """Call a report function; its ValueError (unknown paper, table, ambiguous scale) exits with code 2."""
+    """Call a check or report function; its ValueError (bad option, unknown paper or table, ambiguous scale)
+    exits with code 2 and one line."""
     try:
         return fn(*args)
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
 
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from fedbench.strict import StrictModel
 
 
-class ServerSpec(BaseModel):
+class ServerSpec(StrictModel):
     """Server optimizer applied to the aggregated model change Δ = Σ w_i (x_i − x).
 
     ``sgd``: x ← x + lr·m with m = momentum·m + Δ (FedAvg at lr=1, momentum=0; FedAvgM otherwise).
     ``adam``/``yogi``/``amsgrad``: Reddi et al. (2021) Alg. 2, x ← x + lr·m/(√v + eps);
     ``ams``: FedAMS option 1, x ← x + lr·m/√max(v̂, v, eps) (see :mod:`fedbench.optim.server`).
     """
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
 
     optimizer: Literal["sgd", "adam", "yogi", "amsgrad", "ams"] = "sgd"
     lr: float = Field(default=1.0, gt=0, description="server learning rate η_g")

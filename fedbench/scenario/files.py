@@ -20,12 +20,7 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> Any:
     key by key (``scales`` too), the extending file's values win, lists and scalars are replaced.
     A table's columns share their algorithm list and common settings this way."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ScenarioError([f"file not found: {path}"], str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError([f"not valid YAML: {exc}"], str(path)) from None
+    raw = parse_yaml(_read_text(path), str(path))
     if not isinstance(raw, dict) or "extends" not in raw:
         return raw
     base_path = (path.parent / str(raw.pop("extends"))).resolve()
@@ -35,6 +30,58 @@ def read_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> Any:
     if not isinstance(base, dict):
         raise ScenarioError([f"extends: {base_path} is not a mapping of scenario keys"], str(path))
     return deep_merge(base, raw)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text; a missing, unreadable, directory or binary file is a :class:`ScenarioError`."""
+    if path.is_dir():
+        raise ScenarioError([f"{path} is a directory, not a scenario file"], str(path))
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError([f"file not found: {path}"], str(path)) from None
+    except UnicodeDecodeError:
+        raise ScenarioError([f"{path} is not a text file (not UTF-8)"], str(path)) from None
+    except OSError as exc:
+        raise ScenarioError([f"cannot read {path}: {exc.strerror or exc}"], str(path)) from None
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text → Python values, refusing a key given twice in one mapping (YAML would keep the
+    last one silently): ``local.lr: key given twice (lines 4 and 9)``."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        problems = [] if node is None else duplicate_keys(node, "")
+        if problems:
+            raise ScenarioError(problems, source)
+        return None if node is None else loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+        raise ScenarioError([f"not valid YAML{where}: {exc.problem or exc.context}"], source) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"not valid YAML: {' '.join(str(exc).split())}"], source) from None
+    finally:
+        loader.dispose()
+
+
+def duplicate_keys(node: yaml.Node, path: str) -> list[str]:
+    """``path: key given twice (lines a and b)`` for every mapping key repeated under ``node``."""
+    problems: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            where = f"{path}.{key}" if path else key
+            if key in lines:
+                problems.append(f"{where}: key given twice (lines {lines[key]} and {key_node.start_mark.line + 1})")
+            lines.setdefault(key, key_node.start_mark.line + 1)
+            problems += duplicate_keys(value_node, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            problems += duplicate_keys(item, f"{path}[{i}]")
+    return problems
 
 
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +111,7 @@ def set_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE, e.g. rounds=5"])
     key, value = assignment.split("=", 1)
-    apply_override(raw, key, yaml.safe_load(value))
+    apply_override(raw, key, parse_yaml(value, f"--set {assignment}"))
 
 
 def apply_scale(raw: dict[str, Any], scale: str | None, source: str = "scenario") -> dict[str, Any]:

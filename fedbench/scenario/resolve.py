@@ -22,6 +22,7 @@ from fedbench.data.partition import PARTITIONS
 from fedbench.models import MODELS
 from fedbench.optim.spec import ServerSpec
 from fedbench.registry import Registry, UnknownNameError
+from fedbench.strict import param_problems
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
 from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, Scenario
@@ -44,6 +45,9 @@ def check_component(registry: Registry, name: str, params: dict, path: str, key:
         entry = registry.get(name)
     except UnknownNameError as exc:
         return Checked({}, None, [f"{path}.{key}: {exc}"])
+    bad = param_problems(entry.params, params, path)
+    if bad:
+        return Checked({}, None, bad)
     try:
         dumped = entry.params.model_validate(params).model_dump(mode="json")
     except ValidationError as exc:

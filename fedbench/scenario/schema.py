@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
+from fedbench.strict import StrictModel
 
 if TYPE_CHECKING:
     from fedbench.scenario.runspec import RunSpec
 
 
-class Strict(BaseModel):
-    """Base of every schema block: unknown keys are errors, not silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+class Strict(StrictModel):
+    """Base of every schema block: unknown keys, booleans for numbers and non-finite floats are errors."""
 
 
 class InlineParams(BaseModel):
