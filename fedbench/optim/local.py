@@ -24,7 +24,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from fedbench.optim.transform import Moments, OptState, Transform, apply, chain, precondition, scale_by_lr
+from fedbench.optim.transform import Moments, OptState, Transform, apply, chain, precondition, scale_by_lr, second_of
 
 
 class LocalRound(Protocol):
@@ -73,10 +73,9 @@ def bias_correction_rows(beta1: float, beta2: float) -> Transform:
     """m̂ = m/(1−β1^k), v̂ = v/(1−β2^k) with each row's own k from :func:`count_rows`."""
 
     def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        assert moments.second is not None, "bias_correction_rows needs a second-moment transform before it"
-        k = state["k"]
+        k, second = state["k"], second_of(moments, "bias_correction_rows")
         first = moments.first / (1 - beta1**k).unsqueeze(1)
-        return moments._replace(first=first, second=moments.second / (1 - beta2**k).unsqueeze(1))
+        return moments._replace(first=first, second=second / (1 - beta2**k).unsqueeze(1))
 
     return Transform(lambda x: {}, update)
 

@@ -26,7 +26,9 @@ from typing import Callable
 import torch
 
 from fedbench.optim.spec import ServerSpec
-from fedbench.optim.transform import Moments, OptState, Transform, apply, chain, identity, precondition, scale_by_lr
+from fedbench.optim.transform import (
+    Moments, OptState, Transform, apply, chain, identity, precondition, scale_by_lr, second_of,
+)
 
 
 def count() -> Transform:
@@ -89,8 +91,7 @@ def running_max(floor: float) -> Transform:
     floor ε, which keeps v̂ ≥ ε)."""
 
     def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        assert moments.second is not None, "running_max needs a second-moment transform before it"
-        torch.maximum(state["v_max"], moments.second, out=state["v_max"])
+        torch.maximum(state["v_max"], second_of(moments, "running_max"), out=state["v_max"])
         return moments._replace(second=state["v_max"])
 
     return Transform(lambda x: {"v_max": torch.full_like(x, floor)}, update)
@@ -100,9 +101,8 @@ def bias_correction(beta1: float, beta2: float) -> Transform:
     """first ← first/(1−β1^t), second ← second/(1−β2^t), with t from :func:`count` (Kingma & Ba 2015)."""
 
     def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        assert moments.second is not None, "bias_correction needs a second-moment transform before it"
-        t = float(state["step"])
-        return moments._replace(first=moments.first / (1 - beta1**t), second=moments.second / (1 - beta2**t))
+        t, second = float(state["step"]), second_of(moments, "bias_correction")
+        return moments._replace(first=moments.first / (1 - beta1**t), second=second / (1 - beta2**t))
 
     return Transform(lambda x: {}, update)
 

@@ -41,6 +41,13 @@ class Transform(NamedTuple):
     update: Callable[[Moments, OptState, float], Moments]
 
 
+def second_of(moments: Moments, who: str) -> torch.Tensor:
+    """The second-moment estimate, which ``who`` reads; an error if no transform before it keeps one."""
+    if moments.second is None:
+        raise ValueError(f"{who} needs a second-moment transform (e.g. ema_second) before it in the chain")
+    return moments.second
+
+
 def apply(transform: Transform, direction: torch.Tensor, state: OptState, lr: float) -> torch.Tensor:
     """The step that ``transform`` makes of ``direction`` (updating ``state``)."""
     return transform.update(Moments(direction, direction), state, lr).first
@@ -75,7 +82,6 @@ def precondition(additive: float) -> Transform:
     (τ = 0, the floor is inside v̂), Kingma & Ba 2015 Alg. 1 (τ = ε on √v̂)."""
 
     def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        assert moments.second is not None, "precondition needs a second-moment transform before it"
-        return moments._replace(first=moments.first / (moments.second.sqrt() + additive))
+        return moments._replace(first=moments.first / (second_of(moments, "precondition").sqrt() + additive))
 
     return Transform(lambda x: {}, update)
