@@ -18,8 +18,8 @@ P, STEPS = 257, 60
 def random_delta(gen: torch.Generator, dtype: torch.dtype, t: int) -> torch.Tensor:
     """Δ with coordinates at scales 1e-5 … 10 (jittered each step), exact zeros and a repeated step,
     so Yogi's sign(v − Δ²) takes every value and the AMS floor ε binds on some coordinates only."""
-    band = torch.linspace(-5, 1, P, dtype=torch.float64) + torch.empty(P, dtype=torch.float64).uniform_(-0.5, 0.5, generator=gen)
-    scale = 10.0**band
+    jitter = torch.empty(P, dtype=torch.float64).uniform_(-0.5, 0.5, generator=gen)
+    scale = 10.0 ** (torch.linspace(-5, 1, P, dtype=torch.float64) + jitter)
     delta = (torch.randn(P, dtype=torch.float64, generator=gen) * scale).to(dtype)
     delta[torch.rand(P, generator=gen) < 0.1] = 0
     if t % 7 == 3:  # same magnitudes again: v − Δ² crosses zero
