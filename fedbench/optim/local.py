@@ -1,14 +1,17 @@
 """Local optimizers for algorithms whose local step is x ← x − η_l·d (``local.optimizer``).
 
 The algorithm computes its direction d (the minibatch gradient for FedAvg) and hands it to
-``ctx.local_optimizer.step(ctx, x, d)`` (reached as ``self.ctx.local_optimizer``):
+``ctx.local_optimizer.step(ctx, x, d)`` (reached as ``self.ctx.local_optimizer``), which applies
+x ← x − step with the step of the optimizer's entry in ``LOCAL_OPTIMIZERS`` (:mod:`.transform`):
 
-* :class:`LocalOptimizer` (``sgd``, the default): x − η_l·d, bit for bit the plain step.
-* :class:`LocalAdam` (``adam``): Kingma & Ba (2015) Alg. 1 on d, with moments m, v and the step
-  counter kept in the round's per-client scratch (``ctx.per_client["adam.m" | "adam.v" | "adam.k"]``),
-  so every client starts each round from m = v = 0 (C-FLAG's clients: Adam reset every round,
-  notes §8.8). Weight decay λ is already inside d (the engine's oracle returns g + λ·x), which is
-  ``torch.optim.Adam(weight_decay=λ)``'s convention.
+* ``sgd`` (the default, :class:`LocalOptimizer`): step = η_l·d, bit for bit the plain step.
+* ``adam`` (:class:`LocalAdam`): Kingma & Ba (2015) Alg. 1 on d, row by row,
+  k ← k + 1;  m ← β1·m + (1−β1)·d;  v ← β2·v + (1−β2)·d²;  step = η_l·m̂/(√v̂ + ε),
+  m̂ = m/(1−β1^k), v̂ = v/(1−β2^k). m, v and the per-row step counter k are kept in the round's
+  per-client scratch (``ctx.per_client["adam.m" | "adam.v" | "adam.k"]``), so every client starts
+  each round from m = v = 0 (C-FLAG's clients: Adam reset every round, notes §8.8). Weight decay
+  λ is already inside d (the engine's oracle returns g + λ·x), ``torch.optim.Adam(weight_decay=λ)``'s
+  convention.
 
 Only algorithms registered with ``local_optimizer=True`` route their step through it; the scenario
 check refuses ``local.optimizer: adam`` for the others.
@@ -16,52 +19,108 @@ check refuses ``local.optimizer: adam`` for the others.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from fedbench.algorithms.base import RoundContext
+from fedbench.optim.transform import Moments, OptState, Transform, apply, chain, precondition, scale_by_lr, second_of
 
 
-class LocalOptimizer:
-    """Plain local SGD: x ← x − η_l·d."""
+class LocalRound(Protocol):
+    """What a local step reads of its round (the algorithms' ``RoundContext`` has both): η_l and
+    the clients' per-round scratch ``[S, ...]`` rows."""
 
-    name = "sgd"
+    @property
+    def lr(self) -> float: ...
 
-    def step(self, ctx: "RoundContext", x: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
-        return x - ctx.lr * direction
+    @property
+    def per_client(self) -> dict[str, torch.Tensor]: ...
+
+
+def count_rows() -> Transform:
+    """k ← k + 1 per client row (``[S]``, float), reset with the round's scratch."""
+
+    def update(moments: Moments, state: OptState, lr: float) -> Moments:
+        state["k"] = state["k"] + 1
+        return moments
+
+    return Transform(lambda x: {"k": x.new_zeros(x.shape[0])}, update)
+
+
+def ema_rows(beta1: float) -> Transform:
+    """m ← β1·m + (1−β1)·d, first ← m (Kingma & Ba 2015 Alg. 1, first moment)."""
+
+    def update(moments: Moments, state: OptState, lr: float) -> Moments:
+        state["m"] = beta1 * state["m"] + (1 - beta1) * moments.first
+        return moments._replace(first=state["m"])
+
+    return Transform(lambda x: {"m": torch.zeros_like(x)}, update)
+
+
+def ema_second_rows(beta2: float) -> Transform:
+    """v ← β2·v + (1−β2)·d², second ← v (Kingma & Ba 2015 Alg. 1, second raw moment)."""
+
+    def update(moments: Moments, state: OptState, lr: float) -> Moments:
+        d = moments.direction
+        state["v"] = beta2 * state["v"] + (1 - beta2) * d * d
+        return moments._replace(second=state["v"])
+
+    return Transform(lambda x: {"v": torch.zeros_like(x)}, update)
+
+
+def bias_correction_rows(beta1: float, beta2: float) -> Transform:
+    """m̂ = m/(1−β1^k), v̂ = v/(1−β2^k) with each row's own k from :func:`count_rows`."""
+
+    def update(moments: Moments, state: OptState, lr: float) -> Moments:
+        k, second = state["k"], second_of(moments, "bias_correction_rows")
+        first = moments.first / (1 - beta1**k).unsqueeze(1)
+        return moments._replace(first=first, second=second / (1 - beta2**k).unsqueeze(1))
+
+    return Transform(lambda x: {}, update)
+
+
+LOCAL_OPTIMIZERS: dict[str, Callable[[float, float, float], Transform]] = {
+    "sgd": lambda beta1, beta2, eps: scale_by_lr(),
+    "adam": lambda beta1, beta2, eps: chain(
+        count_rows(), ema_rows(beta1), ema_second_rows(beta2), bias_correction_rows(beta1, beta2),
+        scale_by_lr(), precondition(eps),
+    ),
+}
 
 
 @dataclass(frozen=True)
-class LocalAdam(LocalOptimizer):
-    """Adam on the direction d, per client, reset every round:
-    m ← β1·m + (1−β1)·d, v ← β2·v + (1−β2)·d², x ← x − η_l·m̂/(√v̂ + ε), m̂ = m/(1−β1^k), v̂ = v/(1−β2^k)."""
+class LocalOptimizer:
+    """The clients' step x ← x − step(d) of ``LOCAL_OPTIMIZERS[name]`` (``local.optimizer``, with
+    ``local.betas``/``local.eps``); its state lives in the round's scratch under ``"<name>.*"``."""
 
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
-    name = "adam"
+    name: str = "sgd"
+    transform: Transform = field(init=False, repr=False, compare=False)
 
-    def step(self, ctx: "RoundContext", x: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
-        scratch = ctx.per_client
-        if "adam.k" not in scratch:
-            scratch["adam.m"], scratch["adam.v"] = torch.zeros_like(x), torch.zeros_like(x)
-            scratch["adam.k"] = x.new_zeros(x.shape[0])
-        k = scratch["adam.k"] + 1
-        m = self.beta1 * scratch["adam.m"] + (1 - self.beta1) * direction
-        v = self.beta2 * scratch["adam.v"] + (1 - self.beta2) * direction * direction
-        scratch["adam.m"], scratch["adam.v"], scratch["adam.k"] = m, v, k
-        m_hat = m / (1 - self.beta1**k).unsqueeze(1)
-        v_hat = v / (1 - self.beta2**k).unsqueeze(1)
-        return x - ctx.lr * m_hat / (v_hat.sqrt() + self.eps)
+    def __post_init__(self) -> None:
+        if self.name not in LOCAL_OPTIMIZERS:
+            raise ValueError(f"local.optimizer must be one of {sorted(LOCAL_OPTIMIZERS)}, got {self.name!r}")
+        object.__setattr__(self, "transform", LOCAL_OPTIMIZERS[self.name](self.beta1, self.beta2, self.eps))
+
+    def step(self, ctx: LocalRound, x: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+        """x − step(d) for the round's rows ``[S, P]``, with η_l = ``ctx.lr``; state from/to ``ctx.per_client``."""
+        scratch, prefix = ctx.per_client, f"{self.name}."
+        state = {k[len(prefix):]: v for k, v in scratch.items() if k.startswith(prefix)} or self.transform.init(x)
+        step = apply(self.transform, direction, state, ctx.lr)
+        scratch.update({prefix + k: v for k, v in state.items()})
+        return x - step
+
+
+@dataclass(frozen=True)
+class LocalAdam(LocalOptimizer):
+    """``local.optimizer: adam``: Adam on d per client, reset every round (Kingma & Ba 2015 Alg. 1)."""
+
+    name: str = "adam"
 
 
 def build_local_optimizer(name: str, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> LocalOptimizer:
-    """The scenario's ``local.optimizer`` (``sgd`` or ``adam`` with ``local.betas``/``local.eps``)."""
-    if name == "sgd":
-        return LocalOptimizer()
-    if name == "adam":
-        return LocalAdam(betas[0], betas[1], eps)
-    raise ValueError(f"local.optimizer must be sgd or adam, got {name!r}")
+    """The scenario's ``local.optimizer`` (a ``LOCAL_OPTIMIZERS`` name) with ``local.betas``/``local.eps``."""
+    return LocalOptimizer(betas[0], betas[1], eps, name=name)
