@@ -17,7 +17,7 @@ from fedbench.engine.batches import ClientBatcher
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import LocalConfig, run_clients_sequential
 from fedbench.engine.runner import decoded
-from fedbench.optim import ServerOptimizer
+from fedbench.optim.server import ServerOptimizer
 from fedbench.registry import NoParams
 from fedbench.scenario import AugmentSpec, ServerSpec
 
