@@ -203,6 +203,8 @@ def sweep(
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     client_executor: str = typer.Option("auto", help="client training path, as `run --executor`: auto, sequential, batched"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"),
+    strict: bool = typer.Option(False, "--strict", help="refuse the whole sweep when a grid point is invalid (default: "
+                                "report and skip it, run the valid points, exit 1 at the end)"),
 ) -> None:
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
     from fedbench.sweeps import driver, grid, worker
@@ -211,7 +213,10 @@ def sweep(
 
     _choice("--executor", executor, ("local", "ray"))
     _choice("--client-executor", client_executor, EXECUTORS)
-    points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds))
+    skipped: Optional[list[str]] = None if strict else []
+    points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds), skipped)
+    for line in skipped or []:
+        console.print(f"[yellow]skipped invalid grid point: {line}[/yellow]", soft_wrap=True)
     runs = grid.sweep_runs(points)
     with _store_errors(out):
         if dry_run:
@@ -222,7 +227,9 @@ def sweep(
         settings = worker.WorkerSettings(device, data_dir, download, client_executor)
         summary = _or_exit(lambda: driver.run_sweep(
             runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))
-    if summary.failed:
+    if skipped:
+        console.print(f"[red]{len(skipped)} invalid grid point(s) were skipped (listed above)[/red]")
+    if summary.failed or skipped:
         raise typer.Exit(1)
 
 

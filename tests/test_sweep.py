@@ -10,9 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from fedbench.cli import app
-from fedbench.engine.runner import run_id_of
 from fedbench.report.paper import scale_of
-from fedbench.scenario import ScenarioError, load_scenario, resolve_runs
+from fedbench.scenario import ScenarioError, load_scenario, resolve_runs, run_id_of
 from fedbench.store import ResultsStore
 from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps.grid import expand, sweep_runs
@@ -212,3 +211,18 @@ def test_ray_retries_a_run_whose_worker_died(local_sweep, ray_local, tmp_path):
     _, metrics = comparable(store)
     _, local_metrics = comparable(ResultsStore(folder / "out"))
     assert metrics.equals(local_metrics[local_metrics["run_id"].isin([once, runs[2].run_id])].reset_index(drop=True))
+
+
+def test_invalid_points_are_skipped_and_reported_unless_strict(base, tmp_path):
+    grid = write(base.parent, "g.yaml", {"base": "base.yaml", "grid": {"partition.omega": [0.5, -1]}, "set": {"rounds": 1}})
+    skipped: list[str] = []
+    points = expand([grid], skipped=skipped)
+    assert [p.overrides for p in points] == [{"partition.omega": 0.5}]
+    assert len(skipped) == 1 and "grid point partition.omega=-1" in skipped[0] and "greater than 0" in skipped[0]
+    out = tmp_path / "out"
+    strict = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(out), "--strict"], terminal_width=300)
+    assert strict.exit_code == 2 and "partition.omega=-1" in strict.output and not out.exists()
+    lenient = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(out), "--jobs", "1"], terminal_width=300)
+    assert lenient.exit_code == 1 and "skipped invalid grid point" in lenient.output, lenient.output
+    assert "1 invalid grid point(s) were skipped" in lenient.output
+    assert set(ResultsStore(out).runs()["status"]) == {"finished"} and len(ResultsStore(out).runs()) == len(sweep_runs(points))

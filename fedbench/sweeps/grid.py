@@ -123,10 +123,11 @@ def read_grid(path: Path) -> GridFile | None:
         raise ScenarioError(problems, str(path)) from None
 
 
-def expand_file(path: str | Path, scale: str | None = None) -> list[SweepPoint]:
+def expand_file(path: str | Path, scale: str | None = None, skipped: list[str] | None = None) -> list[SweepPoint]:
     """The points of a grid file, or the single point of a plain scenario file. ``scale`` (the
     command line's ``--scale``) replaces the grid file's ``scale``. Errors name the file, and for
-    a point its grid keys and values."""
+    a point its grid keys and values; with a ``skipped`` list, an invalid point's error is appended
+    there and the point left out instead (the file itself must still be valid)."""
     path = Path(path)
     grid = read_grid(path)
     if grid is None:
@@ -162,17 +163,23 @@ def expand_file(path: str | Path, scale: str | None = None) -> list[SweepPoint]:
                 point_raw.pop("paper", None)
             scenario = parse_scenario(point_raw, where, at_scale=scale)
         except ScenarioError as exc:
-            raise ScenarioError(exc.problems, where) from None
+            if skipped is None:
+                raise ScenarioError(exc.problems, where) from None
+            skipped.append(f"{where}: {'; '.join(exc.problems)}")
+            continue
         points.append(SweepPoint(scenario, point, str(path)))
     return points
 
 
-def expand(paths: list[str | Path], scale: str | None = None, seeds: list[int] | None = None) -> list[SweepPoint]:
-    """Every point of every file, in order; ``seeds`` (``--seeds``) replaces each point's seeds.
-    Two points with one name but different runs are an error (their reports would mix)."""
+def expand(
+    paths: list[str | Path], scale: str | None = None, seeds: list[int] | None = None, skipped: list[str] | None = None
+) -> list[SweepPoint]:
+    """Every point of every file, in order; ``seeds`` (``--seeds``) replaces each point's seeds;
+    invalid points go to ``skipped`` when it is given (see :func:`expand_file`). Two points with
+    one name but different runs are an error (their reports would mix)."""
     points = []
     for path in paths:
-        for p in expand_file(path, scale):
+        for p in expand_file(path, scale, skipped):
             sc = p.scenario if seeds is None else p.scenario.model_copy(update={"seeds": list(seeds)})
             points.append(SweepPoint(sc, p.overrides, p.source))
     seen: dict[tuple[str, str], tuple[str, str]] = {}

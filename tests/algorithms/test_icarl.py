@@ -22,7 +22,7 @@ from fedbench.continual.memory import ReplayMemory
 from fedbench.continual.tasks import TaskStream
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
-from fedbench.engine.runner import run_id_of
+from fedbench.scenario import run_id_of
 from fedbench.models import build_model
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
 from fedbench.store import ResultsStore

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from fedbench.algorithms import ALGORITHMS, Algorithm
 from fedbench.data import load_dataset
-from fedbench.engine.runner import run_id_of
+from fedbench.scenario import run_id_of
 from fedbench.registry import Entry, NoParams
 from fedbench.scenario import resolve_runs, parse_scenario
 from fedbench.store import ResultsStore

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbench.engine.runner import execute_run, run_id_of
+from fedbench.engine.runner import execute_run
+from fedbench.scenario import run_id_of
 from fedbench.engine.setup import DataCache
 from fedbench.runs import run_scenario
 from fedbench.scenario import parse_scenario, resolve_runs
