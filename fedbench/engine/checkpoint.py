@@ -1,25 +1,94 @@
-"""Atomic, resumable checkpoints of a run's complete state."""
+"""Atomic, checksummed checkpoints of a run's complete state, and the decision to resume from one.
+
+A checkpoint file is one header line ``fedbench-checkpoint sha256 <hex>`` followed by the
+``torch.save`` bytes it covers, written to a temporary file, flushed and renamed into place, so a
+crash never leaves a half-written file and a damaged one (truncated, zeroed, one flipped bit)
+never passes for a good one. A checkpoint is resumed only when it is intact and the store holds
+the rounds it claims; otherwise it is set aside with a warning and the run restarts from round 1,
+with the numbers of an uninterrupted run.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+MAGIC = b"fedbench-checkpoint sha256 "
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint that cannot be trusted: unreadable, without its checksum, or not matching it."""
+
+
+class RoundIndex(Protocol):
+    """What :func:`resume_point` asks of a store: the highest round it holds for a run."""
+
+    def last_round(self, run_id: str) -> int | None: ...
+
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically (temporary file + rename), so a crash never
-    leaves a half-written checkpoint behind."""
+    """Write ``payload`` with its checksum to ``path`` atomically (temporary file, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getvalue()
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
 def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:
-    """The checkpoint at ``path`` mapped to ``device``, or None if there is none."""
+    """The checkpoint at ``path`` mapped to ``device``, None if there is none; raises
+    :class:`CorruptCheckpoint` when it is unreadable or its checksum does not match."""
     if not path.exists():
         return None
-    return torch.load(path, map_location=device, weights_only=True)
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise CorruptCheckpoint(f"unreadable ({exc.strerror or exc})") from None
+    if not blob.startswith(MAGIC):
+        raise CorruptCheckpoint("no checksum header (damaged, or written before checkpoints carried one)")
+    digest, _, data = blob[len(MAGIC):].partition(b"\n")
+    if hashlib.sha256(data).hexdigest().encode() != digest:
+        raise CorruptCheckpoint("its content does not match its checksum")
+    try:
+        return torch.load(io.BytesIO(data), map_location=device, weights_only=True)
+    except Exception as exc:  # a checksummed file torch cannot read is still no checkpoint
+        raise CorruptCheckpoint(f"unreadable ({type(exc).__name__}: {exc})") from None
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Rename ``path`` to ``<path>.<why>`` (replacing an older one) and return the new path."""
+    aside = path.with_suffix(path.suffix + f".{why}")
+    os.replace(path, aside)
+    return aside
+
+
+def resume_point(path: Path, device: torch.device, store: RoundIndex, run_id: str) -> dict[str, Any] | None:
+    """The checkpoint to resume ``run_id`` from, or None to start at round 1. A corrupt checkpoint,
+    or one claiming rounds the store does not hold (the store was deleted or replaced), is set
+    aside with a warning naming both paths."""
+    try:
+        payload = load_checkpoint(path, device)
+    except CorruptCheckpoint as exc:
+        aside = set_aside(path, "corrupt")
+        warnings.warn(f"checkpoint {path} is corrupt: {exc}; moved to {aside}; the run restarts from round 1", RuntimeWarning)
+        return None
+    if payload is None:
+        return None
+    held = store.last_round(run_id) or 0
+    if held < int(payload["round"]):
+        aside = set_aside(path, "orphan")
+        warnings.warn(f"checkpoint {path} is at round {payload['round']} but the store holds {held} round(s) of the run; "
+                      f"moved to {aside}; the run restarts from round 1", RuntimeWarning)
+        return None
+    return payload

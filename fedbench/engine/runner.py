@@ -32,7 +32,7 @@ import torch
 from fedbench.algorithms.base import RoundContext
 from fedbench.algorithms.client_table import from_checkpoint, to_checkpoint
 from fedbench.compress import BITS_PER_FLOAT, Compressed, bound_bits
-from fedbench.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedbench.engine.checkpoint import resume_point, save_checkpoint
 from fedbench.engine.batched import run_clients_batched
 from fedbench.engine.continual import ContinualLoop, no_memory
 from fedbench.models.flat import average_buffers
@@ -346,7 +346,7 @@ def _train(
         if client_state not in CLIENT_STATES:
             raise ValueError(f"client_state must be one of {', '.join(CLIENT_STATES)}, got {client_state!r}")
         loop = RoundLoop(spec, seed, build_run(spec, seed, cache, client_state == "host"), executor)
-        payload = load_checkpoint(ckpt_path, cache.device)
+        payload = resume_point(ckpt_path, cache.device, store, run_id)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)
         warned = False

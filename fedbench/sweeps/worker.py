@@ -82,6 +82,9 @@ class RecordingStore:
     def checkpoint_path(self, run_id: str) -> Path:
         return self.checkpoint_dir / f"{run_id}.pt"
 
+    def last_round(self, run_id: str) -> int | None:
+        return max(self.rounds, default=None)
+
     def truncate_after(self, run_id: str, round: int) -> None:
         self.rounds = {t: r for t, r in self.rounds.items() if t <= round}
 
