@@ -100,6 +100,22 @@ def _store_errors(out: Path) -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
+@contextmanager
+def _interrupts() -> Iterator[None]:
+    """Ctrl-C: one line saying what was interrupted and that the same command resumes it; exit 130."""
+    from fedbench.runs import RunInterrupted
+
+    try:
+        yield
+    except RunInterrupted as exc:
+        console.print(f"[yellow]{exc}[/yellow]", soft_wrap=True)
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; run the same command to resume (finished runs are skipped, interrupted ones "
+                      "resume from their last checkpoint)[/yellow]", soft_wrap=True)
+        raise typer.Exit(130) from None
+
+
 def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
     """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct non-negative integers exits 2 before a run starts."""
     if seeds is None:
@@ -145,7 +161,7 @@ def run(
     _or_exit(_check_only, sc, only)
     _or_exit(_check_device, device)
     _or_exit(_check_out, out)
-    with _store_errors(out):
+    with _store_errors(out), _interrupts():
         outcomes = run_scenario(
             sc, out, device=device, data_dir=data_dir, download=download,
             seeds=seed_list, only=only.split(",") if only else None, console=console, executor=executor,
@@ -225,8 +241,9 @@ def sweep(
         _or_exit(_check_device, device)
         _or_exit(_check_out, out)
         settings = worker.WorkerSettings(device, data_dir, download, client_executor)
-        summary = _or_exit(lambda: driver.run_sweep(
-            runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))
+        with _interrupts():
+            summary = _or_exit(lambda: driver.run_sweep(
+                runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))
     if skipped:
         console.print(f"[red]{len(skipped)} invalid grid point(s) were skipped (listed above)[/red]")
     if summary.failed or skipped:

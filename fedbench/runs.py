@@ -14,6 +14,14 @@ from fedbench.scenario import Scenario, scenario_hash
 from fedbench.store import ResultsStore
 
 
+class RunInterrupted(Exception):
+    """Ctrl-C during a run: which run, in which round (its rows and last checkpoint stay for resume)."""
+
+    def __init__(self, run: str, round_: int):
+        self.run, self.round = run, round_
+        super().__init__(f"interrupted {run} in round {round_}; run the same command to resume it from its last checkpoint")
+
+
 def run_scenario(
     scenario: Scenario,
     out: Path,
@@ -51,12 +59,18 @@ def run_scenario(
             for seed in scenario.seeds:
                 task = progress.add_task(f"{spec.label:<12} seed {seed}", total=spec.rounds, acc="—")
 
-                def on_round(t: int, metrics: dict, task=task) -> None:
+                done = [0]
+
+                def on_round(t: int, metrics: dict, task=task, done=done) -> None:
+                    done[0] = t
                     acc = metrics.get("test_acc")
                     fields = {"acc": f"{100 * acc:.2f}%"} if acc is not None else {}
                     progress.update(task, completed=t, **fields)
 
-                outcome = execute_run(spec, seed, store, cache, shash, on_round, executor, client_state, threads)
+                try:
+                    outcome = execute_run(spec, seed, store, cache, shash, on_round, executor, client_state, threads)
+                except KeyboardInterrupt:
+                    raise RunInterrupted(f"{scenario.name} / {spec.label} seed {seed}", done[0] + 1) from None
                 if outcome.status == "skipped":
                     progress.update(task, completed=spec.rounds, acc="(done before)")
                 elif outcome.status != "finished":

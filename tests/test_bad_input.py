@@ -124,3 +124,27 @@ def test_a_corrupt_store_names_the_file_and_the_way_out(tmp_path, damage):
         result = runner.invoke(app, [*args, "--out", str(out)], terminal_width=300)
         assert result.exit_code == 2 and "Traceback" not in result.output, (args, result.output)
         assert f"results store {db} cannot be used" in result.output and "move it aside" in result.output, args
+
+
+def test_ctrl_c_says_which_run_and_round_and_exits_130_then_the_same_command_resumes(tmp_path, monkeypatch):
+    import fedbench.runs
+
+    path = write(tmp_path, yaml.safe_dump({**TINY, "rounds": 4, "checkpoint_every": 1}))
+    out = tmp_path / "out"
+    real = fedbench.runs.execute_run
+
+    def ctrl_c_in_round_3(spec, seed, store, cache, shash, on_round, *rest):
+        def hook(t, metrics):
+            on_round(t, metrics)
+            if t == 2:
+                raise KeyboardInterrupt
+
+        return real(spec, seed, store, cache, shash, hook, *rest)
+
+    monkeypatch.setattr(fedbench.runs, "execute_run", ctrl_c_in_round_3)
+    result = runner.invoke(app, ["run", str(path), "--out", str(out)], terminal_width=300)
+    assert result.exit_code == 130 and "Traceback" not in result.output
+    assert "interrupted tiny / FedAvg seed 0 in round 3; run the same command to resume it" in result.output
+    monkeypatch.setattr(fedbench.runs, "execute_run", real)
+    again = runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet"], terminal_width=300)
+    assert again.exit_code == 0 and "finished" in again.output
