@@ -37,6 +37,7 @@ def partition_summary(hist: np.ndarray) -> dict[str, float | int]:
         tv = 0.0
     return {
         "num_clients": int(hist.shape[0]),
+        "num_classes": int(hist.shape[1]),
         "num_samples": int(total),
         "size_min": int(sizes.min()) if sizes.size else 0,
         "size_median": float(np.median(sizes)) if sizes.size else 0.0,

@@ -23,6 +23,8 @@ import pandas as pd
 from rich.table import Table
 from tabulate import tabulate
 
+from fedbench.report.health import blowup_notes, blowups, is_flagged
+
 FORMATS = ("markdown", "latex", "csv")
 BAD_STATUSES = {"diverged": "div.", "failed": "failed"}
 DASH = "—"
@@ -99,6 +101,7 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     all_targets = sorted({t for ts in scen_targets.values() for t in ts})
     by_run = {rid: part for rid, part in metrics.groupby("run_id", sort=False)}
     empty = metrics.iloc[0:0]
+    flagged = blowups(runs, metrics)
 
     rows = []
     for (scen, algo), group in runs.groupby(["scenario", "algorithm"], sort=False):
@@ -109,6 +112,7 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
         row: dict[str, object] = {"scenario": scen, "algorithm": algo, "seeds": len(group)}
         row["server_mb"] = float(pd.Series([_server_mb(by_run.get(rid, empty)) for rid in group["run_id"]]).mean())
         row.update({s: int(status.get(s, 0)) for s in _COUNTS[1:]})
+        row["blowup"] = int(group["run_id"].isin(list(flagged)).sum())
         for name in ("top", "final"):
             valid = stats[name].dropna()
             row[f"{name}_acc_mean"] = float(valid.mean()) if len(valid) else math.nan
@@ -126,7 +130,7 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     summary = pd.DataFrame(rows)
     if summary.empty:
         return summary
-    counts = [c for c in summary.columns if c in _COUNTS or c.startswith("reached_")]
+    counts = [c for c in summary.columns if c in (*_COUNTS, "blowup") or c.startswith("reached_")]
     return summary.astype({c: "Int64" for c in counts})
 
 
@@ -139,6 +143,8 @@ def _target_tags(summary: pd.DataFrame) -> list[str]:
 def _status_text(row: pd.Series) -> str:
     labels = {"finished": "fin.", "diverged": "div.", "failed": "failed", "running": "run."}
     parts = [f"{row[k]} {v}" for k, v in labels.items() if row[k]]
+    if "blowup" in row.index and is_flagged(row["blowup"]):
+        parts.append(f"{row['blowup']} blow-up")
     return ", ".join(parts)
 
 
@@ -215,6 +221,8 @@ def _latex(summary: pd.DataFrame) -> str:
 def _csv(summary: pd.DataFrame) -> str:
     keep = set(_target_tags(summary))
     dropped = [c for c in summary.columns if re.match(r"(rounds_to|reached|bits_to)_", c) and c.split("_")[-1] not in keep]
+    if "blowup" in summary.columns and not summary["blowup"].fillna(0).astype(int).any():
+        dropped.append("blowup")  # the column appears only in tables with a flagged run
     buf = io.StringIO()
     summary.drop(columns=dropped).to_csv(buf, index=False, na_rep="", quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
     return buf.getvalue()
@@ -280,7 +288,7 @@ def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:
         metrics = store.metrics(runs["run_id"])
         summary = summarize(runs, metrics)
         note = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target"
-        md_notes, tex_notes = footnotes(fallback_notes(runs, metrics))
+        md_notes, tex_notes = footnotes(fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics)))
         texts = {
             ".md": f"## {name}\n\n{format_table(summary, 'markdown')}\n_{note}_\n{md_notes}",
             ".tex": f"% {name}: {note}\n{tex_notes}{format_table(summary, 'latex')}",

@@ -87,7 +87,7 @@ def _spec(scenario: Scenario, shared: dict[str, Checked], algorithm: dict, compr
         clients=scenario.clients, partition=shared["partition"].resolved, local=scenario.local, rounds=scenario.rounds,
         eval=scenario.eval, compression=compression, algorithm=algorithm, server=server, targets=scenario.targets,
         checkpoint_every=scenario.checkpoint_every, paper=scenario.paper, wireless=scenario.wireless,
-        continual=scenario.continual,
+        continual=scenario.continual, blowup=scenario.blowup,
     )
 
 

@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, PrivateAttr, model_serializer
+from pydantic import BaseModel, Field, PrivateAttr, model_serializer
 
 from fedbench.optim.spec import ServerSpec
-from fedbench.scenario.schema import ClientsSpec, ContinualSpec, EvalSpec, LocalSpec, PaperRef, Strict, WirelessSpec
+from fedbench.scenario.schema import BlowupSpec, ClientsSpec, ContinualSpec, EvalSpec, LocalSpec, PaperRef, Strict, WirelessSpec
 from fedbench.store import RunRecord
 
 
@@ -50,6 +50,7 @@ class RunSpec(Strict):
     paper: PaperRef | None = None
     wireless: WirelessSpec | None = None
     continual: ContinualSpec | None = None
+    blowup: BlowupSpec = Field(default_factory=BlowupSpec)
     _scale: str = PrivateAttr(default="paper")
     _components: Components | None = PrivateAttr(default=None)
 
@@ -65,7 +66,7 @@ class RunSpec(Strict):
         """SHA-256 of the canonical JSON of everything that changes results (targets excluded;
         absent ``wireless``/``continual`` blocks and sgd's unused Adam keys are left out, so specs
         written before they existed keep their hash)."""
-        skip = {"targets", "checkpoint_every", "paper"} | ({"wireless"} if self.wireless is None else set())
+        skip = {"targets", "checkpoint_every", "paper", "blowup"} | ({"wireless"} if self.wireless is None else set())
         payload = self.model_dump(mode="json", exclude=skip)
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()

@@ -218,6 +218,19 @@ class CompressionSpec(InlineParams):
     kind: str = "none"
 
 
+class BlowupSpec(Strict):
+    """When a run that finished (finite numbers) is flagged as blown up in the tables: it still counts,
+    and the flag says its numbers are suspect. Reporting only: not part of the run's hash."""
+
+    loss_factor: float = Field(
+        default=1e3, gt=1, description="flag a run whose train or test loss exceeds this factor × its first value"
+    )
+    chance_margin: float = Field(
+        default=0.05, ge=0, lt=1, description="flag a run whose last accuracy is within this margin of chance "
+        "(1/classes) after an earlier one at least twice the margin above it (continual runs are not flagged)",
+    )
+
+
 class PaperRef(Strict):
     """Where a scenario's results sit in a paper's table: algorithm labels are the table's rows."""
 
@@ -257,6 +270,7 @@ class Scenario(Strict):
     seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
     targets: list[float] = Field(default_factory=list, description="target test accuracies in (0, 1]")
     checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
+    blowup: BlowupSpec = Field(default_factory=BlowupSpec, description="thresholds of the tables' blow-up flag")
     paper: PaperRef | None = None
     _runs: tuple[RunSpec, ...] | None = PrivateAttr(default=None)
 
