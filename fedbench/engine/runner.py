@@ -116,7 +116,8 @@ def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int) -> 
 
 def idle_metrics() -> dict[str, float | None]:
     """The metrics of a round in which no sampled client trained: nothing sent."""
-    return {"train_loss": None, "bits_up": 0.0, "bits_down": 0.0, "consistency": None, "test_acc": None, "test_loss": None}
+    nothing: dict[str, float | None] = {"train_loss": None, "bits_up": 0.0, "bits_down": 0.0, "consistency": None}
+    return {**nothing, "test_acc": None, "test_loss": None}
 
 
 class RoundLoop:
@@ -129,7 +130,8 @@ class RoundLoop:
         self.buffers = setup.buffers0
         self.plugins = build_plugins(spec, seed, setup)
         caps = setup.algorithm.caps
-        cfg = LocalConfig(spec.local.weight_decay, spec.local.clip_grad_norm, spec.local.augment, seed, None, caps.replay_apart)
+        local = spec.local
+        cfg = LocalConfig(local.weight_decay, local.clip_grad_norm, local.augment, seed, replay_apart=caps.replay_apart)
         for plugin in self.plugins:
             cfg = plugin.local_config(cfg)
         self.local_cfg = cfg
