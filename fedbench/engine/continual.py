@@ -70,7 +70,7 @@ class ContinualStream(RoundPlugin):
         return t % self.cfg.rounds_per_task == 0
 
     def learning_rate(self, t: int, default: float) -> float:
-        """η_l of round t: the task's base rate × lr_decay^(r−1), r = round within the task."""
+        """η_l of round t (in place of the loop's ``default``): the task's base rate × lr_decay^(r−1), r = round in the task."""
         local, pair = self.spec.local, self.cfg.lr_per_task
         base = local.lr if pair is None else pair[0 if self.task_of(t) == 0 else 1]
         return base * local.lr_decay ** ((t - 1) % self.cfg.rounds_per_task)
