@@ -16,7 +16,7 @@ from fedbench.engine.batched import run_clients_batched
 from fedbench.engine.batches import ClientBatcher
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import LocalConfig, run_clients_sequential
-from fedbench.engine.runner import decoded
+from fedbench.engine.uploads import decoded
 from fedbench.optim.server import ServerOptimizer
 from fedbench.registry import NoParams
 from fedbench.scenario import AugmentSpec, ServerSpec

@@ -237,7 +237,7 @@ def sweep(
     with _store_errors(out):
         if dry_run:
             console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
-            return
+            raise typer.Exit(1 if skipped else 0)
         _or_exit(_check_device, device)
         _or_exit(_check_out, out)
         settings = worker.WorkerSettings(device, data_dir, download, client_executor)

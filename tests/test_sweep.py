@@ -151,8 +151,10 @@ def test_cli_sweep_dry_run_lists_points_and_done_runs(local_sweep):
     assert "tinysweep--omega-0.5  (partition.omega=0.5)" in result.output
     assert all(f"{r.run_id}  finished" in result.output for r in runs)
     bad = write(folder, "bad.yaml", {"base": "base.yaml", "grid": {"partition.omega": [-1]}})
-    result = CliRunner().invoke(app, ["sweep", str(bad), "--dry-run"], terminal_width=250)
+    result = CliRunner().invoke(app, ["sweep", str(bad), "--dry-run", "--strict"], terminal_width=250)
     assert result.exit_code == 2 and "partition.omega=-1" in result.output
+    result = CliRunner().invoke(app, ["sweep", str(bad), "--dry-run"], terminal_width=250)
+    assert result.exit_code == 1 and "skipped invalid grid point" in result.output and "partition.omega=-1" in result.output
 
 
 @pytest.fixture(scope="module")

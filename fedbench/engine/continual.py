@@ -1,4 +1,4 @@
-"""The continual axis inside the round loop (scenario block ``continual``; C-FLAG Sec. 7).
+"""The continual axis as a round plug-in (scenario block ``continual``; C-FLAG Sec. 7).
 
 Round t (1-based) belongs to task ⌊(t−1)/R⌋, R = ``rounds_per_task``. On a task's first round the
 loop switches to that task: its per-task partition (``("partition", task)`` stream), a fresh
@@ -20,19 +20,25 @@ Memory use: ``RoundContext.memory_grad`` = ∇f_i†(x_t) on ``replay_batch`` me
 from the ``("replay", t, i)`` stream (or the whole memory, ``memory.gradient: full``) for algorithms
 declaring ``memory_gradient``; per-step replay (ER) joins ``replay_batch`` samples drawn from the
 ``("replay_step", task, i, position)`` stream to every local minibatch.
+
+Hooks (:class:`~fedbench.engine.plugins.RoundPlugin`): ``begin_round`` (task switch, logs ``task``),
+``learning_rate``, ``local_config`` (per-step replay), ``before_local_work`` (memory gradients),
+``evaluate`` (seen tasks; the matrix row), ``after_evaluation`` (task end), checkpoint entry ``continual``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, State, TaskData
+from fedbench.algorithms.base import Algorithm, RoundContext, State, TaskData
 from fedbench.continual.memory import ReplayMemory
 from fedbench.engine.batches import ClientBatcher
 from fedbench.models.flat import Buffers
 from fedbench.engine.local import LocalConfig, client_gradients, full_local_gradients
+from fedbench.engine.plugins import RoundPlugin
 from fedbench.seeding import numpy_stream
 
 if TYPE_CHECKING:
@@ -40,8 +46,10 @@ if TYPE_CHECKING:
     from fedbench.scenario import RunSpec
 
 
-class ContinualLoop:
+class ContinualStream(RoundPlugin):
     """Task switching, memories and task-end scoring of one continual run."""
+
+    name = "continual"
 
     def __init__(self, spec: RunSpec, seed: int, setup: RunSetup):
         assert spec.continual is not None and setup.tasks is not None
@@ -52,6 +60,7 @@ class ContinualLoop:
         self.masks = [torch.as_tensor(self.stream.label_mask(j), device=setup.x0.device) for j in range(self.stream.num_tasks)]
         self.test_idx = [torch.as_tensor(i, device=setup.data.test.y.device) for i in self.stream.test]
         self.task = -1
+        self.row: list[float] = []  # the accuracy-matrix row of the last evaluation
 
     # -- schedule --------------------------------------------------------------------------
     def task_of(self, t: int) -> int:
@@ -60,8 +69,8 @@ class ContinualLoop:
     def task_ends(self, t: int) -> bool:
         return t % self.cfg.rounds_per_task == 0
 
-    def lr(self, t: int) -> float:
-        """η_l of round t: the task's base rate × lr_decay^(r−1), r = round within the task."""
+    def learning_rate(self, t: int, default: float) -> float:
+        """η_l of round t (in place of the loop's ``default``): the task's base rate × lr_decay^(r−1), r = round in the task."""
         local, pair = self.spec.local, self.cfg.lr_per_task
         base = local.lr if pair is None else pair[0 if self.task_of(t) == 0 else 1]
         return base * local.lr_decay ** ((t - 1) % self.cfg.rounds_per_task)
@@ -84,8 +93,34 @@ class ContinualLoop:
         self.enter(task)
         return {"task": task, "partition": self.s.partition_info}
 
+    def local_config(self, cfg: LocalConfig) -> LocalConfig:
+        """Per-step replay (``memory.replay: per_step`` or the algorithm's ``replay_per_step``)."""
+        if self.cfg.memory.replay == "per_step" or self.s.algorithm.caps.replay_per_step:
+            return replace(cfg, replay=self.replay)
+        return cfg
+
+    def before_local_work(self, ctx: RoundContext, buffers: Buffers, cfg: LocalConfig) -> None:
+        """``memory_gradient``: ∇f_i†(x_t) on a memory draw, zeros for an empty memory (task 0)."""
+        if self.s.algorithm.caps.memory_gradient:
+            ctx.memory_grad, ctx.memory_size = self.memory_gradients(
+                buffers, ctx.clients.tolist(), ctx.broadcast["x"], ctx.round, cfg
+            )
+
     # -- evaluation ------------------------------------------------------------------------
-    def evaluate(self, x: torch.Tensor, buffers: Buffers) -> tuple[float, float, list[float]]:
+    def evaluate(self, t: int, due: bool, x: torch.Tensor, buffers: Buffers) -> tuple[float, float] | None:
+        """On schedule and at a task's end: the seen tasks' test samples (the matrix row kept)."""
+        if not (due or self.task_ends(t)):
+            return None
+        acc, loss, self.row = self.score(x, buffers)
+        return acc, loss
+
+    def after_evaluation(self, t: int, state: State, buffers: Buffers, cfg: LocalConfig) -> dict[str, Any]:
+        """At a task's end: the accuracy-matrix row ``task_acc``, then :meth:`end_task`'s logs."""
+        if not self.task_ends(t):
+            return {}
+        return {"task_acc": self.row, **self.end_task(self.s.algorithm, state, buffers, cfg)}
+
+    def score(self, x: torch.Tensor, buffers: Buffers) -> tuple[float, float, list[float]]:
         """(accuracy, loss) on the test samples of the tasks seen so far, and the accuracy on each
         task's test set (one pass over the test set under the current mask)."""
         correct, losses = self.s.model.per_sample(x, buffers, self.s.data.test, self.spec.eval.batch_size)
@@ -169,9 +204,4 @@ def split_outputs(
         feats.append(out[-2])
         logits.append(out[-1])
     return torch.cat(feats), torch.cat(logits), data.y[idx]
-
-
-def no_memory(num_rows: int, point: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Outside a continual run every memory is empty: zero gradients and sizes."""
-    return point.new_zeros((num_rows, point.numel())), point.new_zeros(num_rows)
 

@@ -1,21 +1,15 @@
 """The round loop shared by every algorithm, with recording, divergence detection and resume.
 
-One round (1-based t): sample S clients from the ``("sampling", t)`` stream, let the algorithm
-broadcast, train the clients locally (η_l = lr·decay^(t−1)), let the algorithm aggregate and
-update the server, evaluate the global model on the whole test set every ``eval.every``
+One round (1-based t) is plain FL: sample S clients from the ``("sampling", t)`` stream, let the
+algorithm broadcast, train the clients locally (η_l = lr·decay^(t−1)), let the algorithm aggregate
+and update the server, evaluate the global model on the whole test set every ``eval.every``
 rounds, and commit the round's metrics to the store. A checkpoint every ``checkpoint_every``
 rounds lets an interrupted run resume with identical numbers.
 
-With a ``wireless`` block (FedQVR Sec. V) the sampled devices' channel is drawn right after
-sampling (:mod:`fedbench.wireless`): an ``adaptive_bits`` algorithm (FedQVR-E) gets the
-allocation of Eq. (30) — devices below B̲ are removed before training, the others' bit widths
-go to ``ctx.bits`` — and every upload is then checked against the deadline τ at its
-bandwidth (W_total/m for fixed-bit algorithms); only those that arrive enter ``server_update``.
-``bits_up`` counts every upload sent, lost ones included (they used the channel).
-
-With a ``continual`` block the rounds walk through a task stream (:mod:`fedbench.engine.continual`):
-task switches, per-task learning rates, memory gradients / per-step replay, the accuracy-matrix
-row ``task_acc`` after each task's last round, and ``Algorithm.end_task``.
+Every other axis is a round plug-in attached by its scenario block (:mod:`fedbench.engine.axes`):
+the wireless uplink of FedQVR-E (:mod:`fedbench.wireless.plugin`) and the continual task stream of
+C-FLAG (:mod:`fedbench.engine.continual`). Their hooks (:mod:`fedbench.engine.plugins`) run around
+sampling, local work, aggregation and evaluation; the loop itself has no branch for either.
 """
 
 from __future__ import annotations
@@ -25,26 +19,25 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
 from fedbench.algorithms.base import RoundContext
 from fedbench.algorithms.client_table import from_checkpoint, to_checkpoint
-from fedbench.compress import BITS_PER_FLOAT, Compressed, bound_bits
-from fedbench.engine.checkpoint import resume_point, save_checkpoint
+from fedbench.compress import BITS_PER_FLOAT
+from fedbench.engine.axes import build_plugins
 from fedbench.engine.batched import run_clients_batched
-from fedbench.engine.continual import ContinualLoop, no_memory
-from fedbench.models.flat import average_buffers
+from fedbench.engine.checkpoint import resume_point, save_checkpoint
 from fedbench.engine.local import LocalConfig, LocalResult, full_local_gradients, run_clients_sequential
+from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.setup import DataCache, RunSetup, build_run
 from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
+from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
+from fedbench.models.flat import average_buffers
 from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
 from fedbench.store import ResultsStore
-
-if TYPE_CHECKING:
-    from fedbench.wireless import RoundRadio
 
 RoundCallback = Callable[[int, dict[str, float | None]], None]
 
@@ -62,34 +55,6 @@ def sample_clients(num: int, per_round: int, seed: int, round_: int, device: tor
     """S distinct clients, uniformly without replacement, sorted (the ``("sampling", t)`` stream)."""
     chosen = numpy_stream(seed, "sampling", round_).choice(num, size=per_round, replace=False)
     return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
-
-
-def upload_bits(uploads: dict[str, torch.Tensor | Compressed]) -> float:
-    """Bits the round's clients sent: compressed entries at their reported size, others at 32
-    bits per float; entries named ``_…`` stay on the client and cost nothing."""
-    return float(client_upload_bits(uploads).sum())
-
-
-def client_upload_bits(uploads: dict[str, torch.Tensor | Compressed]) -> torch.Tensor:
-    """Bits each of the round's clients sent ``[S]`` (float64; :func:`upload_bits` is their sum)."""
-    rows = len(decoded(uploads)[next(iter(uploads))])
-    total = torch.zeros(rows, dtype=torch.float64)
-    for name, value in uploads.items():
-        if not name.startswith("_"):
-            total += value.bits.double().cpu() if isinstance(value, Compressed) else value[0].numel() * BITS_PER_FLOAT
-    return total
-
-
-def decoded(uploads: dict[str, torch.Tensor | Compressed]) -> dict[str, torch.Tensor]:
-    """What the server reconstructs from the clients' messages."""
-    return {k: v.value if isinstance(v, Compressed) else v for k, v in uploads.items()}
-
-
-def aggregation_weights(spec: RunSpec, sizes: torch.Tensor) -> torch.Tensor:
-    """n_i/Σn over the sampled clients (``samples``) or 1/S (``uniform``)."""
-    if spec.server.weighting == "uniform":
-        return torch.full_like(sizes, 1.0 / len(sizes))
-    return sizes / sizes.sum()
 
 
 def local_consistency(final: torch.Tensor) -> float:
@@ -117,31 +82,59 @@ def choose_executor(executor: str, has_buffers: bool, on_gpu: bool, batchable: b
     return executor == "batched" or (executor == "auto" and on_gpu and not has_buffers)
 
 
+T = TypeVar("T", bound=RoundPlugin)
+
+
+def no_memory(num_rows: int, point: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Without a task stream every replay memory is empty: zero gradients and sizes."""
+    return point.new_zeros((num_rows, point.numel())), point.new_zeros(num_rows)
+
+
+def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int) -> dict[str, float | None]:
+    """A trained round's metrics; ``bits_up`` counts every upload sent (the float BatchNorm buffers
+    travel both ways at 32 bits), ``test_*`` are filled by the evaluation."""
+    n = len(ctx.clients)
+    buffer_bits = n * buffer_numel * BITS_PER_FLOAT
+    return {
+        "train_loss": float(result.losses.mean()),
+        "bits_up": upload_bits(result.uploads) + buffer_bits,
+        "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
+        "consistency": local_consistency(result.final),
+        "test_acc": None,
+        "test_loss": None,
+    }
+
+
+def idle_metrics() -> dict[str, float | None]:
+    """The metrics of a round in which no sampled client trained: nothing sent."""
+    nothing: dict[str, float | None] = {"train_loss": None, "bits_up": 0.0, "bits_down": 0.0, "consistency": None}
+    return {**nothing, "test_acc": None, "test_loss": None}
+
+
 class RoundLoop:
-    """Executes the rounds of one run on a prepared :class:`RunSetup`."""
+    """Executes the rounds of one run on a prepared :class:`RunSetup`, with the round plug-ins of
+    the spec's blocks (:func:`~fedbench.engine.axes.build_plugins`) around the plain round."""
 
     def __init__(self, spec: RunSpec, seed: int, setup: RunSetup, executor: str = "auto"):
         self.spec, self.seed, self.s = spec, seed, setup
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
-        self.cl = None if spec.continual is None else ContinualLoop(spec, seed, setup)
-        self.task_log: dict = {}
-        replay = self.cl is not None and (spec.continual.memory.replay == "per_step" or setup.algorithm.caps.replay_per_step)
-        self.local_cfg = LocalConfig(
-            spec.local.weight_decay, spec.local.clip_grad_norm, spec.local.augment, seed, self.cl.replay if replay else None,
-            setup.algorithm.caps.replay_apart,
-        )
-        self.batched = choose_executor(
-            executor, bool(setup.buffers0), setup.x0.device.type == "cuda", setup.algorithm.caps.batchable
-        )
-        self.uplink, self.adaptive = None, False
-        if spec.wireless is not None:  # FedQVR-E's channel (cvxpy is imported only for these runs)
-            from fedbench.wireless import Uplink
+        self.plugins = build_plugins(spec, seed, setup)
+        caps = setup.algorithm.caps
+        local = spec.local
+        cfg = LocalConfig(local.weight_decay, local.clip_grad_norm, local.augment, seed, replay_apart=caps.replay_apart)
+        for plugin in self.plugins:
+            cfg = plugin.local_config(cfg)
+        self.local_cfg = cfg
+        self.batched = choose_executor(executor, bool(setup.buffers0), setup.x0.device.type == "cuda", caps.batchable)
 
-            model = setup.model  # payload d(B+1) + μ, μ = 2·32 bits per parameter tensor (+ fp32 BN buffers)
-            overhead = bound_bits(len(model.numels)) + BITS_PER_FLOAT * model.buffer_numel()
-            self.uplink = Uplink(spec.wireless, spec.clients.num, seed, model.dim, overhead)
-            self.adaptive = setup.algorithm.caps.adaptive_bits
+    def plugin(self, kind: type[T]) -> T:
+        """The attached plug-in of type ``kind``."""
+        found = [p for p in self.plugins if isinstance(p, kind)]
+        if not found:
+            attached = ", ".join(type(p).__name__ for p in self.plugins) or "none"
+            raise LookupError(f"no {kind.__name__} plug-in is attached to this run (attached: {attached})")
+        return found[0]
 
     def steps_of(self, clients: list[int], t: int) -> list[int]:
         """Local steps K_i of each sampled client in round t: fixed iterations, ⌈E·n_i/B⌉ for
@@ -165,115 +158,112 @@ class RoundLoop:
             return self._round(t)
 
     def _round(self, t: int) -> tuple[dict[str, float | None], dict]:
+        """Sample, train, aggregate, evaluate; the plug-ins' hooks in between (:mod:`fedbench.engine.plugins`)."""
         spec, s = self.spec, self.s
         start = time.perf_counter()
-        self.task_log = {} if self.cl is None else self.cl.begin_round(t)
+        begun = self.logs(lambda p: p.begin_round(t))
         clients = sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t, s.x0.device)
-        lr = spec.local.lr * spec.local.lr_decay ** (t - 1) if self.cl is None else self.cl.lr(t)
-        radio = None if self.uplink is None else self.uplink.round(t, clients.cpu().numpy(), self.adaptive)
-        if radio is not None:  # FedQVR-E Alg. 2 line 6: devices allocated < B̲ bits neither train nor upload
-            clients = clients[torch.as_tensor(radio.kept, device=clients.device)]
-            if len(clients) == 0:
-                return self.idle_round(t, start, lr, radio)
+        lr = spec.local.lr * spec.local.lr_decay ** (t - 1)
+        for plugin in self.plugins:
+            lr = plugin.learning_rate(t, lr)
+        for plugin in self.plugins:
+            clients = plugin.after_sampling(t, clients)
+        if len(clients) == 0:  # nothing trains or is sent
+            return self._finish(t, start, lr, idle_metrics(), self.logs(lambda p: p.round_logs(t)), begun)
+        ctx, steps = self.context(t, clients, lr)
+        s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, s.client_sizes[clients]))
+        result = self.local_work(ctx, steps)
+        extra = self.aggregate(ctx, result)
+        extra = {**extra, **self.logs(lambda p: p.round_logs(t))}
+        metrics = round_metrics(ctx, result, s.model.buffer_numel())
+        return self._finish(t, start, lr, metrics, extra, begun)
+
+    def context(self, t: int, clients: torch.Tensor, lr: float) -> tuple[RoundContext, list[int]]:
+        """The clients' :class:`RoundContext` (the inputs their algorithm's capabilities ask for)
+        and their local steps."""
+        spec, s, algo = self.spec, self.s, self.s.algorithm
         steps = self.steps_of(clients.tolist(), t)
-        algo = s.algorithm
         ctx = RoundContext(
             clients, lr, torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
             algo.broadcast(self.state, clients), algo.client_state(self.state, clients), t,
         )
-        if radio is not None and radio.bits is not None:
-            ctx.bits = torch.as_tensor(radio.bits[radio.kept], dtype=torch.int64, device=clients.device)
         if algo.caps.full_gradient:
             ctx.full_grad = full_local_gradients(
                 s.model, self.buffers, s.data.train, [s.parts[c] for c in clients.tolist()],
                 ctx.broadcast["x"], spec.local.batch_size, self.local_cfg,
             )
-        if algo.caps.memory_gradient:  # ∇f_i†(x_t) on a memory draw; zeros for an empty memory (task 0)
-            grads, sizes = (
-                no_memory(len(clients), ctx.broadcast["x"]) if self.cl is None
-                else self.cl.memory_gradients(self.buffers, clients.tolist(), ctx.broadcast["x"], t, self.local_cfg)
-            )
-            ctx.memory_grad, ctx.memory_size = grads, sizes
-        algo.prepare_round(self.state, ctx, aggregation_weights(spec, s.client_sizes[clients]))
-        if self.batched:
-            result = run_clients_batched(algo, ctx, steps, s.model, s.data.train, s.batcher, self.local_cfg)
-        else:
-            result = run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
-        extra = self.aggregate(ctx, result, radio)
-        n = len(clients)
-        buffer_bits = n * s.model.buffer_numel() * BITS_PER_FLOAT
-        metrics: dict[str, float | None] = {
-            "train_loss": float(result.losses.mean()),
-            "bits_up": upload_bits(result.uploads) + buffer_bits,
-            "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
-            "consistency": local_consistency(result.final),
-            "test_acc": None,
-            "test_loss": None,
-        }
-        return self._finish(t, start, lr, metrics, extra)
+        for plugin in self.plugins:
+            plugin.before_local_work(ctx, self.buffers, self.local_cfg)
+        if algo.caps.memory_gradient and ctx.memory_grad is None:
+            ctx.memory_grad, ctx.memory_size = no_memory(len(clients), ctx.broadcast["x"])
+        return ctx, steps
 
-    def _finish(self, t: int, start: float, lr: float, metrics: dict[str, float | None], extra: dict) -> tuple[dict, dict]:
+    def local_work(self, ctx: RoundContext, steps: list[int]) -> LocalResult:
+        """The clients' local training on the batched or the sequential executor."""
+        s, algo = self.s, self.s.algorithm
+        if self.batched:
+            return run_clients_batched(algo, ctx, steps, s.model, s.data.train, s.batcher, self.local_cfg)
+        return run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
+
+    def aggregate(self, ctx: RoundContext, result: LocalResult) -> dict:
+        """``server_update`` on the uploads that reach the server (all of them, unless a plug-in's
+        ``select_received`` keeps fewer), then the weighted BatchNorm buffers; with none received
+        the model and buffers stay. Returns the algorithm's logs."""
+        weights = aggregation_weights(self.spec, self.s.client_sizes[ctx.clients])
+        received: Received | None = Received(ctx, decoded(result.uploads), result.buffers, weights, weights)
+        for plugin in self.plugins:
+            if received is None:
+                break
+            received = plugin.select_received(received, result)
+        if received is None:
+            return {}
+        extra = self.s.algorithm.server_update(self.state, received.ctx, received.uploads, received.weights)
+        self.buffers = average_buffers(received.buffers, received.buffer_weights)
+        return extra
+
+    def _finish(
+        self, t: int, start: float, lr: float, metrics: dict[str, float | None], extra: dict, begun: dict
+    ) -> tuple[dict, dict]:
         """Evaluate on schedule, time the round, add the once-per-run logs."""
-        spec, s = self.spec, self.s
+        spec = self.spec
         due = t % spec.eval.every == 0 or t == spec.rounds
-        task_end = self.cl is not None and self.cl.task_ends(t)
-        if self.cl is not None and (due or task_end):  # seen tasks' test samples; the matrix row at a task's end
-            acc, loss, row = self.cl.evaluate(self.state["x"], self.buffers)
-            metrics["test_acc"], metrics["test_loss"] = acc, loss
-            if task_end:
-                extra = {**extra, "task_acc": row, **self.cl.end_task(s.algorithm, self.state, self.buffers, self.local_cfg)}
-        elif due:
-            acc, loss = s.model.evaluate(self.state["x"], self.buffers, s.data.test, spec.eval.batch_size)
-            metrics["test_acc"], metrics["test_loss"] = acc, loss
+        scores = self.evaluate(t, due)
+        if scores is not None:
+            metrics["test_acc"], metrics["test_loss"] = scores
+        extra = {**extra, **self.logs(lambda p: p.after_evaluation(t, self.state, self.buffers, self.local_cfg))}
         if due and spec.eval.client_spread:
             metrics["client_acc_std"] = self.client_accuracy_spread()
         metrics["wall_s"] = time.perf_counter() - start
-        if t == 1:  # once per run: the partition's sizes and label skew, the server state's size
-            state_mb = sum(v.numel() * v.element_size() for v in self.state.values()) / 2**20
-            extra = {
-                **extra, "partition": s.partition_info, "server_state_mb": state_mb, "executor": self.executor_note(),
-                "threads": torch.get_num_threads(),
-            }
-        return metrics, {"lr": lr, **extra, **self.task_log}
+        if t == 1:
+            extra = {**extra, **self.run_logs()}
+        return metrics, {"lr": lr, **extra, **begun}
 
-    def aggregate(self, ctx: RoundContext, result: LocalResult, radio: RoundRadio | None) -> dict:
-        """``server_update`` on the uploads that reach the server: all of them on an ideal uplink;
-        under ``wireless`` those meeting τ (Eq. 28), with weights renormalised over them or, for
-        ``zero_fill``, the sampled set's (FedQVR N/m). Lost clients are left out of ``server_update``,
-        so their per-client state (c_i, error memory) does not move; with none received the model stays."""
-        spec, s, algo = self.spec, self.s, self.s.algorithm
-        uploads, buffers = decoded(result.uploads), result.buffers
-        weights = buffer_weights = aggregation_weights(spec, s.client_sizes[ctx.clients])
-        logs: dict = {}
-        if radio is not None:
-            ok = radio.deliver((client_upload_bits(result.uploads) + s.model.buffer_numel() * BITS_PER_FLOAT).numpy())
-            radio.log["server_update"] = "done" if ok.any() else "skipped: no upload arrived"
-            logs["wireless"] = radio.log
-            if not ok.any():
-                return logs
-            zero_fill = spec.wireless.outage_aggregation == "zero_fill"
-            if not ok.all() or (zero_fill and not radio.kept.all()):
-                rows = torch.as_tensor(ok.nonzero()[0], device=ctx.clients.device)
-                ctx, uploads = ctx.select(rows), {k: v[rows] for k, v in uploads.items()}
-                buffers = [buffers[i] for i in rows.tolist()]
-                if zero_fill:  # the sampled set's weights, lost and removed devices counting as zero
-                    sampled = torch.as_tensor(radio.clients, device=ctx.clients.device)
-                    kept = torch.as_tensor(radio.kept, device=ctx.clients.device)
-                    weights = aggregation_weights(spec, s.client_sizes[sampled])[kept][rows]
-                    buffer_weights = weights / weights.sum()
-                else:
-                    weights = buffer_weights = aggregation_weights(spec, s.client_sizes[ctx.clients])
-        extra = algo.server_update(self.state, ctx, uploads, weights)
-        self.buffers = average_buffers(buffers, buffer_weights)
-        return {**extra, **logs}
+    def evaluate(self, t: int, due: bool) -> tuple[float, float] | None:
+        """(accuracy, loss) of round t: the first plug-in's scores (every plug-in is asked), else
+        the whole test set's when due, else None."""
+        x, s = self.state["x"], self.s
+        scores = [p.evaluate(t, due, x, self.buffers) for p in self.plugins]
+        chosen = next((score for score in scores if score is not None), None)
+        if chosen is None and due:
+            return s.model.evaluate(x, self.buffers, s.data.test, self.spec.eval.batch_size)
+        return chosen
 
-    def idle_round(self, t: int, start: float, lr: float, radio: RoundRadio) -> tuple[dict, dict]:
-        """A round in which the allocation removed every sampled device: nothing trains or is sent."""
-        radio.log.update(received=[], lost=[], server_update="skipped: every device was removed")
-        metrics: dict[str, float | None] = {
-            "train_loss": None, "bits_up": 0.0, "bits_down": 0.0, "consistency": None, "test_acc": None, "test_loss": None,
+    def run_logs(self) -> dict[str, Any]:
+        """Once per run: the partition's sizes and label skew, the server state's size, the
+        executor and threads, then the plug-ins' own."""
+        state_mb = sum(v.numel() * v.element_size() for v in self.state.values()) / 2**20
+        own = {
+            "partition": self.s.partition_info, "server_state_mb": state_mb, "executor": self.executor_note(),
+            "threads": torch.get_num_threads(),
         }
-        return self._finish(t, start, lr, metrics, {"wireless": radio.log})
+        return {**own, **self.logs(lambda p: p.run_logs())}
+
+    def logs(self, hook: Callable[[RoundPlugin], dict[str, Any]]) -> dict[str, Any]:
+        """One hook's logs from every plug-in, merged in attachment order."""
+        merged: dict[str, Any] = {}
+        for plugin in self.plugins:
+            merged.update(hook(plugin))
+        return merged
 
     def executor_note(self) -> str:
         """Which client executor ran, and why the batched one did not when it was not used."""
@@ -298,16 +288,24 @@ class RoundLoop:
         return bad or not bool(torch.isfinite(self.state["x"]).all())
 
     def checkpoint(self, t: int) -> dict:
+        """The round, server state, buffers, batcher cursor and each plug-in's state (under its name)."""
         state, hosted = to_checkpoint(self.state)
         payload = {"round": t, "state": state, "hosted": hosted, "buffers": self.buffers,
                    "batcher": self.s.batcher.state_dict()}
-        return payload if self.cl is None else {**payload, "continual": self.cl.state_dict()}
+        for plugin in self.plugins:
+            kept = plugin.state_dict()
+            if kept is not None:
+                payload[plugin.name] = kept
+        return payload
 
     def restore(self, payload: dict) -> int:
+        """Back to a checkpoint; the plug-ins first (a task stream switches to the checkpointed
+        task's batcher), then that batcher's cursor. Returns the checkpoint's round."""
         self.state = from_checkpoint(payload["state"], payload.get("hosted", []), self.s.x0.device)
         self.buffers = payload["buffers"]
-        if self.cl is not None:  # first the checkpointed task (its batcher), then that batcher's cursor
-            self.cl.load_state_dict(payload["continual"])
+        for plugin in self.plugins:
+            if plugin.name in payload:
+                plugin.load_state_dict(payload[plugin.name])
         self.s.batcher.load_state_dict(payload["batcher"])
         return int(payload["round"])
 

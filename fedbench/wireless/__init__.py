@@ -3,7 +3,8 @@
 - :mod:`~fedbench.wireless.channel`: device placement, path loss, Rayleigh fading, FDMA rates.
 - :mod:`~fedbench.wireless.allocation`: the cvxpy bandwidth/bit allocation, floor and removal.
 - :mod:`~fedbench.wireless.oracle`: an independent scipy solver of the same problem (tests).
-- :mod:`~fedbench.wireless.uplink`: what the round loop calls each round.
+- :mod:`~fedbench.wireless.uplink`: the cell and each round's channel, allocation and deadline check.
+- :mod:`~fedbench.wireless.plugin`: the round plug-in that puts them around the round loop.
 """
 
 from fedbench.wireless.allocation import Allocation, AllocationError, allocate_bits

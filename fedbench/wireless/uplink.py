@@ -1,4 +1,4 @@
-"""The uplink of one run, as the round loop uses it (FedQVR Sec. V-A, VI-C; Alg. 2 lines 3–6).
+"""The uplink of one run, as the wireless round plug-in uses it (FedQVR Sec. V-A, VI-C; Alg. 2 lines 3–6).
 
 :class:`Uplink` holds the cell (device distances, placed once per seed) and, per round, draws the
 sampled devices' fading and returns a :class:`RoundRadio`: for an ``adaptive_bits`` algorithm the
@@ -24,7 +24,7 @@ class RoundRadio:
 
     ``kept`` [m]: devices that train and upload (all, unless the allocation removed some);
     ``bits`` [m]: the allocated bit widths (``None`` for fixed-bit algorithms);
-    ``bandwidth`` [m] Hz; ``log`` collects what the round loop records under ``extra["wireless"]``."""
+    ``bandwidth`` [m] Hz; ``log`` collects what the plug-in records under ``extra["wireless"]``."""
 
     clients: np.ndarray
     snr_bw_hz: np.ndarray

@@ -8,7 +8,7 @@ import torch
 from fedbench.algorithms import ALGORITHMS, RoundContext
 from fedbench.algorithms.fedqvr import effective_steps
 from fedbench.compress import Compressed
-from fedbench.engine.runner import upload_bits
+from fedbench.engine.uploads import upload_bits
 from fedbench.seeding import torch_stream
 from tests.algorithms.toy import Quadratics, make_algorithm
 from tests.test_compress import numpy_quantize

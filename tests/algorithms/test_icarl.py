@@ -20,6 +20,7 @@ from fedbench.algorithms.base import TaskData
 from fedbench.algorithms.icarl import ICaRLObjective, herding
 from fedbench.continual.memory import ReplayMemory
 from fedbench.continual.tasks import TaskStream
+from fedbench.engine.continual import ContinualStream
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.scenario import run_id_of
@@ -161,7 +162,7 @@ def test_task_end_herds_exemplars_and_scores_the_nearest_mean_of_exemplars(tmp_p
     random = ReplayMemory(3, 12, 0)
     random.fill(0, parts, labels)  # the engine's class-balanced random slot, drawn again
     for client, part in enumerate(parts):
-        slot = loop.cl.memory.slots[client][0]
+        slot = loop.plugin(ContinualStream).memory.slots[client][0]
         assert np.array_equal(np.bincount(labels[slot], minlength=10), np.bincount(labels[random.slots[client][0]], minlength=10))
         feats = features_np(module, x, train.x[torch.as_tensor(part)])
         want = []
@@ -170,7 +171,7 @@ def test_task_end_herds_exemplars_and_scores_the_nearest_mean_of_exemplars(tmp_p
             want += part[rows[herding_numpy(feats[rows], int((labels[slot] == c).sum()))]].tolist()
         assert sorted(want) == slot.tolist()
     # NME over every client's exemplars, independently
-    exemplars = np.concatenate([loop.cl.memory.indices(c) for c in range(3)])
+    exemplars = np.concatenate([loop.plugin(ContinualStream).memory.indices(c) for c in range(3)])
     ex_feats = features_np(module, x, train.x[torch.as_tensor(exemplars)])
     means = np.full((10, ex_feats.shape[1]), np.nan)
     for c in np.unique(labels[exemplars]):

@@ -17,7 +17,8 @@ from fedbench.algorithms import ALGORITHMS, RoundContext
 from fedbench.algorithms.moon import MoonObjective
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
-from fedbench.engine.runner import RoundLoop, choose_executor, decoded, execute_run
+from fedbench.engine.runner import RoundLoop, choose_executor, execute_run
+from fedbench.engine.uploads import decoded
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.models import build_model
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.engine.batched import BatchedOracle
+from fedbench.engine.continual import ContinualStream
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
@@ -133,7 +134,7 @@ def test_the_engine_draws_the_replay_batch_apart_for_nccl(tmp_path):
     batcher.cursor[0] = position
     x, y, current = loop.local_cfg.batch_parts(train, batcher, 0)
     assert current == len(idx) and len(y) == current + 5 and torch.equal(y[:current], train.y[idx])
-    assert set(y[current:].tolist()) <= set(train.y[loop.cl.memory.indices(0)].tolist())
+    assert set(y[current:].tolist()) <= set(train.y[loop.plugin(ContinualStream).memory.indices(0)].tolist())
 
 
 def test_through_the_engine_nccl_fl_is_fedavg_on_task_0_and_costs_what_fedavg_costs(tmp_path):

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from fedbench.algorithms import ALGORITHMS, Algorithm
 from fedbench.data import load_dataset
+from fedbench.engine.continual import ContinualStream
 from fedbench.scenario import run_id_of
 from fedbench.registry import Entry, NoParams
 from fedbench.scenario import resolve_runs, parse_scenario
@@ -70,7 +71,7 @@ def test_per_step_replay_joins_a_memory_draw_to_each_minibatch(tmp_path):
     idx = loop.s.batcher.next(0)
     loop.s.batcher.cursor[0] = position  # draw the same minibatch again through the config
     xb, yb = loop.local_cfg.batch(train, loop.s.batcher, 0)
-    memory = set(loop.cl.memory.indices(0).tolist())
+    memory = set(loop.plugin(ContinualStream).memory.indices(0).tolist())
     b = len(idx)
     assert len(yb) == b + 5 and torch.equal(yb[:b], train.y[idx])
     assert set(yb[b:].tolist()) <= {0, 1, 2} and set(yb[:b].tolist()) <= {3, 4, 5}
@@ -128,13 +129,13 @@ def test_memory_gradients_prepare_round_and_end_task_hooks(tmp_path, probe):
             assert (grads == 0).all()  # empty memory: zero rows
             continue
         for row, c in enumerate(clients):
-            mem = torch.as_tensor(loop.cl.memory.indices(c)[: 12 * task])
+            mem = torch.as_tensor(loop.plugin(ContinualStream).memory.indices(c)[: 12 * task])
             expected = masked_mean_gradient(module, x, train.x[mem], train.y[mem], groups)
             torch.testing.assert_close(grads[row], expected, rtol=1e-4, atol=1e-6)
     assert all(m["bits_down"] == 3 * 2 * P * 32 for m, _ in frames)  # x and the broadcast ∇f† are charged
     assert [e[0] for e in probe.ended] == [0, 1, 2] and [x.get("probe_task") for _, x in frames][1::2] == [0, 1, 2]
     for task, sizes, grads, squared, x in probe.ended:
-        parts = loop.cl.s.tasks.parts[task]
+        parts = loop.s.tasks.parts[task]
         assert sizes.tolist() == [len(p) for p in parts]
         for c, part in enumerate(parts):
             torch.testing.assert_close(grads[c], masked_mean_gradient(module, x, train.x[part], train.y[part], groups),

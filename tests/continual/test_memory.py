@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fedbench.continual.memory import ReplayMemory, balanced_quota, select_memory
+from fedbench.engine.continual import ContinualStream
 from tests.continual.common import loop_of, raw_with, spec_of
 
 
@@ -64,7 +65,7 @@ def test_the_memory_is_frozen_during_a_task_and_holds_the_clients_own_task_sampl
     snapshots = []
     for t in range(1, 7):
         loop.round(t)
-        snapshots.append([loop.cl.memory.indices(c).copy() for c in range(3)])
+        snapshots.append([loop.plugin(ContinualStream).memory.indices(c).copy() for c in range(3)])
         if t == 2:
             task0_parts = [p.numpy() for p in loop.s.parts]
     same = lambda a, b: all(np.array_equal(x, y_) for x, y_ in zip(a, b))  # noqa: E731
@@ -72,7 +73,7 @@ def test_the_memory_is_frozen_during_a_task_and_holds_the_clients_own_task_sampl
     sizes = [[len(m) for m in snap] for snap in snapshots]
     assert sizes[0] == [0, 0, 0] and sizes[1] == sizes[2] == [12, 12, 12] and sizes[5] == [36, 36, 36]
     for c in range(3):
-        slot0 = loop.cl.memory.slots[c][0]
+        slot0 = loop.plugin(ContinualStream).memory.slots[c][0]
         assert set(slot0) <= set(task0_parts[c]) and set(y[slot0]) <= {0, 1, 2}
         present = np.unique(y[task0_parts[c]])
         counts = np.bincount(y[slot0], minlength=3)[present]

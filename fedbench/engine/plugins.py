@@ -1,0 +1,96 @@
+"""Round plug-ins: an axis beyond plain FL (a wireless uplink, a continual task stream) as hooks
+around the round loop (:class:`~fedbench.engine.runner.RoundLoop`), which it does not own.
+
+Where each hook runs in round t (every default is plain FL: no logs, nothing changed)::
+
+    begin_round(t)                      → logs, recorded last in the round's extra
+    η_l = learning_rate(t, default)     (each plug-in may replace the default decayed rate)
+    clients = sample S; after_sampling(t, clients) → the clients that train (none: an idle round)
+    before_local_work(ctx, buffers, cfg)   per-client inputs (``ctx.bits``, ``ctx.memory_grad``)
+    local work (LocalConfig from local_config(cfg), once per run)
+    received = select_received(received, result) → which uploads reach server_update (None: none)
+    round_logs(t)                       → logs after the algorithm's own (idle rounds too)
+    evaluate(t, due, x, buffers)        → (accuracy, loss) in place of the test-set score, or None
+    after_evaluation(t, state, buffers, cfg) → logs (e.g. a task's end)
+    run_logs()                          → logs of round 1, once per run
+    state_dict() / load_state_dict()    checkpoint entry ``name`` (restored before the batcher cursor)
+
+Plug-ins run in the order they are attached (:mod:`fedbench.engine.axes`); a plug-in's state
+between rounds is its own, and every random draw it makes comes from a named stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedbench.algorithms.base import RoundContext, State
+from fedbench.models.flat import Buffers
+from fedbench.engine.local import LocalConfig, LocalResult
+
+
+@dataclass(frozen=True)
+class Received:
+    """What reaches ``server_update``: the received rows' context, their decoded uploads
+    ``{name: [k, P]}`` and BatchNorm buffers, the aggregation weights ``[k]`` and the weights
+    of the buffers' average ``[k]`` (summing to one)."""
+
+    ctx: RoundContext
+    uploads: dict[str, torch.Tensor]
+    buffers: list[Buffers]
+    weights: torch.Tensor
+    buffer_weights: torch.Tensor
+
+
+class RoundPlugin:
+    """One axis of a run as hooks around the plain round; every default leaves the round as it is."""
+
+    name: str = "plugin"  # the plug-in's checkpoint entry
+
+    def begin_round(self, t: int) -> dict[str, Any]:
+        """Prepare round t before sampling; logs recorded last (they override same-named keys)."""
+        return {}
+
+    def learning_rate(self, t: int, default: float) -> float:
+        """The local learning rate η_l of round t, given the loop's (or an earlier plug-in's)."""
+        return default
+
+    def local_config(self, cfg: LocalConfig) -> LocalConfig:
+        """The run's local-work settings with this plug-in's contribution (once per run)."""
+        return cfg
+
+    def after_sampling(self, t: int, clients: torch.Tensor) -> torch.Tensor:
+        """The sampled clients that train and upload (a subset, in order; empty: an idle round)."""
+        return clients
+
+    def before_local_work(self, ctx: RoundContext, buffers: Buffers, cfg: LocalConfig) -> None:
+        """Fill per-client inputs of ``ctx`` (its typed fields) before ``prepare_round``."""
+
+    def select_received(self, received: Received, result: LocalResult) -> Received | None:
+        """The uploads that reach the server, out of ``received`` (None: none; the model stays)."""
+        return received
+
+    def round_logs(self, t: int) -> dict[str, Any]:
+        """Logs of round t after the algorithm's ``server_update`` logs (also on idle rounds)."""
+        return {}
+
+    def evaluate(self, t: int, due: bool, x: torch.Tensor, buffers: Buffers) -> tuple[float, float] | None:
+        """(accuracy, loss) to record instead of the test-set score, or None for the loop's."""
+        return None
+
+    def after_evaluation(self, t: int, state: State, buffers: Buffers, cfg: LocalConfig) -> dict[str, Any]:
+        """Work after round t's evaluation (it may update ``state``); its logs."""
+        return {}
+
+    def run_logs(self) -> dict[str, Any]:
+        """Logs recorded once per run, with round 1's."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps under ``name`` (None: nothing)."""
+        return None
+
+    def load_state_dict(self, payload: dict[str, Any]) -> None:
+        """Back to the checkpointed state (before the loop restores the batcher's cursor)."""
