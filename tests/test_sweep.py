@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from fedbench.cli import app
 from fedbench.engine.runner import run_id_of
-from fedbench.report.paper import scale_of
+from fedbench.store import scale_from_name as scale_of
 from fedbench.scenario import ScenarioError, load_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from fedbench.sweeps import WorkerSettings, expand, run_sweep, sweep_runs

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedbench.report.paper import compare, format_comparison, rich_comparison, scale_of, write_comparison
+from fedbench.report.paper import compare, format_comparison, rich_comparison, write_comparison
+from fedbench.store import scale_from_name as scale_of
 from fedbench.report.reference import load_reference, reference_frame
 from fedbench.store import METRIC_COLUMNS, ResultsStore, RunRecord
 
