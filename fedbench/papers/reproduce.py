@@ -151,5 +151,5 @@ def reproduce(paper: str, targets: list[Target], opts: Options, console: Console
             except (StepFailed, ValueError) as exc:
                 console.print(f"[red]{paper} {t.name}: fedbench {escape(step.describe(ctx))}: {escape(str(exc))}[/]")
                 return 1
-            console.print("\n".join(f"wrote {p}" for p in paths), highlight=False)
+            console.print("\n".join(f"wrote {p}" for p in paths), highlight=False, soft_wrap=True)
     return 0
