@@ -154,6 +154,13 @@ class Claims:
         return [write_claims(ctx.store, ctx.paper, ctx.tables_dir, ctx.scale)]
 
 
+def _checked(paths: list[Path], passes: bool, verdict: str) -> list[Path]:
+    """The written paths of a checked analytic table; :class:`StepFailed` (after writing) unless it passes."""
+    if not passes:
+        raise StepFailed(verdict)
+    return paths
+
+
 @dataclass(frozen=True)
 class Bits:
     """Communication bits per client from a model's size (no training), checked against the paper."""
@@ -172,10 +179,7 @@ class Bits:
         from fedbench.report import bits
 
         result = bits.bits_report(self.model, self.input, self.classes, self.rounds, list(self.compressors), ctx.paper)
-        paths = bits.write_bits(result, ctx.tables_dir)
-        if not result.agrees:
-            raise StepFailed(bits.verdict(result))
-        return paths
+        return _checked(bits.write_bits(result, ctx.tables_dir), result.agrees, bits.verdict(result))
 
 
 @dataclass(frozen=True)
@@ -190,10 +194,7 @@ class Costs:
 
         costs = paper_part(ctx.paper, "costs")
         result = costs.costs_report(ctx.paper)
-        paths = costs.write_costs(result, ctx.tables_dir)
-        if not result.passes:
-            raise StepFailed(costs.verdict(result))
-        return paths
+        return _checked(costs.write_costs(result, ctx.tables_dir), result.passes, costs.verdict(result))
 
 
 @dataclass(frozen=True)
