@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from fedbench.report.paper import compare, format_comparison, rich_comparison, write_comparison
-from fedbench.store import scale_from_name as scale_of
+from fedbench.store import scale_from_name
 from fedbench.report.reference import load_reference, reference_frame
 from fedbench.store import METRIC_COLUMNS, ResultsStore, RunRecord
 
@@ -127,10 +127,10 @@ def test_reference_numbers_match_the_notes() -> None:
         reference_frame("fedmim", "IV")
 
 
-def test_scale_of() -> None:
-    assert scale_of("fedmim_table1_cifar10_dir0.3.tiny") == "tiny"
-    assert scale_of("fedmim_table1_cifar10_dir0.3") == "paper"
-    assert (scale_of("x.small"), scale_of("quickstart")) == ("small", "paper")
+def test_scale_from_name() -> None:
+    assert scale_from_name("fedmim_table1_cifar10_dir0.3.tiny") == "tiny"
+    assert scale_from_name("fedmim_table1_cifar10_dir0.3") == "paper"
+    assert (scale_from_name("x.small"), scale_from_name("quickstart")) == ("small", "paper")
 
 
 def test_compare_table3_numbers(store: ResultsStore) -> None:
