@@ -165,11 +165,6 @@ class ResultsStore:
         finally:
             conn.close()
 
-    def statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
-        """The status of each of ``run_ids`` the store holds (absent ones are left out)."""
-        with self._connect() as conn:
-            return _statuses(conn, run_ids)
-
     def status(self, run_id: str) -> str | None:
         """The run's status, or None if the store has never seen it."""
         with self._connect() as conn:
@@ -307,20 +302,17 @@ def _migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _statuses(conn: sqlite3.Connection, run_ids: Iterable[str]) -> dict[str, str]:
-    wanted = json.dumps([str(r) for r in run_ids])
-    rows = conn.execute("SELECT run_id, status FROM runs WHERE run_id IN (SELECT value FROM json_each(?))", (wanted,))
-    return dict(rows.fetchall())
-
-
 def read_statuses(out_dir: Path, run_ids: Iterable[str]) -> dict[str, str]:
-    """:meth:`ResultsStore.statuses` without opening the store for writing: nothing is created or
-    migrated (an absent store holds no run)."""
+    """The status of each of ``run_ids`` the store in ``out_dir`` holds (absent ones left out), read
+    without opening the store for writing: nothing is created or migrated (an absent store holds none;
+    SQLite may add its -wal/-shm companions beside an existing one)."""
     db = Path(out_dir) / DB_NAME
     if not db.is_file():
         return {}
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    wanted = json.dumps([str(r) for r in run_ids])
     try:
-        return _statuses(conn, run_ids)
+        query = "SELECT run_id, status FROM runs WHERE run_id IN (SELECT value FROM json_each(?))"
+        return dict(conn.execute(query, (wanted,)).fetchall())
     finally:
         conn.close()
