@@ -25,35 +25,25 @@ test: install  ## the whole test suite (CPU, offline)
 clean:
 	rm -rf $(OUT) .pytest_cache
 
-# Per-paper reproduction targets (reproduce-<paper>-...) live in mk/<paper>.mk.
-# Shared by those makefiles: runs go to $(OUT)/$(SCALE); $(call PAPER_RUN,files,extra options) runs
-# the scenario files at SCALE, PAPER_JOBS at a time (2 at tiny: a 2-core CPU, one OpenMP thread per process).
-PAPER_OUT       = $(OUT)/$(SCALE)
-PAPER_SUFFIX    = $(if $(filter paper,$(SCALE)),,.$(SCALE))
-PAPER_JOBS     ?= $(if $(filter tiny,$(SCALE)),2,1)
-PAPER_ENV       = $(if $(filter tiny,$(SCALE)),OMP_NUM_THREADS=1,)
-PAPER_RUN       = printf '%s\n' $(1) | xargs -P $(PAPER_JOBS) -I{} env $(PAPER_ENV) \
-                  $(BIN)/fedbench run {} --scale $(SCALE) --out $(PAPER_OUT) --quiet $(2)
+# Per-paper reproduction targets (reproduce-<paper>-...) live in mk/<paper>.mk, each a one-line wrapper around
+# `fedbench reproduce <paper> <target>`: the targets (scenario files, executor options, report steps) are declared
+# in fedbench/papers/<paper>/room.py (docs/reproduce.md). Runs go to $(OUT)/$(SCALE) through the sweep engine,
+# finished runs skipped; SWEEP_OPTS="--executor ray --address auto" runs them on a Ray cluster, "--jobs N" sets the
+# local worker processes (default: every CPU at tiny, one otherwise; one torch thread per run).
+PAPER_OUT   = $(OUT)/$(SCALE)
+SWEEP_OPTS ?=
+REPRODUCE   = $(BIN)/fedbench reproduce
+PAPER_OPTS  = --scale $(SCALE) --out $(PAPER_OUT) $(SWEEP_OPTS)
 
-# Table 1 of every paper at SCALE through `fedbench sweep` (finished runs are skipped; SWEEP_OPTS="--executor ray
-# --address auto" runs it on a Ray cluster). C-FLAG's first table is its Table 2; FedCAMS's Table 1 is analytic (bits).
-SWEEP_OPTS     ?=
-PAPER_SWEEP     = $(PAPER_ENV) $(BIN)/fedbench sweep --scale $(SCALE) --out $(PAPER_OUT) $(SWEEP_OPTS)
-
+# The first table of every paper at SCALE: paper / ours (C-FLAG's first table is its Table 2; FedCAMS's Table 1 is
+# analytic, bits; FedMIM's target also writes its claims).
 .PHONY: reproduce-table1
-reproduce-table1: install reproduce-fedcams-table1  ## the first table of every paper at SCALE (one sweep): paper / ours
-	$(PAPER_SWEEP) $(FEDMIM_TABLE1) $(FEDQVR_TABLE) $(CFLAG_TI_NONIID)
-	$(PAPER_SWEEP) $(GRADMA_ORDER) $(subst --executor,--client-executor,$(GRADMA_EXECUTOR))
-	$(BIN)/fedbench compare --paper fedmim --table I --out $(PAPER_OUT) --scale $(SCALE) --tables-dir tables
-	$(FEDQVR_COMPARE) --table I-CIFAR-10
-	$(FEDQVR_COMPARE) --table I-MNIST
-	$(CFLAG_COMPARE) --table 2
-	$(GRADMA_COMPARE) --table 1
+reproduce-table1: reproduce-fedcams-table1 reproduce-fedmim-table1 reproduce-fedqvr-table1 reproduce-cflag-table2 \
+                  reproduce-gradma-table1  ## the first table of every paper at SCALE: paper / ours
 
 # Every committed output at SCALE (tiny: what tables/, figures/ and the README's numbers are made of).
 .PHONY: reproduce-all check-outputs
-reproduce-all: quickstart reproduce-fedmim-table1 reproduce-fedmim-table2 reproduce-fedmim-table3 reproduce-fedmim-fig2 \
-               reproduce-fedcams reproduce-fedqvr reproduce-gradma reproduce-cflag reproduce-cflag-ablations  ## every paper's tables, figures and claims at SCALE
+reproduce-all: quickstart reproduce-fedmim reproduce-fedcams reproduce-fedqvr reproduce-gradma reproduce-cflag  ## every paper's tables, figures and claims at SCALE
 
 # Regenerates every committed tiny output from a fresh store (CHECK_OUT) and fails if a committed table moved or a
 # new one appeared (git status of tables/); tests/test_committed_outputs.py checks one table per paper in the suite.

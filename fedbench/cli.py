@@ -347,7 +347,7 @@ def continual(
     console.print("\n".join(f"wrote {p}" for p in paths) or "[yellow]no continual runs in the store: nothing written[/]")
 
 
-PAPER = typer.Option(..., "--paper", help="paper key, e.g. fedmim (reference numbers in fedbench/report/reference/)")
+PAPER = typer.Option(..., "--paper", help="paper key, e.g. fedmim (its room: fedbench/papers/<paper>/)")
 REPORT_SCALE = typer.Option(
     None, "--scale", help="runs at this scale only, e.g. tiny (default: compare shows each; claims needs a single one)"
 )
@@ -409,9 +409,11 @@ def bits(
     tables_dir: Path = TABLES_DIR,
 ) -> None:
     """Communication bits per client over T rounds from the model's size (FedCAMS Tables 1–2), without training."""
+    from fedbench.papers import paper_part
     from fedbench.report import bits as report
 
-    result = _or_exit(report.bits_report, model, input, classes, rounds, compressor or list(report.TABLE2_COMPRESSORS), paper)
+    compressors = compressor or list(paper_part("fedcams", "room").TABLE2_COMPRESSORS)
+    result = _or_exit(report.bits_report, model, input, classes, rounds, compressors, paper)
     for t in report.rich_bits(result):
         console.print(t)
     console.print("\n".join(f"wrote {p}" for p in report.write_bits(result, tables_dir)))
@@ -425,8 +427,9 @@ def bits(
 def costs(paper: str = PAPER, tables_dir: Path = TABLES_DIR) -> None:
     """Uplink cost columns (#C = #R × per-round bits) of the paper's table from model sizes, without training;
     exit code 1 unless every disagreement with the printed values is a known paper typo."""
-    from fedbench.report import costs as report
+    from fedbench.papers import paper_part
 
+    report = _or_exit(paper_part, paper, "costs")
     result = _or_exit(report.costs_report, paper)
     for t in report.rich_costs(result):
         console.print(t)
@@ -434,6 +437,43 @@ def costs(paper: str = PAPER, tables_dir: Path = TABLES_DIR) -> None:
     console.print(("[green]" if result.passes else "[red]") + report.verdict(result) + "[/]")
     if not result.passes:
         raise typer.Exit(1)
+
+
+@app.command()
+def reproduce(
+    paper: Optional[str] = typer.Argument(None, help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),
+    targets: Optional[list[str]] = typer.Argument(None, help="its targets, e.g. table1 fig5 (default: all; --list)"),
+    scale: str = typer.Option("paper", "--scale", help="paper, small or tiny"),
+    out: Optional[Path] = typer.Option(None, "--out", help="results folder (default: results/<scale>)"),
+    executor: str = typer.Option("local", help="local (worker processes here) or ray (tasks on a Ray cluster)"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", help="local worker processes (default: every CPU at tiny, one "
+                                       "otherwise; one torch thread per run); ray: CPUs of the instance it starts"),
+    address: Optional[str] = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto"),
+    tables_dir: Path = typer.Option(Path("tables"), help="where the tables and claims are written"),
+    figures_dir: Path = typer.Option(Path("figures"), help="where the figures are written"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print what would run and be written; run and write nothing"),
+    list_: bool = typer.Option(False, "--list", help="every paper's targets with run counts and how many are done"),
+) -> None:
+    """Reproduce a paper's tables and figures: run what is missing (sweep engine), then write its
+    paper / ours tables, claims and figures. The paper rooms are in fedbench/papers/."""
+    from fedbench.papers import reproduce as rp
+
+    opts = rp.Options(scale, out, executor, jobs, address, tables_dir, figures_dir)
+    try:
+        if list_:
+            rp.check("gradma" if paper is None else paper, [], opts)  # the scale and options
+            console.print("\n".join(rp.list_lines(opts)), highlight=False, markup=False, soft_wrap=True)
+            return
+        if paper is None:
+            raise ValueError("missing PAPER; known: " + ", ".join(rp.paper_names()) + " (or --list)")
+        chosen = rp.check(paper, targets or [], opts)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    if dry_run:
+        console.print("\n".join(rp.plan_lines(paper, chosen, opts)), highlight=False, markup=False, soft_wrap=True)
+        return
+    raise typer.Exit(rp.reproduce(paper, chosen, opts, console))
 
 
 def _print_summary(out: Path, scenario: Optional[str]) -> None:

@@ -7,6 +7,11 @@ or power loss may still drop the last few commits; a killed process never does).
 processes may write the same file: each call opens its own short-lived connection (safe across
 ``fork``) and waits up to :data:`BUSY_TIMEOUT_S` for a competing writer.
 
+Each run row also carries the columns reports select by: ``scale`` (``paper``, ``small``, ``tiny``)
+and the paper cell it fills (``paper``, ``paper_table``, ``paper_column``: the spec's ``paper``
+block, NULL for a run outside any paper table). A store written before these columns existed is
+migrated when opened (columns added, then filled from each run's spec and scenario name).
+
 Non-finite metrics: SQLite stores ±inf as they are, and stores NaN as NULL, so a NaN reads back
 as NaN from :meth:`ResultsStore.metrics` (indistinguishable there from "not recorded").
 """
@@ -32,6 +37,9 @@ DB_NAME = "fedbench.sqlite"
 BUSY_TIMEOUT_S = 30.0
 
 _RUN_FIELDS = ("run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed", "spec_json")
+REPORT_COLUMNS = ("scale", "paper", "paper_table", "paper_column")  # added by the migration to older stores
+PAPER_SCALE = "paper"
+NAMED_SCALES = ("small", "tiny")  # the scales a scenario name may end in (``name.tiny``)
 _STATUS_SQL = ", ".join(f"'{s}'" for s in RUN_STATUSES)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -45,7 +53,11 @@ CREATE TABLE IF NOT EXISTS runs (
     error         TEXT,
     spec_json     TEXT NOT NULL,
     created       TEXT NOT NULL,
-    updated       TEXT NOT NULL
+    updated       TEXT NOT NULL,
+    scale         TEXT,
+    paper         TEXT,
+    paper_table   TEXT,
+    paper_column  TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario);
 CREATE TABLE IF NOT EXISTS metrics (
@@ -69,6 +81,35 @@ class RunRecord:
     algorithm: str  # display label of the algorithm entry, e.g. "FedAvg"
     seed: int
     spec_json: str  # the fully resolved run spec as JSON (with a "targets" list in [0, 1])
+    scale: str = PAPER_SCALE  # the scale the scenario was resolved at
+    paper: str | None = None  # the paper cell (name, table, column); None: read from spec_json's `paper` block
+    paper_table: str | None = None
+    paper_column: str | None = None
+
+    def report_columns(self) -> tuple[str, str | None, str | None, str | None]:
+        """``scale`` and the paper cell as stored (see :func:`report_columns`)."""
+        return report_columns(self.scenario, self.spec_json, self.scale, (self.paper, self.paper_table, self.paper_column))
+
+
+def scale_from_name(scenario: str) -> str:
+    """``tiny`` for ``fedmim_table3.tiny``, ``small`` for ``x.small``, else ``paper``: how scenario
+    resolution names a scale (used to fill stores and records that do not carry the scale)."""
+    suffix = scenario.rsplit(".", 1)[-1] if "." in scenario else ""
+    return suffix if suffix in NAMED_SCALES else PAPER_SCALE
+
+
+def paper_cell(spec_json: str) -> tuple[str | None, str | None, str | None]:
+    """(paper, table, column) of the spec's ``paper`` block, as text; Nones without one."""
+    ref = json.loads(spec_json).get("paper") or {}
+    return tuple(None if ref.get(k) is None else str(ref[k]) for k in ("name", "table", "column"))  # type: ignore[return-value]
+
+
+def report_columns(scenario: str, spec_json: str, scale: str,
+                   cell: tuple[str | None, str | None, str | None]) -> tuple[str, str | None, str | None, str | None]:
+    """The stored ``scale`` (as the record gives it) and paper cell: ``cell`` when it names a paper,
+    else the spec's ``paper`` block."""
+    cell = cell if cell[0] is not None else paper_cell(spec_json)
+    return scale, *cell
 
 
 def _now() -> str:
@@ -110,6 +151,7 @@ class ResultsStore:
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file itself
             conn.executescript(_SCHEMA)
+            _migrate(conn)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -139,13 +181,15 @@ class ResultsStore:
                     f"run {rec.run_id!r} already exists with spec_hash {row[0][:16]}… seed {row[1]}, "
                     f"not spec_hash {rec.spec_hash[:16]}… seed {rec.seed}"
                 )
+            fields = (*_RUN_FIELDS, *REPORT_COLUMNS)
             conn.execute(
-                f"INSERT INTO runs ({', '.join(_RUN_FIELDS)}, status, error, created, updated) "
-                f"VALUES ({', '.join('?' * len(_RUN_FIELDS))}, 'running', NULL, ?, ?) "
+                f"INSERT INTO runs ({', '.join(fields)}, status, error, created, updated) "
+                f"VALUES ({', '.join('?' * len(fields))}, 'running', NULL, ?, ?) "
                 "ON CONFLICT (run_id) DO UPDATE SET scenario = excluded.scenario, "
                 "scenario_hash = excluded.scenario_hash, algorithm = excluded.algorithm, "
-                "spec_json = excluded.spec_json, status = 'running', error = NULL, updated = excluded.updated",
-                (*astuple(rec), now, now),
+                "spec_json = excluded.spec_json, status = 'running', error = NULL, updated = excluded.updated, "
+                + ", ".join(f"{c} = excluded.{c}" for c in REPORT_COLUMNS),
+                (*astuple(rec)[:len(_RUN_FIELDS)], *rec.report_columns(), now, now),
             )
 
     def record_round(
@@ -200,7 +244,7 @@ class ResultsStore:
         A scenario's algorithm label names one run spec; when a changed scenario file gave a label a
         new spec (hash), the older spec's runs are *stale* and left out, so reports never pool two
         versions of an experiment (``include_stale`` keeps them)."""
-        columns = (*_RUN_FIELDS[:6], "status", "error", "spec_json", "created", "updated")
+        columns = (*_RUN_FIELDS[:6], "status", "error", "spec_json", "created", "updated", *REPORT_COLUMNS)
         query = f"SELECT {', '.join(columns)} FROM runs"
         params: tuple[Any, ...] = ()
         if scenario is not None:
@@ -232,3 +276,42 @@ class ResultsStore:
         with self._connect() as conn:
             row = conn.execute("SELECT MAX(round) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()
         return None if row[0] is None else int(row[0])
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Add :data:`REPORT_COLUMNS` to a store written before them and fill them from each run's
+    spec and scenario name (one writer at a time; a no-op on a current store)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    if set(REPORT_COLUMNS) <= have:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}  # another process may have migrated
+        for column in REPORT_COLUMNS:
+            if column not in have:
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+        rows = conn.execute("SELECT run_id, scenario, spec_json FROM runs").fetchall()
+        conn.executemany(
+            f"UPDATE runs SET {', '.join(f'{c} = ?' for c in REPORT_COLUMNS)} WHERE run_id = ?",
+            [(scale_from_name(scenario), *paper_cell(spec), run_id) for run_id, scenario, spec in rows],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def read_statuses(out_dir: Path, run_ids: Iterable[str]) -> dict[str, str]:
+    """The status of each of ``run_ids`` the store in ``out_dir`` holds (absent ones left out), read
+    without opening the store for writing: nothing is created or migrated (an absent store holds none;
+    SQLite may add its -wal/-shm companions beside an existing one)."""
+    db = Path(out_dir) / DB_NAME
+    if not db.is_file():
+        return {}
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    wanted = json.dumps([str(r) for r in run_ids])
+    try:
+        query = "SELECT run_id, status FROM runs WHERE run_id IN (SELECT value FROM json_each(?))"
+        return dict(conn.execute(query, (wanted,)).fetchall())
+    finally:
+        conn.close()

@@ -17,8 +17,8 @@ from fedbench.compress import build_compressor
 from fedbench.models.flat import FlatModel
 from fedbench.models import build_model
 from fedbench.models.registry import count_parameters
-from fedbench.report.claims.fedcams import _UPLINK_RATIO, FEDCAMS_RATIO_TOL
-from fedbench.report.claims.fedqvr import FP32_PER_QUANTIZED, RATIO_TOL
+from fedbench.papers.fedcams.claims import _UPLINK_RATIO, FEDCAMS_RATIO_TOL
+from fedbench.papers.fedqvr.claims import FP32_PER_QUANTIZED, RATIO_TOL
 from tests.algorithms.test_fedqvr import drive
 from tests.algorithms.toy import Quadratics, make_algorithm
 

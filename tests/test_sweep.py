@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from fedbench.cli import app
-from fedbench.report.paper import scale_of
 from fedbench.scenario import ScenarioError, load_scenario, resolve_runs, run_id_of
+from fedbench.store import scale_from_name
 from fedbench.store import ResultsStore
 from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps.grid import expand, sweep_runs
@@ -48,7 +48,7 @@ def test_grid_is_the_cartesian_product_with_readable_valid_names(base):
         sc = p.scenario
         assert (sc.partition.params()["omega"], sc.clients.per_round) == (p.overrides["partition.omega"], p.overrides["clients.per_round"])
         assert sc.seeds == [0, 1] and sc.clients.num == 4 and sc.paper is None  # a variant is no paper cell
-        assert scale_of(sc.name) == "paper"
+        assert scale_from_name(sc.name) == "paper"
     runs = sweep_runs(points)
     assert len(runs) == 4 * 2 * 2 and len({r.run_id for r in runs}) == 16
 
@@ -57,7 +57,7 @@ def test_scale_stays_the_name_suffix_and_applies_before_the_grid(base):
     grid = {"base": "base.yaml", "scale": "tiny", "grid": {"model.hidden": [[16], [8, 4]], "clients.num": [5]}}
     points = expand([write(base.parent, "g.yaml", grid)])
     assert [p.scenario.name for p in points] == ["tinysweep--hidden-16--num-5.tiny", "tinysweep--hidden-8_4--num-5.tiny"]
-    assert all(scale_of(p.scenario.name) == "tiny" and p.scenario.rounds == 1 for p in points)
+    assert all(scale_from_name(p.scenario.name) == "tiny" and p.scenario.rounds == 1 for p in points)
     assert points[1].scenario.model.params()["hidden"] == [8, 4] and points[0].scenario.clients.num == 5  # grid wins over scale
     again = expand([write(base.parent, "g2.yaml", {**grid, "scale": None})], scale="tiny")  # --scale
     assert [p.scenario.name for p in again] == [p.scenario.name for p in points]

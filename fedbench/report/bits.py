@@ -27,10 +27,8 @@ from fedbench.registry import UnknownNameError
 from fedbench.report.reference import load_reference, reference_frame
 from fedbench.report.tables import markdown_grid
 
-# FedCAMS Table 2's rows, the default of `fedbench bits`.
-TABLE2_COMPRESSORS = ("sign", "topk:ratio=1/64", "topk:ratio=1/128", "topk:ratio=1/256")
-
-# Table 1 of FedCAMS: the formula of each column for each compressor's payload b(d).
+# The payload b(d) of each compressor kind as a formula (FedCAMS prints them as its Table 1; the
+# paper's rows and model live in its room, fedbench/papers/fedcams/room.py).
 PAYLOAD_FORMULAS = {
     "none": "32d",
     "sign": "(32 + d)",

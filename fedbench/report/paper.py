@@ -1,22 +1,20 @@
 """Paper vs reproduced: a paper table's layout with each cell ``paper / ours``.
 
 A run belongs to the cell (its label, ``paper.column``) of the table its spec names
-(``spec_json["paper"] == {name, table, column}``). Ours is the table's metric (final-round test
+(``spec_json["paper"] == {name, table, column}``, kept by the store as the columns ``paper``,
+``paper_table`` and ``paper_column``). Ours is the table's metric (final-round test
 accuracy for every FedMIM table) as :func:`fedbench.report.tables.summarize` computes it: mean
 ± sample std over the seeds that did not diverge or fail, ``(1 div.)`` when some did, ``—`` when
 all did or no run exists. Runs of several scenarios that land in the same cell are pooled.
 
-The scale of a run is read from its scenario name: ``fedmim_table1_cifar10_dir0.3.tiny`` is
-``tiny`` (the last dot-separated part, when it starts with a letter); a name without such a
-suffix is at the ``paper`` scale. Each scale is compared, formatted and written separately.
+The scale of a run is the store's ``scale`` column (``paper``, ``small``, ``tiny``). Each scale is
+compared, formatted and written separately.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -28,31 +26,18 @@ from fedbench.report.reference import (
 from fedbench.report.tables import (
     _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, fallback_notes, footnotes, latex_escape, markdown_grid, summarize,
 )
+from fedbench.store import PAPER_SCALE
 
-PAPER_SCALE = "paper"
-_SCALE_SUFFIX = re.compile(r"\.([A-Za-z][A-Za-z0-9_-]*)$")
 _COUNTS = ("seeds", "finished", "diverged", "failed", "running")
 _LATEX_GREEK = {"α": r"$\alpha$", "β": r"$\beta$", "±": r"$\pm$"}
 
 
-def scale_of(scenario: str) -> str:
-    """``tiny`` for ``fedmim_table1_cifar10_dir0.3.tiny``; ``paper`` for ``fedmim_table1_cifar10_dir0.3``."""
-    m = _SCALE_SUFFIX.search(scenario)
-    return m.group(1) if m else PAPER_SCALE
-
-
 def paper_runs(store, paper: str, table: str | None = None) -> pd.DataFrame:
-    """The store's runs whose spec names ``paper`` (and ``table``), with ``row``, ``column``, ``scale``."""
+    """The store's runs in a cell of ``paper`` (and ``table``), with ``table``, ``row``, ``column``."""
     runs = store.runs()
-    refs = [json.loads(s).get("paper") or {} for s in runs["spec_json"]]
-    keep = [r.get("name") == paper and (table is None or str(r.get("table")) == table) for r in refs]
-    runs = runs.assign(
-        table=[str(r.get("table")) for r in refs],
-        row=runs["algorithm"],
-        column=[str(r.get("column")) for r in refs],
-        scale=[scale_of(s) for s in runs["scenario"]],
-    )
-    return runs[pd.Series(keep, index=runs.index, dtype=bool)].reset_index(drop=True)
+    keep = (runs["paper"] == paper) & (True if table is None else runs["paper_table"] == table)
+    runs = runs[keep].reset_index(drop=True)
+    return runs.assign(table=runs["paper_table"], row=runs["algorithm"], column=runs["paper_column"])
 
 
 def paper_scales(store, paper: str) -> list[str]:

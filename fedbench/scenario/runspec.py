@@ -104,4 +104,9 @@ def run_id_of(spec: RunSpec, seed: int) -> str:
 
 def run_record(spec: RunSpec, seed: int, scenario_hash: str) -> RunRecord:
     """The store's record of the run (spec, seed) of a scenario with this hash."""
-    return RunRecord(run_id_of(spec, seed), spec.scenario, scenario_hash, spec.spec_hash(), spec.label, seed, spec.to_json())
+    paper = spec.paper
+    cell = (None, None, None) if paper is None else (paper.name, paper.table, paper.column)
+    return RunRecord(
+        run_id_of(spec, seed), spec.scenario, scenario_hash, spec.spec_hash(), spec.label, seed, spec.to_json(),
+        spec.scale, *cell,
+    )

@@ -13,7 +13,7 @@ import pytest
 from fedbench.report.claims import check_claims
 from fedbench.report.paper import compare, format_comparison
 from fedbench.report.reference import reference_frame, reference_text
-from fedbench.store import ResultsStore, RunRecord
+from fedbench.store import ResultsStore, RunRecord, scale_from_name
 
 # (label, seed, accuracy matrix rows after tasks 1..3) on "Split-CIFAR10 IID"
 RUNS = [
@@ -31,7 +31,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> ResultsStore:
         spec = {"algorithm": {"label": label}, "paper": {"name": "cflag", "table": "7", "column": "Split-CIFAR10 IID"}}
         spec_hash = hashlib.sha256(label.encode()).hexdigest()
         rec = RunRecord(f"{spec_hash[:16]}-s{seed}", "cflag_ti_cifar10_iid.tiny", "h" * 64, spec_hash, label, seed,
-                        json.dumps(spec))
+                        json.dumps(spec), scale="tiny")
         store.start_run(rec)
         for task, row in enumerate(rows):
             store.record_round(rec.run_id, task + 1, {"test_acc": row[task]}, {"task": task, "task_acc": row})
@@ -76,7 +76,7 @@ def _record_final(store: ResultsStore, scenario: str, label: str, seed: int, acc
     """A finished 2-task continual run whose final row scores ``acc`` on both tasks (Acc = acc)."""
     spec_hash = hashlib.sha256(f"{scenario}/{label}".encode()).hexdigest()
     rec = RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, label, seed,
-                    json.dumps({"algorithm": {"label": label}}))
+                    json.dumps({"algorithm": {"label": label}}), scale=scale_from_name(scenario))
     store.start_run(rec)
     for task, row in enumerate([[acc, 0.0], [acc, acc]]):
         store.record_round(rec.run_id, task + 1, {"test_acc": row[task]}, {"task": task, "task_acc": row})

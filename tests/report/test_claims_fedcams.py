@@ -55,7 +55,7 @@ def build_fedcams_store(out: Path) -> ResultsStore:
                 "paper": {"name": "fedcams", "table": table, "column": column}}
         spec_hash = hashlib.sha256(f"{table}|{column}|{label}".encode()).hexdigest()  # seeds share their spec
         rec = RunRecord(f"{spec_hash[:16]}-s{seed}", f"fedcams_{table}_{column[-5:]}.tiny", "h" * 64, spec_hash,
-                        label, seed, json.dumps(spec))
+                        label, seed, json.dumps(spec), scale="tiny")
         store.start_run(rec)
         for t in range(1, 5):
             acc = {2: acc2, 4: acc4}.get(t)

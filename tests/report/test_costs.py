@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from fedbench.cli import app
 from fedbench.engine.runner import RoundLoop
 from fedbench.engine.setup import DataCache, build_run
-from fedbench.report import costs
-from fedbench.report.costs import (
+from fedbench.papers.fedqvr import costs
+from fedbench.papers.fedqvr.costs import (
     KNOWN_TYPOS, SETTINGS, ModelSize, costs_report, format_costs, model_size, sig4, status_of, uplink_bits, verdict,
 )
 from fedbench.scenario import load_scenario, resolve_runs

@@ -34,7 +34,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> ResultsStore:
         spec = {"algorithm": {"label": label}, "clients": {"num": 100, "per_round": 10}, "targets": [0.7, 0.8],
                 "paper": {"name": "fedqvr", "table": "I-CIFAR-10", "column": case}}
         spec_hash = f"{i:016x}".ljust(64, "0")
-        rec = RunRecord(f"{spec_hash[:16]}-s0", f"fedqvr_table1_{i}.tiny", "h" * 64, spec_hash, label, 0, json.dumps(spec))
+        rec = RunRecord(f"{spec_hash[:16]}-s0", f"fedqvr_table1_{i}.tiny", "h" * 64, spec_hash, label, 0, json.dumps(spec), scale="tiny")
         store.start_run(rec)
         for t, acc in enumerate(accs, start=1):
             store.record_round(rec.run_id, t, {"test_acc": acc, "bits_up": PER_ROUND[label], "bits_down": 1.0, "train_loss": 1.0})

@@ -38,7 +38,7 @@ def build_store(out: Path) -> ResultsStore:
                 "paper": {"name": "gradma", "table": "1", "column": column}}
         spec_hash = hashlib.sha256(f"{column}|{label}".encode()).hexdigest()  # seeds share their spec
         rec = RunRecord(f"{spec_hash[:16]}-s{seed}", "gradma_mnist_s10_w0.01.tiny", "h" * 64, spec_hash, label, seed,
-                        json.dumps(spec))
+                        json.dumps(spec), scale="tiny")
         store.start_run(rec)
         for t, acc in enumerate(accs, start=1):
             if math.isnan(acc):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedbench.report.paper import compare, format_comparison, rich_comparison, scale_of, write_comparison
+from fedbench.report.paper import compare, format_comparison, rich_comparison, write_comparison
 from fedbench.report.reference import load_reference, reference_frame
-from fedbench.store import METRIC_COLUMNS, ResultsStore, RunRecord
+from fedbench.store import METRIC_COLUMNS, ResultsStore, RunRecord, scale_from_name
 
 NAN = math.nan
 T3, T1 = "fedmim_table3", "fedmim_table1_cifar10"
@@ -56,7 +56,7 @@ def add_run(store: ResultsStore, index: int, scenario: str, table: str | None, c
     ref = None if table is None else {"name": paper, "table": table, "column": column}
     spec_hash = hashlib.sha256(f"{scenario}|{label}".encode()).hexdigest()  # seeds share their spec
     rec = RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, label, seed,
-                    json.dumps({"algorithm": {"label": label}, "targets": [0.5], "paper": ref}))
+                    json.dumps({"algorithm": {"label": label}, "targets": [0.5], "paper": ref}), scale=scale_from_name(scenario))
     store.start_run(rec)
     store.finish_run(rec.run_id, status, "boom" if status in ("diverged", "failed") else None)
     bad = status in ("diverged", "failed")
@@ -126,10 +126,10 @@ def test_reference_numbers_match_the_notes() -> None:
         reference_frame("fedmim", "IV")
 
 
-def test_scale_of() -> None:
-    assert scale_of("fedmim_table1_cifar10_dir0.3.tiny") == "tiny"
-    assert scale_of("fedmim_table1_cifar10_dir0.3") == "paper"
-    assert (scale_of("x.small"), scale_of("quickstart")) == ("small", "paper")
+def test_scale_from_name() -> None:
+    assert scale_from_name("fedmim_table1_cifar10_dir0.3.tiny") == "tiny"
+    assert scale_from_name("fedmim_table1_cifar10_dir0.3") == "paper"
+    assert (scale_from_name("x.small"), scale_from_name("quickstart")) == ("small", "paper")
 
 
 def test_compare_table3_numbers(store: ResultsStore) -> None:

@@ -1,28 +1,29 @@
 """A paper's claims as checkable statements, judged on the reproduced numbers and on the paper's own.
 
-Each claim is a function of a :class:`Numbers` source (the paper's reference tables, or one
-scale of the store) that returns a :class:`Verdict`: a list of elementary checks (``a > b`` with
-the two numbers), and ``holds`` (every decided check passes), ``fails`` (one does not),
-``inconclusive`` (every check has its numbers but none can decide: e.g. neither side reached the
-target of a rounds-to-target comparison), ``not run`` (no check has its numbers: the runs are
-missing) or ``not reported`` (the paper publishes no numbers for it). With some checks
-inconclusive and others decided, the verdict is judged on the decided ones and says how many were
-inconclusive. Claims register per paper with :func:`claim`; a new paper adds its own functions the
-same way (its tables in ``reference/<paper>.yaml``). A claim's ``kind`` is ``paper`` (a result the
-paper states) or ``accounting`` (an identity of fedbench's bookkeeping, e.g. uplink bits per
-compressor: reported apart and not counted among the paper's claims; unit-tested in
-``tests/test_accounting.py``).
+Each claim is a function of a :class:`Numbers` source (the paper's reference tables, or one scale of
+the store) that returns a :class:`Verdict`: a list of elementary checks (``a > b`` with the two
+numbers), and ``holds`` (every decided check passes), ``fails`` (one does not), ``inconclusive``
+(every check has its numbers but none can decide: e.g. neither side reached the target of a
+rounds-to-target comparison), ``not run`` (no check has its numbers: the runs are missing) or ``not
+reported`` (the paper publishes no numbers for it). With some checks inconclusive and others
+decided, the verdict is judged on the decided ones and says how many were inconclusive. Claims
+register per paper with :func:`claim`; a new paper adds its own functions the same way in its room
+(``fedbench/papers/<paper>/claims.py``, its tables in ``reference.yaml`` there). A claim's ``kind``
+is ``paper`` (a result the paper states) or ``accounting`` (an identity of fedbench's bookkeeping,
+e.g. uplink bits per compressor: reported apart and not counted among the paper's claims;
+unit-tested in ``tests/test_accounting.py``).
 
-Each paper's claims live in their own module of this package (``fedmim``, ``fedcams``, ``gradma``,
-...). ``Numbers.acc(table)`` gives a reference table's cells in the paper's units (accuracies in
-percent, ours the mean over the usable seeds as in :mod:`fedbench.report.paper`; rounds for
-``rounds_to`` columns, +inf when never reached) and ``acc_std(table)`` their std over seeds (ours:
-sample std, 0 for one seed; the paper's: the printed "mean±std", else NaN); ``run_mean`` /
-``run_std`` a store metric's mean per run, then mean / std over the usable seeds.
+Each paper's claims live in its room, ``fedbench/papers/<paper>/claims.py``, imported through
+:func:`fedbench.papers.paper_part` when its claims are first checked. ``Numbers.acc(table)`` gives a
+reference table's cells in the paper's units (accuracies in percent, ours the mean over the usable
+seeds as in :mod:`fedbench.report.paper`; rounds for ``rounds_to`` columns, +inf when never reached)
+and ``acc_std(table)`` their std over seeds (ours: sample std, 0 for one seed; the paper's: the
+printed "mean±std", else NaN); ``run_mean`` / ``run_std`` a store metric's mean per run, then mean /
+std over the usable seeds.
 
 Tolerances ("within 2 points") are noise-aware: :func:`close` accepts a difference within
-``max(stated, NOISE_K·sqrt(σa² + σb²))``, so seeds' spread widens the paper's stated tolerance
-and never narrows it; on numbers without a std (most of the paper's) it is the stated tolerance.
+``max(stated, NOISE_K·sqrt(σa² + σb²))``, so seeds' spread widens the paper's stated tolerance and
+never narrows it; on numbers without a std (most of the paper's) it is the stated tolerance.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
+from fedbench.papers import paper_names, paper_part
 from fedbench.report.paper import PAPER_SCALE, compare, paper_runs, paper_scales
 from fedbench.report.continual import continual_summary
 from fedbench.report.reference import (
@@ -315,6 +317,8 @@ def resolve_scale(store, paper: str, scale: str | None) -> str:
 
 def check_claims(store, paper: str, scale: str | None = None) -> list[ClaimResult]:
     """Every registered claim of ``paper``, judged on the store's ``scale`` and on the paper's numbers."""
+    if paper not in CLAIMS and paper in paper_names():
+        paper_part(paper, "claims")  # registers the room's claims
     if paper not in CLAIMS:
         raise ValueError(f"no claims registered for paper {paper!r}; papers with claims: {', '.join(CLAIMS)}")
     ours, theirs = StoreNumbers(store, paper, resolve_scale(store, paper, scale)), Numbers(paper)

@@ -1,4 +1,5 @@
-"""Published numbers as data: one ``<paper>.yaml`` per paper, shipped with the package.
+"""Published numbers as data: each paper room's ``fedbench/papers/<paper>/reference.yaml`` (found
+through :mod:`fedbench.papers`).
 
 A file holds the paper's ``name``, a ``short`` name for reports, its ``title`` and its ``tables``.
 Each table, keyed by the id the paper gives it (``"I"``), has a ``caption``, the ``metric`` its
@@ -33,11 +34,12 @@ import copy
 import functools
 import math
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import pandas as pd
 import yaml
+
+from fedbench.papers import paper_names, reference_text as _reference_yaml
 
 ACCURACY_METRICS = ("final_acc", "top_acc")
 REACH_METRICS = ("rounds_to", "uplink_bits_to")
@@ -58,17 +60,16 @@ class ColumnSpec:
 
 
 def papers() -> list[str]:
-    """The papers with reference numbers (the ``*.yaml`` files next to this module)."""
-    files = resources.files(__name__).iterdir()
-    return sorted(f.name.removesuffix(".yaml") for f in files if f.name.endswith(".yaml"))
+    """The papers with reference numbers (the paper rooms of :mod:`fedbench.papers`)."""
+    return paper_names()
 
 
 @functools.lru_cache(maxsize=None)
 def _read(paper: str) -> dict[str, Any]:
     if paper not in papers():
         raise ValueError(f"no reference numbers for paper {paper!r}; available: {', '.join(papers()) or 'none'}")
-    source = f"fedbench/report/reference/{paper}.yaml"
-    data = yaml.safe_load(resources.files(__name__).joinpath(f"{paper}.yaml").read_text(encoding="utf-8"))
+    source = f"fedbench/papers/{paper}/reference.yaml"
+    data = yaml.safe_load(_reference_yaml(paper))
     for tid, t in data.get("tables", {}).items():
         where = f"{source}: tables.{tid}"
         if t.get("metric") not in METRICS:

@@ -1,0 +1,152 @@
+"""``fedbench reproduce``: a paper's targets, their missing runs through the sweep engine, then their
+report steps (tables, claims, figures), exactly as the per-paper make targets did.
+
+Targets run in the order asked, each after the targets it ``needs`` (each once). A target's runs go
+through :func:`fedbench.sweeps.driver.run_sweep` (local process pool or Ray, finished runs skipped,
+interrupted ones resumed, one torch thread per run); runs new to the store are registered first,
+in the target's file order, so the store lists a scenario's runs in that order whichever worker
+starts first (reports keep the order of :func:`fedbench.store.ResultsStore.runs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from fedbench.papers import check_paper, paper_names, paper_part
+from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
+from fedbench.store import ResultsStore, read_statuses
+from fedbench.sweeps.driver import run_sweep
+from fedbench.sweeps.grid import expand, sweep_runs
+from fedbench.sweeps.worker import WorkerSettings, record_of
+
+DONE = ("finished", "diverged")
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where and how ``fedbench reproduce`` runs and writes (its command-line options)."""
+
+    scale: str = "paper"
+    out: Path | None = None  # default results/<scale>, as the Makefile's PAPER_OUT
+    executor: str = "local"
+    jobs: int | None = None  # local: default every CPU at tiny (one thread per run), one process otherwise
+    address: str | None = None
+    tables_dir: Path = Path("tables")
+    figures_dir: Path = Path("figures")
+
+    @property
+    def out_dir(self) -> Path:
+        return self.out if self.out is not None else Path("results") / self.scale
+
+
+def room(paper: str) -> PaperRoom:
+    """The paper's room (``fedbench/papers/<paper>/room.py``)."""
+    return paper_part(check_paper(paper), "room").ROOM
+
+
+def check(paper: str, names: Iterable[str], opts: Options) -> list[Target]:
+    """The targets to do, in order (needs first, each once); a ValueError names a bad paper, target,
+    scale, executor or job count and the allowed values."""
+    if opts.scale not in SCALES:
+        raise ValueError(f"unknown scale {opts.scale!r}; known: {', '.join(SCALES)}")
+    if opts.executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {opts.executor!r}; known: {', '.join(EXECUTORS)}")
+    if opts.jobs is not None and opts.jobs < 1:
+        raise ValueError(f"--jobs must be ≥ 1, got {opts.jobs}")
+    r = room(paper)
+    wanted = [r.target(n) for n in names] or list(r.targets)
+    return list(_with_needs(r, wanted, set()))
+
+
+def _with_needs(r: PaperRoom, targets: list[Target], seen: set[str]) -> Iterator[Target]:
+    for t in targets:
+        if t.name not in seen:
+            seen.add(t.name)
+            yield from _with_needs(r, [r.target(n) for n in t.needs], seen)
+            yield t
+
+
+def target_runs(target: Target, scale: str) -> list:
+    """The target's runs (:class:`fedbench.sweeps.grid.SweepRun`) at ``scale``, in file order."""
+    return sweep_runs(expand(list(target.runs), scale)) if target.runs else []
+
+
+def list_lines(opts: Options) -> list[str]:
+    """Every paper's targets with their run counts and how many ``opts.out_dir`` holds done
+    (read-only: an absent store counts none and is not created)."""
+    lines = [f"targets at the {opts.scale} scale; done = finished or diverged in {opts.out_dir}/"]
+    for paper in paper_names():
+        r = room(paper)
+        lines.append(f"{paper}: {r.title}")
+        for t in r.targets:
+            runs = target_runs(t, opts.scale)
+            status = read_statuses(opts.out_dir, [x.run_id for x in runs])
+            done = sum(s in DONE for s in status.values())
+            count = f"{len(runs)} runs, {done} done" if runs else "no runs"
+            needs = f" (needs {', '.join(t.needs)})" if t.needs else ""
+            lines.append(f"  {t.name:<20} {count:<22} {t.help}{needs}")
+    return lines
+
+
+def _context(paper: str, target: Target, opts: Options, console: Console) -> Context:
+    return Context(paper, opts.scale, opts.out_dir, opts.tables_dir, opts.figures_dir, console, target.runs)
+
+
+def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
+    """What :func:`reproduce` would run and write (``--dry-run``); reads the store, writes nothing."""
+    lines = []
+    for t in targets:
+        runs = target_runs(t, opts.scale)
+        status = read_statuses(opts.out_dir, [x.run_id for x in runs])
+        todo = [x for x in runs if status.get(x.run_id) not in DONE]
+        lines.append(f"{paper} {t.name}: {len(runs)} run(s), {len(todo)} to run "
+                     f"(client executor {t.executor_at(opts.scale)}) into {opts.out_dir}/")
+        lines += [f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
+        ctx = _context(paper, t, opts, Console())
+        lines += [f"  then fedbench {s.describe(ctx)}  (tables: {opts.tables_dir}/, figures: {opts.figures_dir}/)"
+                  for s in t.steps]
+    return lines
+
+
+def _register_in_order(store: ResultsStore, runs: list) -> None:
+    """Insert the runs the store has never seen, in order, before any worker starts one."""
+    for run in runs:
+        if store.status(run.run_id) is None:
+            store.start_run(record_of(run))
+
+
+def _run(target: Target, opts: Options, console: Console) -> bool:
+    """The target's missing runs through the sweep engine; False when one failed."""
+    runs = target_runs(target, opts.scale)
+    if not runs:
+        return True
+    _register_in_order(ResultsStore(opts.out_dir), runs)
+    jobs = opts.jobs if opts.jobs is not None or opts.scale == "tiny" else 1
+    settings = WorkerSettings(client_executor=target.executor_at(opts.scale))
+    summary = run_sweep(runs, opts.out_dir, opts.executor, jobs, settings, address=opts.address, console=console)
+    return not summary.failed
+
+
+def reproduce(paper: str, targets: list[Target], opts: Options, console: Console) -> int:
+    """Do each target (runs, then its report steps); the exit code: 0, or 1 when a run failed or
+    a step's check did not pass (what is done so far stays)."""
+    for t in targets:
+        console.print(f"[bold]{paper} {t.name}[/]: {escape(t.help)}")
+        if not _run(t, opts, console):
+            console.print(f"[red]{paper} {t.name}: some runs failed; rerun to resume them[/]")
+            return 1
+        ctx = _context(paper, t, opts, console)
+        for step in t.steps:
+            try:
+                paths = step.run(ctx)
+            except (StepFailed, ValueError) as exc:
+                console.print(f"[red]{paper} {t.name}: fedbench {escape(step.describe(ctx))}: {escape(str(exc))}[/]")
+                return 1
+            console.print("\n".join(f"wrote {p}" for p in paths), highlight=False, soft_wrap=True)
+    return 0

@@ -1,0 +1,221 @@
+"""A paper's tables and figures as typed targets: which scenario files to run, with which options per
+scale, and which report steps then write the files (``fedbench reproduce``, :mod:`.reproduce`).
+
+A :class:`Target` names its scenario (or grid) files, the client executor per scale and its steps;
+``needs`` are targets done first (a table computed from another table's runs). Steps name
+scenarios by their file, never by a built name: the name at a scale comes from resolving the
+file. Every step writes exactly what the matching ``fedbench`` report command writes::
+
+    Compare("1")                    fedbench compare --paper P --table 1 --scale S
+    ScenarioTable(file)             fedbench table --scenario <file's scenario at S>
+    Plot(file, x=("round",), ...)   fedbench plot --scenario … --x round [--metric m] [--algorithm a]… [--name n]
+    Continual(file | None)          fedbench continual --scenario … (None: each scenario the target runs)
+    Claims()                        fedbench claims --paper P --scale S
+    Bits(model, …) / Costs()        fedbench bits … --paper P / fedbench costs --paper P
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Protocol
+
+from rich.console import Console
+
+from fedbench.papers import paper_part
+from fedbench.report import bits
+from fedbench.report.claims import write_claims
+from fedbench.report.continual import write_continual
+from fedbench.report.paper import write_comparison
+from fedbench.report.plots import plot_curves
+from fedbench.report.tables import write_tables
+from fedbench.store import ResultsStore
+from fedbench.sweeps.grid import expand_file
+
+SCALES = ("paper", "small", "tiny")  # the scales every paper's scenario files define
+
+
+class StepFailed(RuntimeError):
+    """A report step whose check did not pass (``bits``/``costs`` disagreeing with the paper)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a target's steps read and write."""
+
+    paper: str
+    scale: str
+    out: Path
+    tables_dir: Path
+    figures_dir: Path
+    console: Console
+    run_files: tuple[str, ...] = ()  # the target's scenario files (for Continual())
+
+    @property
+    def store(self) -> ResultsStore:
+        return ResultsStore(self.out)
+
+
+def scenario_names(file: str, scale: str) -> list[str]:
+    """The scenario name(s) of a scenario or grid file at ``scale``, in order."""
+    return list(dict.fromkeys(p.scenario.name for p in expand_file(file, scale)))
+
+
+class Step(Protocol):
+    """One report command of a target."""
+
+    def describe(self, ctx: Context) -> str:
+        """The command it stands for, for ``--dry-run`` and ``--list``."""
+
+    def run(self, ctx: Context) -> list[Path]:
+        """Write the files; return their paths."""
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``paper / ours`` in the layout of the paper's table ``table`` (its reference numbers)."""
+
+    table: str
+
+    def describe(self, ctx: Context) -> str:
+        return f"compare --paper {ctx.paper} --table {self.table} --scale {ctx.scale}"
+
+    def run(self, ctx: Context) -> list[Path]:
+        return write_comparison(ctx.store, ctx.paper, self.table, ctx.tables_dir, ctx.scale)
+
+
+@dataclass(frozen=True)
+class ScenarioTable:
+    """The accuracy / rounds / bits table of one scenario (a figure's numbers)."""
+
+    file: str
+
+    def describe(self, ctx: Context) -> str:
+        return "table " + " ".join(f"--scenario {s}" for s in scenario_names(self.file, ctx.scale))
+
+    def run(self, ctx: Context) -> list[Path]:
+        return [p for s in scenario_names(self.file, ctx.scale) for p in write_tables(ctx.store, ctx.tables_dir, s)]
+
+
+@dataclass(frozen=True)
+class Plot:
+    """Curves of one scenario: ``metric`` against each axis of ``x``, only ``algorithms`` (in that
+    order) when given, ``name`` inserted in the file name."""
+
+    file: str
+    x: tuple[str, ...] = ("round",)
+    metric: str = "test_acc"
+    algorithms: tuple[str, ...] = ()
+    name: str | None = None
+
+    def describe(self, ctx: Context) -> str:
+        extra = "".join(f" --algorithm {a!r}" for a in self.algorithms) + (f" --name {self.name}" if self.name else "")
+        return " ; ".join(f"plot --scenario {s} --x {x} --metric {self.metric}{extra}"
+                          for s in scenario_names(self.file, ctx.scale) for x in self.x)
+
+    def run(self, ctx: Context) -> list[Path]:
+        algorithms = list(self.algorithms) or None
+        return [p for s in scenario_names(self.file, ctx.scale) for x in self.x
+                for p in plot_curves(ctx.store, ctx.figures_dir, s, x, self.metric, algorithms, self.name)]
+
+
+@dataclass(frozen=True)
+class Continual:
+    """Acc / Forgetting table, accuracy-matrix heat map and per-task curve of a continual scenario;
+    ``file=None``: of every scenario the target runs."""
+
+    file: str | None = None
+
+    def _names(self, ctx: Context) -> list[str]:
+        files = ctx.run_files if self.file is None else (self.file,)
+        return list(dict.fromkeys(s for f in files for s in scenario_names(f, ctx.scale)))
+
+    def describe(self, ctx: Context) -> str:
+        return " ; ".join(f"continual --scenario {s}" for s in self._names(ctx))
+
+    def run(self, ctx: Context) -> list[Path]:
+        return [p for s in self._names(ctx) for p in write_continual(ctx.store, ctx.tables_dir, ctx.figures_dir, s)]
+
+
+@dataclass(frozen=True)
+class Claims:
+    """The paper's claims judged on this scale's runs and on the paper's numbers."""
+
+    def describe(self, ctx: Context) -> str:
+        return f"claims --paper {ctx.paper} --scale {ctx.scale}"
+
+    def run(self, ctx: Context) -> list[Path]:
+        return [write_claims(ctx.store, ctx.paper, ctx.tables_dir, ctx.scale)]
+
+
+def _checked(paths: list[Path], passes: bool, verdict: str) -> list[Path]:
+    """The written paths of a checked analytic table; :class:`StepFailed` (after writing) unless it passes."""
+    if not passes:
+        raise StepFailed(verdict)
+    return paths
+
+
+@dataclass(frozen=True)
+class Bits:
+    """Communication bits per client from a model's size (no training), checked against the paper."""
+
+    model: str
+    input: str
+    classes: int
+    rounds: int
+    compressors: tuple[str, ...]
+
+    def describe(self, ctx: Context) -> str:
+        return (f"bits {self.model} --input {self.input} --classes {self.classes} --rounds {self.rounds} "
+                + " ".join(f"--compressor {c}" for c in self.compressors) + f" --paper {ctx.paper}")
+
+    def run(self, ctx: Context) -> list[Path]:
+        result = bits.bits_report(self.model, self.input, self.classes, self.rounds, list(self.compressors), ctx.paper)
+        return _checked(bits.write_bits(result, ctx.tables_dir), result.agrees, bits.verdict(result))
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The paper's communication-cost columns from model sizes (its room's ``costs`` module)."""
+
+    def describe(self, ctx: Context) -> str:
+        return f"costs --paper {ctx.paper}"
+
+    def run(self, ctx: Context) -> list[Path]:
+        costs = paper_part(ctx.paper, "costs")
+        result = costs.costs_report(ctx.paper)
+        return _checked(costs.write_costs(result, ctx.tables_dir), result.passes, costs.verdict(result))
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table or figure (or a group of them) of a paper."""
+
+    name: str
+    help: str
+    runs: tuple[str, ...] = ()  # scenario or grid files, relative to the repository root, in run order
+    steps: tuple[Step, ...] = ()
+    needs: tuple[str, ...] = ()  # targets of the same paper done first
+    client_executor: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # scale → executor
+
+    def executor_at(self, scale: str) -> str:
+        """The client-training path at ``scale`` (``fedbench run --executor``; default auto)."""
+        return self.client_executor.get(scale, "auto")
+
+
+@dataclass(frozen=True)
+class PaperRoom:
+    """A paper's targets, in the order ``fedbench reproduce <paper>`` does them all."""
+
+    name: str
+    title: str
+    targets: tuple[Target, ...]
+
+    def target(self, name: str) -> Target:
+        """The target called ``name``; a ValueError names it and the known ones."""
+        for t in self.targets:
+            if t.name == name:
+                return t
+        raise ValueError(f"unknown target {name!r} of {self.name}; known: {', '.join(t.name for t in self.targets)}")

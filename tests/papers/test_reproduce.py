@@ -1,0 +1,152 @@
+"""`fedbench reproduce`: the paper rooms' targets, --list / --dry-run / bad input, a small end-to-end run on a
+fake room, and the make wrappers."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fedbench.cli import app
+from fedbench.papers import paper_names, paper_part
+from fedbench.papers import reproduce as rp
+from fedbench.papers.targets import SCALES, Continual, PaperRoom, Plot, ScenarioTable, Target
+from fedbench.sweeps.grid import expand_file
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPERS = ["cflag", "fedcams", "fedmim", "fedqvr", "gradma"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["reproduce", *args])
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_every_paper_has_a_room() -> None:
+    assert paper_names() == PAPERS
+    for paper in PAPERS:
+        room = rp.room(paper)
+        assert room.name == paper and room.targets
+        assert len({t.name for t in room.targets}) == len(room.targets)
+        for t in room.targets:
+            assert all(n in {x.name for x in room.targets} for n in t.needs), (paper, t.name, t.needs)
+        assert paper_part(paper, "claims")  # its claims register
+
+
+def _files(target: Target) -> list[str]:
+    """Every scenario file the target runs or its steps read."""
+    named = [s.file for s in target.steps if isinstance(s, (Plot, ScenarioTable, Continual)) and s.file]
+    return [*target.runs, *named]
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_target_file_exists_and_loads_at_every_scale(paper: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    for target in rp.room(paper).targets:
+        for file in _files(target):
+            assert Path(file).is_file(), f"{paper} {target.name}: {file} does not exist"
+            for scale in SCALES:
+                names = [p.scenario.name for p in expand_file(file, scale)]
+                assert names and all(n.endswith(f".{scale}") == (scale != "paper") for n in names), (file, scale)
+
+
+def test_list_names_every_target_and_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "absent" / "store"
+    result = invoke("--list", "--scale", "tiny", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    for paper in PAPERS:
+        assert f"\n{paper}: " in result.output
+        for t in rp.room(paper).targets:
+            assert f"  {t.name} " in result.output
+    assert "  fig5_mnist_tau0.08   4 runs, 0 done" in result.output
+    assert "  table1               no runs" in result.output  # FedCAMS Table 1 is analytic
+    assert not (tmp_path / "absent").exists()
+
+
+def test_dry_run_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    dirs = ["--out", str(tmp_path / "out"), "--tables-dir", str(tmp_path / "t"), "--figures-dir", str(tmp_path / "f")]
+    result = invoke("fedqvr", "fig5_mnist_tau0.08", "--scale", "tiny", "--dry-run", *dirs)
+    assert result.exit_code == 0, result.output
+    assert "fedqvr fig5_mnist_tau0.08: 4 run(s), 4 to run" in result.output
+    assert result.output.count("\n  run  fedqvr_fig5_mnist_tau0.08.tiny") == 4
+    assert "then fedbench table --scenario fedqvr_fig5_mnist_tau0.08.tiny" in result.output
+    assert tree(tmp_path) == []
+
+
+def test_dry_run_lists_needed_targets_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    chosen = rp.check("cflag", ["figures"], rp.Options(scale="tiny", out=tmp_path))
+    assert [t.name for t in chosen] == ["table2", "table3", "table7", "figures"]
+    assert [t.name for t in rp.check("gradma", ["table2", "table1"], rp.Options())] == ["runs", "table2", "table1"]
+
+
+@pytest.mark.parametrize("args, bad, known", [
+    (["nope"], "'nope'", "cflag, fedcams, fedmim, fedqvr, gradma"),
+    (["gradma", "table9"], "'table9'", "runs, table1, table2"),
+    (["gradma", "table1", "--scale", "huge"], "'huge'", "paper, small, tiny"),
+    (["gradma", "--executor", "slurm"], "'slurm'", "local, ray"),
+    (["--list", "--scale", "huge"], "'huge'", "paper, small, tiny"),
+])
+def test_bad_input_exits_2_with_one_line(args: list[str], bad: str, known: str, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*args, "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and bad in lines[0] and known in lines[0], result.stderr
+    assert tree(tmp_path) == []
+
+
+def _tiny_scenario(path: Path) -> Path:
+    """The quick start cut to two algorithms, one seed and two rounds (a tiny scale of one round)."""
+    raw = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+    raw.update(name="roomtest", rounds=2, seeds=[0], algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+               eval={"every": 1}, scales={"tiny": {"rounds": 1}})
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_reproduce_runs_then_writes_a_fake_rooms_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    file = str(_tiny_scenario(tmp_path / "roomtest.yaml"))
+    room = PaperRoom("fake", "a fake paper", (Target("t1", "one table", runs=(file,), steps=(ScenarioTable(file),)),))
+    monkeypatch.setattr(rp, "room", lambda paper: room)
+    opts = rp.Options(scale="tiny", out=tmp_path / "out", jobs=1, tables_dir=tmp_path / "tables")
+    chosen = rp.check("fake", ["t1"], opts)
+    assert rp.reproduce("fake", chosen, opts, rp.Console(quiet=True)) == 0
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
+        "roomtest.tiny.csv", "roomtest.tiny.md", "roomtest.tiny.tex"]
+    runs = rp.ResultsStore(opts.out_dir).runs()
+    assert runs["algorithm"].tolist() == ["FedAvg", "FedProx"] and set(runs["status"]) == {"finished"}
+    assert set(runs["scale"]) == {"tiny"}
+    plan = rp.plan_lines("fake", chosen, opts)
+    assert plan[0].startswith("fake t1: 2 run(s), 0 to run")  # a second call has nothing left to run
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("target, line", [
+    ("reproduce-gradma-table1", "fedbench reproduce gradma table1 --scale tiny --out results/tiny"),
+    ("reproduce-fedqvr-fig5", "fedbench reproduce fedqvr fig5 --scale tiny --out results/tiny"),
+    ("reproduce-cflag", "fedbench reproduce cflag --scale tiny --out results/tiny"),
+])
+def test_make_targets_wrap_fedbench_reproduce(target: str, line: str) -> None:
+    result = subprocess.run(["make", "-n", target, "SCALE=tiny"], cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = [x.rstrip() for x in result.stdout.splitlines() if "fedbench" in x]
+    assert len(lines) == 1 and lines[0].endswith(line), result.stdout
+
+
+def test_make_aggregates_compose_the_paper_targets() -> None:
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    result = subprocess.run(["make", "-n", "reproduce-table1", "SCALE=tiny"], cwd=ROOT, capture_output=True, text=True,
+                            check=True)
+    runs = [x.split("fedbench reproduce ")[1].split(" --")[0] for x in result.stdout.splitlines() if "reproduce " in x]
+    assert runs == ["fedcams table1", "fedmim table1", "fedqvr table1", "cflag table2", "gradma table1"]
