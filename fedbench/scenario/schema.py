@@ -234,7 +234,7 @@ class BlowupSpec(Strict):
 class PaperRef(Strict):
     """Where a scenario's results sit in a paper's table: algorithm labels are the table's rows."""
 
-    name: str = Field(description="paper key in fedbench/report/reference/, e.g. fedmim")
+    name: str = Field(description="paper room in fedbench/papers/, e.g. fedmim")
     table: str = Field(description="table id as the paper numbers it, e.g. I, II, III")
     column: str = Field(description="the table column this scenario reproduces")
 
