@@ -25,7 +25,7 @@ from fedbench.compress import COMPRESSORS, build_compressor
 from fedbench.models import build_model, count_parameters
 from fedbench.registry import UnknownNameError
 from fedbench.report.reference import load_reference, reference_frame
-from fedbench.report.tables import markdown_grid
+from fedbench.report.tables import markdown_grid, write_formats
 
 # The payload b(d) of each compressor kind as a formula (FedCAMS prints them as its Table 1; the
 # paper's rows and model live in its room, fedbench/papers/fedcams/room.py).
@@ -272,11 +272,4 @@ def format_bits(report: BitsReport, fmt: str) -> str:
 def write_bits(report: BitsReport, out_dir: Path) -> list[Path]:
     """``<out_dir>/<paper>_table<id>.{md,csv}`` with a paper, else ``bits_<model>_T<rounds>.{md,csv}``."""
     stem = f"{report.paper}_table{report.paper_table_id}" if report.paper else f"bits_{report.model}_T{report.rounds}"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for suffix, fmt in ((".md", "markdown"), (".csv", "csv")):
-        path = out_dir / f"{stem}{suffix}"
-        path.write_text(format_bits(report, fmt), encoding="utf-8")
-        paths.append(path)
-    return paths
+    return write_formats(out_dir, stem, lambda fmt: format_bits(report, fmt))

@@ -18,6 +18,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 from rich.table import Table
@@ -276,6 +277,19 @@ def scenario_names(store, scenario: str | None) -> list[str]:
 def file_stem(scenario: str) -> str:
     """The scenario name made safe for a file name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", scenario)
+
+
+def write_formats(out_dir: Path, stem: str, render: Callable[[str], str], formats: tuple[str, ...] = ("markdown", "csv")) -> list[Path]:
+    """``<out_dir>/<stem>.md`` / ``.csv`` (/ ``.tex``): ``render(fmt)`` for each format, written UTF-8."""
+    suffixes = {"markdown": ".md", "csv": ".csv", "latex": ".tex"}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{stem}{suffixes[fmt]}"
+        path.write_text(render(fmt), encoding="utf-8")
+        paths.append(path)
+    return paths
 
 
 def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:

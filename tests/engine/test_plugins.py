@@ -25,19 +25,11 @@ from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
+from tests.factories import tiny_scenario
 
-RAW = {
-    "name": "plugins",
-    "dataset": {"name": "digits"},
-    "model": {"name": "mlp", "hidden": [16]},
-    "clients": {"num": 6, "per_round": 3},
-    "partition": {"kind": "dirichlet", "omega": 0.5},
-    "local": {"iterations": 3, "batch_size": 16, "lr": 0.1},
-    "rounds": 4,
-    "checkpoint_every": 2,
-    "eval": {"every": 2},
-    "algorithms": [{"name": "scaffold"}],
-}
+RAW = tiny_scenario(
+    {"clients.num": 6}, name="plugins", rounds=4, checkpoint_every=2, eval={"every": 2}, algorithms=[{"name": "scaffold"}]
+)
 ROOT = Path(__file__).resolve().parents[2]
 COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
 

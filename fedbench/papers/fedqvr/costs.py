@@ -39,7 +39,7 @@ from rich.table import Table
 from fedbench.compress import BITS_PER_FLOAT, bound_bits, quantized_payload_bits
 from fedbench.models import build_model, count_parameters
 from fedbench.report.reference import column_specs, reference_table
-from fedbench.report.tables import markdown_grid
+from fedbench.report.tables import markdown_grid, write_formats
 
 CLIENTS_PER_ROUND = 10  # m
 QUANT_BITS = 2  # B of every quantized method in Table I
@@ -344,11 +344,4 @@ def format_costs(report: CostReport, fmt: str) -> str:
 
 def write_costs(report: CostReport, out_dir: Path) -> list[Path]:
     """``<out_dir>/<paper>_costs.{md,csv}``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for suffix, fmt in ((".md", "markdown"), (".csv", "csv")):
-        path = out_dir / f"{report.paper}_costs{suffix}"
-        path.write_text(format_costs(report, fmt), encoding="utf-8")
-        paths.append(path)
-    return paths
+    return write_formats(out_dir, f"{report.paper}_costs", lambda fmt: format_costs(report, fmt))
