@@ -92,10 +92,12 @@ def _one_run(
         raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1) from None
     if outcome.status == "skipped":
         progress.update(task, completed=spec.rounds, acc="(done before)")
+    elif outcome.status == "busy":
+        progress.update(task, acc=f"(running elsewhere: {outcome.error})")
     elif outcome.status != "finished":
         progress.update(task, acc=f"[red]{outcome.status}[/red]")
         if outcome.error:
             console.print(f"[red]{spec.label} seed {seed} {outcome.status}: {outcome.error}[/red]")
     if settings.quiet and outcome.status != "skipped":
-        console.print(f"{name}: {spec.label} seed {seed} {outcome.status}")
+        console.print(f"{name}: {spec.label} seed {seed} {outcome.status}" + (f" ({outcome.error})" if outcome.status == "busy" else ""))
     return outcome

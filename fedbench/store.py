@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
@@ -67,7 +68,13 @@ CREATE TABLE IF NOT EXISTS metrics (
     extra      TEXT,
     PRIMARY KEY (run_id, round)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leases (
+    run_id     TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    heartbeat  REAL NOT NULL
+);
 """
+LEASE_TTL_S = 120.0  # a lease not renewed for this long belongs to a killed process and is taken over
 
 
 @dataclass(frozen=True)
@@ -163,6 +170,37 @@ class ResultsStore:
             yield conn
         finally:
             conn.close()
+
+    def claim(self, run_id: str, holder: str, ttl: float = LEASE_TTL_S) -> str | None:
+        """Take the run's lease for ``holder`` (None), unless another holder renewed it within
+        ``ttl`` seconds (that holder is returned); a stale lease (its process was killed) is taken over."""
+        now = time.time()
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute("SELECT holder, heartbeat FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+                if row is not None and row[0] != holder and now - row[1] < ttl:
+                    conn.execute("COMMIT")
+                    return str(row[0])
+                conn.execute(
+                    "INSERT INTO leases (run_id, holder, heartbeat) VALUES (?, ?, ?) ON CONFLICT (run_id) "
+                    "DO UPDATE SET holder = excluded.holder, heartbeat = excluded.heartbeat", (run_id, holder, now),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return None
+
+    def renew(self, run_id: str, holder: str) -> None:
+        """Heartbeat: the holder still trains the run."""
+        with self._connect() as conn:
+            conn.execute("UPDATE leases SET heartbeat = ? WHERE run_id = ? AND holder = ?", (time.time(), run_id, holder))
+
+    def release(self, run_id: str, holder: str) -> None:
+        """Give the run's lease back (only the holder's own)."""
+        with self._connect() as conn:
+            conn.execute("DELETE FROM leases WHERE run_id = ? AND holder = ?", (run_id, holder))
 
     def status(self, run_id: str) -> str | None:
         """The run's status, or None if the store has never seen it."""

@@ -29,6 +29,7 @@ from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
 from fedbench.engine.batched import run_clients_batched
 from fedbench.engine.checkpoint import resume_point, save_checkpoint
+from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, full_local_gradients, run_clients_sequential
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.setup import DataCache, RunSetup, build_run
@@ -39,12 +40,14 @@ from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
 from fedbench.store import ResultsStore
 
+DONE = ("finished", "diverged")  # statuses a run is never trained again from
 RoundCallback = Callable[[int, dict[str, float | None]], None]
 
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """How a run ended: ``finished``, ``diverged``, ``failed`` or ``skipped`` (already done)."""
+    """How a run ended: ``finished``, ``diverged``, ``failed``, ``skipped`` (already done) or ``busy``
+    (another process holds its lease and trains it)."""
 
     run_id: str
     status: str
@@ -325,11 +328,15 @@ def execute_run(
     ``client_state: host`` keeps per-client ``[N, P]`` tables in (pinned) host memory (same numbers);
     the run trains with ``threads`` torch threads (:mod:`fedbench.engine.threads`)."""
     run_id = run_id_of(spec, seed)
-    status = store.status(run_id)
-    if status in ("finished", "diverged"):
+    if store.status(run_id) in DONE:
         return RunOutcome(run_id, "skipped")
-    with pinned_threads(threads):
-        return _train(spec, seed, store, cache, scenario_hash, on_round, executor, client_state, run_id)
+    with leased(store, run_id) as other:
+        if other is not None:
+            return RunOutcome(run_id, "busy", f"being trained by {other}")
+        if store.status(run_id) in DONE:  # finished by another process between the two looks
+            return RunOutcome(run_id, "skipped")
+        with pinned_threads(threads):
+            return _train(spec, seed, store, cache, scenario_hash, on_round, executor, client_state, run_id)
 
 
 def _train(

@@ -76,6 +76,15 @@ class RecordingStore:
     def status(self, run_id: str) -> None:
         return None  # the driver submits only runs that are not done
 
+    def claim(self, run_id: str, holder: str) -> None:
+        return None  # one in-memory record per task: the driver holds the only copy
+
+    def renew(self, run_id: str, holder: str) -> None:
+        pass
+
+    def release(self, run_id: str, holder: str) -> None:
+        pass
+
     def start_run(self, record: RunRecord) -> None:
         self.record = record
 
