@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
+from fedbench.report.health import blowup_notes, blowups
 from fedbench.report.reference import (
     ACCURACY_METRICS, CONTINUAL_METRICS, ColumnSpec, column_specs, load_reference, reference_frame, reference_table, reference_text,
 )
@@ -96,6 +97,7 @@ def compare(store, paper: str, table: str, scale: str | None = None) -> pd.DataF
                     "paper_text": printed.loc[r, c.name] if r in printed.index and c.name in printed.columns else None,
                     **value,
                     **{k: 0 if s is None else int(s[k]) for k in _COUNTS},
+                    "blowup": 0 if s is None or "blowup" not in s.index else int(s["blowup"]),
                     "scenarios": ", ".join(dict.fromkeys(in_cell["scenario"])),
                 })
     return pd.DataFrame(out)
@@ -152,7 +154,8 @@ def _cell(r: pd.Series, never: str) -> str:
     paper = DASH if r["paper_text"] is None or pd.isna(r["paper_text"]) else str(r["paper_text"])
     if r["metric"] in ACCURACY_METRICS or r["metric"] in CONTINUAL_METRICS:
         ours = acc_cell(pd.Series({"v_acc_mean": r["value_mean"], "v_acc_std": r["value_std"],
-                                   "diverged": int(r["diverged"]), "failed": int(r["failed"])}, dtype=object), "v", "±")
+                                   "diverged": int(r["diverged"]), "failed": int(r["failed"]),
+                                   "blowup": int(r.get("blowup", 0) or 0)}, dtype=object), "v", "±")
     elif pd.isna(r["value_mean"]):
         ours = DASH
     elif math.isinf(r["value_mean"]) and never != ">":
@@ -180,6 +183,8 @@ def format_comparison(frame: pd.DataFrame, fmt: str, marks: dict[str, str] | Non
     numbers); ``marks`` suffix row labels (``"(2×)"``), ``never`` is how an unreached target
     prints (``-``, or ``>`` for ``>budget``)."""
     if fmt == "csv":
+        if "blowup" in frame.columns and not frame["blowup"].fillna(0).astype(int).any():
+            frame = frame.drop(columns=["blowup"])  # the column appears only in tables with a flagged run
         buf = io.StringIO()
         frame.to_csv(buf, index=False, na_rep="", lineterminator="\n")
         return buf.getvalue()
@@ -279,7 +284,9 @@ def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | 
     for sc in dict.fromkeys(frame["scale"].dropna()):
         part = frame[frame["scale"] == sc]
         heading, note = comparison_title(paper, table, sc), comparison_note(paper, table, sc)
-        md_notes, tex_notes = footnotes(fallback_notes(runs[runs["scale"] == sc], metrics))  # "GradMA-S: 3 QP … fell back"
+        at_scale = runs[runs["scale"] == sc]
+        notes = fallback_notes(at_scale, metrics) + blowup_notes(at_scale, blowups(at_scale, metrics))
+        md_notes, tex_notes = footnotes(notes)  # "GradMA-S: 3 QP … fell back", "FedQVR seed 0: blow-up flagged, …"
         texts = {
             ".md": f"## {heading}\n\n{title}, Table {table}: _{caption}_\n\n"
                    f"{format_comparison(part, 'markdown', marks, never)}\n_{note}_\n{md_notes}",

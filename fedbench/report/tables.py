@@ -155,6 +155,8 @@ def acc_cell(row: pd.Series, name: str, pm: str) -> str:
         return DASH
     cell = f"{100 * mean:.2f} {pm} {100 * std:.2f}"
     bad = [f"{row[s]} {short}" for s, short in BAD_STATUSES.items() if row[s]]
+    if "blowup" in row.index and is_flagged(row["blowup"]):
+        bad.append(f"{row['blowup']} blow-up")
     return cell + (f" ({', '.join(bad)})" if bad else "")
 
 

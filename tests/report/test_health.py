@@ -44,3 +44,10 @@ def test_the_table_marks_the_flagged_seed_and_the_csv_gains_the_column_only_then
     assert "blowup" not in format_table(summarize(runs, ok), "csv") and "blow-up" not in format_table(summarize(runs, ok), "markdown")
     assert "1 blow-up" in format_table(summarize(runs, bad), "markdown")
     assert format_table(summarize(runs, bad), "csv").splitlines()[0].count("blowup") == 1
+
+
+def test_a_paper_cell_marks_blown_up_seeds_like_diverged_ones():
+    from fedbench.report.tables import acc_cell
+
+    row = pd.Series({"v_acc_mean": 0.5, "v_acc_std": 0.1, "diverged": 1, "failed": 0, "blowup": 1}, dtype=object)
+    assert acc_cell(row, "v", "±") == "50.00 ± 10.00 (1 div., 1 blow-up)"
