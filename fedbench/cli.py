@@ -10,7 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedbench import cli_style
 from fedbench.engine.threads import DEFAULT_THREADS
+
+cli_style.apply()
 
 app = typer.Typer(
     help="fedbench: run federated-learning scenarios from YAML, then build paper-style tables and curves.",
@@ -116,6 +119,39 @@ def _interrupts() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
+READ_OUT = typer.Option(
+    None, "--out", help="results folder (default: results/, or the one store under results/ holding the scenario)"
+)
+RESULTS = Path("results")
+
+
+def _read_store(out: Optional[Path], scenario: Optional[str] = None):
+    """The existing store a read-only command reads: ``--out``, else results/, else the single store
+    under results/ (holding ``scenario`` when given). Never creates one; exits 2 saying where it looked."""
+    from fedbench.store import DB_NAME, ResultsStore, stored_scenarios
+
+    def fail(message: str) -> None:
+        console.print(f"[red]{message}[/red]", soft_wrap=True)
+        raise typer.Exit(2)
+
+    if out is None and not (RESULTS / DB_NAME).is_file():
+        found = [p.parent for p in sorted(RESULTS.glob(f"*/{DB_NAME}"))]
+        found = [f for f in found if scenario is None or scenario in stored_scenarios(f)]
+        if len(found) != 1:
+            listing = "; ".join(f"{f}/ ({', '.join(stored_scenarios(f)[:3])}{', …' if len(stored_scenarios(f)) > 3 else ''})"
+                                for f in found)
+            fail(f"no results store at {RESULTS}/ and {'none' if not found else 'several'} under it"
+                 + (f" with scenario {scenario!r}" if scenario else "") + (f": {listing}" if listing else "")
+                 + "; pass --out, or run a scenario first (fedbench run configs/quickstart.yaml)")
+        out = found[0]
+        console.print(f"store: {out}/")
+    out = out if out is not None else RESULTS
+    if not (out / DB_NAME).is_file():
+        fail(f"--out {out}: no results store there ({out / DB_NAME} does not exist)")
+    with _store_errors(out):
+        return ResultsStore(out, create=False)
+
+
 def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
     """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct non-negative integers exits 2 before a run starts."""
     if seeds is None:
@@ -130,7 +166,7 @@ def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
 
 @app.command()
 def run(
-    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing the scenario's `seeds`"),
     device: str = typer.Option("auto", help="auto (CUDA if present), cpu, cuda or cuda:N"),
     out: Path = OUT,
@@ -153,6 +189,7 @@ def run(
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
     from fedbench.runs import run_scenario
+    from fedbench.store import ResultsStore
 
     _choice("--client-state", client_state, CLIENT_STATES)
     _choice("--executor", executor, EXECUTORS)
@@ -168,14 +205,14 @@ def run(
             quiet=quiet, client_state=client_state, threads=threads,
         )
         if not quiet:
-            _print_summary(out, sc.name)
+            _print_summary(ResultsStore(out), sc.name)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
 
 
 @app.command()
 def validate(
-    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     scale: Optional[str] = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
     overrides: Optional[list[str]] = SETS,
 ) -> None:
@@ -203,7 +240,7 @@ def validate(
 
 @app.command()
 def sweep(
-    files: list[Path] = typer.Argument(..., help="grid files (base + grid of dotted keys) or scenario files (one point each)"),
+    files: list[Path] = typer.Argument(..., metavar="FILES", help="grid files (base + grid of dotted keys) or scenario files (one point each)"),
     executor: str = typer.Option("local", help="local (worker processes here) or ray (tasks on a Ray cluster)"),
     jobs: Optional[int] = typer.Option(None, "--jobs", help="local: worker processes (default: CPUs / cpus-per-run, "
                                        "at most 16; one per GPU with CUDA); ray: CPUs of the local instance it starts"),
@@ -251,8 +288,10 @@ def sweep(
 
 
 @app.command("list")
-def list_(what: str = typer.Argument("all", help="all | algorithms | datasets | models | partitions")) -> None:
-    """List the registered algorithms, datasets, models (with parameter counts) and partitions."""
+def list_(what: str = typer.Argument(
+    "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors"
+)) -> None:
+    """List the registered algorithms, datasets, models (with parameter counts), partitions and compressors."""
     from fedbench.catalog import catalog
 
     sections = catalog()
@@ -271,26 +310,26 @@ def list_(what: str = typer.Argument("all", help="all | algorithms | datasets | 
 
 @app.command()
 def table(
-    out: Path = OUT,
+    out: Optional[Path] = READ_OUT,
     scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where the .md/.tex/.csv tables are written"),
     show: bool = typer.Option(True, "--show/--no-show", help="also print the table in the terminal"),
 ) -> None:
     """Build accuracy / rounds-to-target / bits-to-target tables (Markdown, LaTeX, CSV) from the store."""
     from fedbench.report.tables import write_tables
-    from fedbench.store import ResultsStore
 
-    with _store_errors(out):
-        paths = write_tables(ResultsStore(out), tables_dir, scenario)
+    store = _read_store(out, scenario)
+    with _store_errors(store.out_dir):
+        paths = _or_exit(write_tables, store, tables_dir, scenario)
         if show:
-            _print_summary(out, scenario)
+            _print_summary(store, scenario)
     for p in paths:
         console.print(f"wrote {p}")
 
 
 @app.command()
 def plot(
-    out: Path = OUT,
+    out: Optional[Path] = READ_OUT,
     scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG curves are written"),
     x: str = typer.Option("both", help="x axis: round, bits (all traffic), uplink (per-client uplink bits, "
@@ -302,18 +341,16 @@ def plot(
 ) -> None:
     """Draw a metric (test accuracy by default) vs rounds, communicated bits or uplink bits (mean over seeds with a band)."""
     from fedbench.report.plots import METRICS, UnknownMetric, plot_curves
-    from fedbench.store import ResultsStore
 
     allowed = ("round", "bits", "uplink", "both")
     if x not in allowed:
         console.print(f"[red]--x must be one of {', '.join(allowed)}, got {x!r}[/red]")
         raise typer.Exit(2)
-    with _store_errors(out):
-        store = ResultsStore(out)
+    store = _read_store(out, scenario)
     axes = ["round", "bits"] if x == "both" else [x]
     for axis in axes:
         try:
-            with _store_errors(out):
+            with _store_errors(store.out_dir):
                 paths = plot_curves(store, figures_dir, scenario, axis, metric, algorithm, name)
         except UnknownMetric as exc:
             console.print(f"[red]--metric must be one of {', '.join(METRICS)} or a dotted path to a number in the "
@@ -328,7 +365,7 @@ def plot(
 
 @app.command()
 def continual(
-    out: Path = OUT,
+    out: Optional[Path] = READ_OUT,
     scenario: Optional[str] = typer.Option(None, help="scenario name (default: every continual scenario in the store)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_continual.md/.csv are written"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the accuracy-matrix heat map and the "
@@ -337,9 +374,8 @@ def continual(
     """Continual scenarios: Acc and Forgetting per algorithm (mean ± std over seeds), accuracy-matrix heat maps and
     the average accuracy over the tasks seen after each task (C-FLAG Fig. 2)."""
     from fedbench.report import continual as report
-    from fedbench.store import ResultsStore
 
-    store = ResultsStore(out)
+    store = _read_store(out, scenario)
     paths = _or_exit(report.write_continual, store, tables_dir, figures_dir, scenario)
     for p in paths:
         if p.suffix == ".md":
@@ -349,7 +385,7 @@ def continual(
 
 PAPER = typer.Option(..., "--paper", help="paper key, e.g. fedmim (its room: fedbench/papers/<paper>/)")
 REPORT_SCALE = typer.Option(
-    None, "--scale", help="runs at this scale only, e.g. tiny (default: compare shows each; claims needs a single one)"
+    None, "--scale", help="runs at this scale only, e.g. tiny (default: one table per scale in the store)"
 )
 TABLES_DIR = typer.Option(Path("tables"), help="where the report files are written")
 
@@ -368,15 +404,14 @@ def _or_exit(fn, *args):
 def compare(
     paper: str = PAPER,
     table: str = typer.Option(..., "--table", help="table id as the paper numbers it, e.g. I, II, III"),
-    out: Path = OUT,
+    out: Optional[Path] = READ_OUT,
     tables_dir: Path = TABLES_DIR,
     scale: Optional[str] = REPORT_SCALE,
 ) -> None:
     """Paper vs reproduced: the paper's table with `paper / ours` cells, per scale (.md, .tex, .csv)."""
     from fedbench.report import paper as report
-    from fedbench.store import ResultsStore
 
-    store = ResultsStore(out)
+    store = _read_store(out)
     for t in report.rich_comparison(_or_exit(report.compare, store, paper, table, scale), paper, table):
         console.print(t)
     paths = report.write_comparison(store, paper, table, tables_dir, scale)
@@ -384,12 +419,15 @@ def compare(
 
 
 @app.command()
-def claims(paper: str = PAPER, out: Path = OUT, tables_dir: Path = TABLES_DIR, scale: Optional[str] = REPORT_SCALE) -> None:
+def claims(
+    paper: str = PAPER, out: Optional[Path] = READ_OUT, tables_dir: Path = TABLES_DIR,
+    scale: Optional[str] = typer.Option(None, "--scale", help="the scale whose runs are checked, e.g. tiny (needed when "
+                                        "the store holds several)"),
+) -> None:
     """Check a paper's claims on one scale's reproduced numbers and on the paper's; writes <paper>_claims_<scale>.md."""
     from fedbench.report import claims as report
-    from fedbench.store import ResultsStore
 
-    store = ResultsStore(out)
+    store = _read_store(out)
     scale = _or_exit(report.resolve_scale, store, paper, scale)
     console.print(report.rich_claims(_or_exit(report.check_claims, store, paper, scale), f"{paper} claims, {scale} scale"))
     console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
@@ -397,7 +435,7 @@ def claims(paper: str = PAPER, out: Path = OUT, tables_dir: Path = TABLES_DIR, s
 
 @app.command()
 def bits(
-    model: str = typer.Argument(..., help="model name, e.g. resnet18 or convmixer (see `fedbench list models`)"),
+    model: str = typer.Argument(..., metavar="MODEL", help="model name, e.g. resnet18 or convmixer (see `fedbench list models`)"),
     input: str = typer.Option("3x32x32", "--input", help="input shape C×H×W, e.g. 3x32x32"),
     classes: int = typer.Option(10, "--classes", help="number of classes"),
     rounds: int = typer.Option(500, "--rounds", help="rounds T"),
@@ -424,7 +462,10 @@ def bits(
 
 
 @app.command()
-def costs(paper: str = PAPER, tables_dir: Path = TABLES_DIR) -> None:
+def costs(
+    paper: str = typer.Option(..., "--paper", help="paper with analytic cost columns: fedqvr (Table I's #C)"),
+    tables_dir: Path = TABLES_DIR,
+) -> None:
     """Uplink cost columns (#C = #R × per-round bits) of the paper's table from model sizes, without training;
     exit code 1 unless every disagreement with the printed values is a known paper typo."""
     from fedbench.papers import paper_part
@@ -441,8 +482,8 @@ def costs(paper: str = PAPER, tables_dir: Path = TABLES_DIR) -> None:
 
 @app.command()
 def reproduce(
-    paper: Optional[str] = typer.Argument(None, help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),
-    targets: Optional[list[str]] = typer.Argument(None, help="its targets, e.g. table1 fig5 (default: all; --list)"),
+    paper: Optional[str] = typer.Argument(None, metavar="PAPER", help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),
+    targets: Optional[list[str]] = typer.Argument(None, metavar="TARGET", help="its targets, e.g. table1 fig5 (default: all; --list)"),
     scale: str = typer.Option("paper", "--scale", help="paper, small or tiny"),
     out: Optional[Path] = typer.Option(None, "--out", help="results folder (default: results/<scale>)"),
     executor: str = typer.Option("local", help="local (worker processes here) or ray (tasks on a Ray cluster)"),
@@ -476,14 +517,12 @@ def reproduce(
     raise typer.Exit(rp.reproduce(paper, chosen, opts, console))
 
 
-def _print_summary(out: Path, scenario: Optional[str]) -> None:
+def _print_summary(store, scenario: Optional[str]) -> None:
     from fedbench.report.tables import rich_table, summarize
-    from fedbench.store import ResultsStore
 
-    store = ResultsStore(out)
     runs = store.runs(scenario)
     if runs.empty:
-        console.print("[yellow]no runs in the store yet[/yellow]")
+        console.print(f"[yellow]no runs in the store at {store.out_dir}/ yet[/yellow]")
         return
     summary = summarize(runs, store.metrics(runs["run_id"]))
     for name, part in summary.groupby("scenario", sort=False):

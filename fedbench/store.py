@@ -119,6 +119,18 @@ def report_columns(scenario: str, spec_json: str, scale: str,
     return scale, *cell
 
 
+def stored_scenarios(out_dir: Path) -> list[str]:
+    """The scenario names of the store in ``out_dir``, read without writing anything ([] if none)."""
+    db = Path(out_dir) / DB_NAME
+    if not db.is_file():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    try:
+        return [row[0] for row in conn.execute("SELECT scenario FROM runs GROUP BY scenario ORDER BY MIN(created)")]
+    finally:
+        conn.close()
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -149,12 +161,17 @@ def _as_float(name: str, value: Any) -> float | None:
 class ResultsStore:
     """The results index of one output folder (``<out>/fedbench.sqlite`` + ``<out>/checkpoints/``)."""
 
-    def __init__(self, out_dir: Path) -> None:
-        """Create the folders and the schema if missing (idempotent); switch the file to WAL."""
+    def __init__(self, out_dir: Path, create: bool = True) -> None:
+        """Create the folders and the schema if missing (idempotent); switch the file to WAL. With
+        ``create=False`` (read-only commands) a missing store is :class:`FileNotFoundError` and no
+        folder is made."""
         self.out_dir = Path(out_dir)
         self.db_path = self.out_dir / DB_NAME
         self.checkpoint_dir = self.out_dir / "checkpoints"
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if not create and not self.db_path.is_file():
+            raise FileNotFoundError(f"no results store at {self.out_dir} ({self.db_path} does not exist)")
+        if create:
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file itself
             conn.executescript(_SCHEMA)
