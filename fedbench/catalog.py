@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import torch
 from rich.markup import escape
 
 from fedbench.algorithms import ALGORITHMS
@@ -43,7 +44,8 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
         shape, classes, what = REFERENCE_INPUTS.get(e.name, (None, 10, ""))
         size = "—"
         if shape is not None:
-            size = f"{count_parameters(build_model(e.name, {}, shape, classes)):,} ({what})"
+            with torch.device("meta"):  # shapes only: no weights are allocated or initialised
+                size = f"{count_parameters(build_model(e.name, {}, shape, classes)):,} ({what})"
         models.append((e.name, e.description, _params_of(e), size))
     partitions = [("kind", "description", "params (defaults)")]
     partitions += [(e.name, e.description, _params_of(e)) for e in PARTITIONS]

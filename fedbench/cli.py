@@ -41,6 +41,12 @@ def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] =
         raise typer.Exit(2) from None
 
 
+def _kv(values: dict) -> str:
+    """``{"name": "mlp", "hidden": [16]}`` → ``mlp hidden=[16]``; ``—`` when empty."""
+    parts = [str(v) if k in ("name", "kind") else f"{k}={v}" for k, v in values.items()]
+    return " ".join(parts) or "—"
+
+
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
     """Exit 2 with one line unless ``value`` is one of ``allowed``."""
     if value not in allowed:
@@ -227,13 +233,19 @@ def validate(
     for name in scales:
         sc = _load(scenario, overrides, name)
         runs = len(sc.runs) * len(sc.seeds)
-        table = Table(title=f"{sc.name}: {len(sc.runs)} algorithm(s) × seeds {sc.seeds} = {runs} run(s) of {sc.rounds} "
-                            f"rounds ({runs * sc.rounds} rounds in all)")
-        for col in ("label", "algorithm", "params", "server", "spec hash"):
-            table.add_column(col)
+        first = sc.runs[0]
+        console.print(
+            f"[bold]{sc.name}[/bold]: {_kv(first.dataset)} · {_kv(first.model)} · {sc.clients.per_round} of "
+            f"{sc.clients.num} clients per round · {_kv(first.partition)} · {len(sc.runs)} algorithm(s) × seeds "
+            f"{sc.seeds} = {runs} run(s) of {sc.rounds} rounds ({runs * sc.rounds} rounds in all)", soft_wrap=True,
+        )
+        table = Table()
+        for col in ("label", "algorithm", "params", "server (non-default)", "spec hash"):
+            table.add_column(col, overflow="fold")
         for spec in sc.runs:
             params = {k: v for k, v in spec.algorithm.items() if k not in ("name", "label")}
-            table.add_row(spec.label, spec.algorithm["name"], str(params or "—"), str(spec.server.model_dump()), spec.spec_hash()[:16])
+            server = spec.server.model_dump(exclude_defaults=True)
+            table.add_row(spec.label, spec.algorithm["name"], _kv(params), _kv(server), spec.spec_hash()[:16])
         console.print(table)
     console.print(f"[green]{scenario} is valid at scale(s): {', '.join(scales)}[/green]")
 
@@ -302,7 +314,7 @@ def list_(what: str = typer.Argument(
         if what in ("all", name):
             table = Table(title=name)
             for col in rows[0]:
-                table.add_column(col)
+                table.add_column(col, overflow="fold")
             for row in rows[1:]:
                 table.add_row(*row)
             console.print(table)
@@ -518,7 +530,7 @@ def reproduce(
 
 
 def _print_summary(store, scenario: Optional[str]) -> None:
-    from fedbench.report.tables import rich_table, summarize
+    from fedbench.report.tables import format_table, rich_table, summarize
 
     runs = store.runs(scenario)
     if runs.empty:
@@ -526,7 +538,10 @@ def _print_summary(store, scenario: Optional[str]) -> None:
         return
     summary = summarize(runs, store.metrics(runs["run_id"]))
     for name, part in summary.groupby("scenario", sort=False):
-        console.print(rich_table(part, str(name)))
+        if console.is_terminal:
+            console.print(rich_table(part, str(name)))
+        else:  # a log: the Markdown table, never cut at the console's width
+            console.print(f"{name}\n{format_table(part, 'markdown')}", soft_wrap=True, markup=False, highlight=False)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,9 @@ from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.scenario import RunSpec, Scenario, scenario_hash
 from fedbench.store import ResultsStore
+
+
+HEARTBEAT_S = 60.0  # seconds between progress lines of a long run when the output is not a terminal
 
 
 class RunInterrupted(Exception):
@@ -30,7 +34,8 @@ class RunSettings:
     executor: str = "auto"
     client_state: str = "device"
     threads: int = DEFAULT_THREADS
-    quiet: bool = False
+    lines: bool = False  # plain lines (quiet, or stdout is not a terminal) instead of progress bars
+    heartbeat_s: float = HEARTBEAT_S
 
 
 def run_scenario(
@@ -48,7 +53,8 @@ def run_scenario(
     threads: int = DEFAULT_THREADS,
 ) -> list[RunOutcome]:
     """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``.
-    ``quiet`` prints one line per finished run instead of live progress bars (for parallel jobs)."""
+    ``quiet`` (or an output that is not a terminal, e.g. a log file) prints one plain line per finished
+    run, and one every :data:`HEARTBEAT_S` seconds while a run trains, instead of live progress bars."""
     console = console or Console()
     if seeds is not None:
         scenario = scenario.model_copy(update={"seeds": seeds})
@@ -56,12 +62,13 @@ def run_scenario(
     if not specs:
         raise ValueError(f"--only {only} matches no algorithm label or name of {scenario.name}")
     store, cache = ResultsStore(out), DataCache(data_dir, download, resolve_device(device))
-    settings, shash = RunSettings(executor, client_state, threads, quiet), scenario_hash(scenario)
+    lines = quiet or not console.is_terminal
+    settings, shash = RunSettings(executor, client_state, threads, lines), scenario_hash(scenario)
     columns = [
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
     ]
-    with Progress(*columns, console=console, transient=False, disable=quiet) as progress:
+    with Progress(*columns, console=console, transient=False, disable=lines) as progress:
         outcomes = [
             _one_run(scenario.name, spec, seed, (store, cache, shash), settings, progress, console)
             for spec in specs for seed in scenario.seeds
@@ -77,12 +84,16 @@ def _one_run(
     """Execute (or skip) one run with its progress bar; Ctrl-C becomes :class:`RunInterrupted`."""
     store, cache, shash = where
     task = progress.add_task(f"{spec.label:<12} seed {seed}", total=spec.rounds, acc="—")
-    done = [0]
+    done, last_line = [0], [time.monotonic()]
 
     def on_round(t: int, metrics: dict) -> None:
         done[0] = t
         acc = metrics.get("test_acc")
         progress.update(task, completed=t, **({"acc": f"{100 * acc:.2f}%"} if acc is not None else {}))
+        if settings.lines and time.monotonic() - last_line[0] >= settings.heartbeat_s:
+            last_line[0] = time.monotonic()
+            acc_text = "" if acc is None else f", acc {100 * acc:.2f}%"
+            console.print(f"{name}: {spec.label} seed {seed} round {t}/{spec.rounds}{acc_text}", soft_wrap=True, highlight=False)
 
     try:
         outcome = execute_run(
@@ -98,6 +109,8 @@ def _one_run(
         progress.update(task, acc=f"[red]{outcome.status}[/red]")
         if outcome.error:
             console.print(f"[red]{spec.label} seed {seed} {outcome.status}: {outcome.error}[/red]")
-    if settings.quiet and outcome.status != "skipped":
-        console.print(f"{name}: {spec.label} seed {seed} {outcome.status}" + (f" ({outcome.error})" if outcome.status == "busy" else ""))
+    if settings.lines:
+        note = f" ({outcome.error})" if outcome.status == "busy" else ""
+        status = "(done before)" if outcome.status == "skipped" else outcome.status
+        console.print(f"{name}: {spec.label} seed {seed} {status}{note}", soft_wrap=True, highlight=False)
     return outcome

@@ -26,9 +26,8 @@ from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 
 RUN_STATUSES = ("running", "finished", "diverged", "failed")
 METRIC_COLUMNS = (
@@ -36,6 +35,9 @@ METRIC_COLUMNS = (
 )
 DB_NAME = "fedbench.sqlite"
 BUSY_TIMEOUT_S = 30.0
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _RUN_FIELDS = ("run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed", "spec_json")
 REPORT_COLUMNS = ("scale", "paper", "paper_table", "paper_column")  # added by the migration to older stores
@@ -293,12 +295,14 @@ class ResultsStore:
         """Where the run's resumable checkpoint lives: ``<out>/checkpoints/<run_id>.pt``."""
         return self.checkpoint_dir / f"{run_id}.pt"
 
-    def runs(self, scenario: str | None = None, include_stale: bool = False) -> pd.DataFrame:
+    def runs(self, scenario: str | None = None, include_stale: bool = False) -> "pd.DataFrame":
         """One row per run, in creation order, optionally only those of ``scenario``.
 
         A scenario's algorithm label names one run spec; when a changed scenario file gave a label a
         new spec (hash), the older spec's runs are *stale* and left out, so reports never pool two
         versions of an experiment (``include_stale`` keeps them)."""
+        import pandas as pd  # loaded by the readers only: the trainer and the CLI start without it
+
         columns = (*_RUN_FIELDS[:6], "status", "error", "spec_json", "created", "updated", *REPORT_COLUMNS)
         query = f"SELECT {', '.join(columns)} FROM runs"
         params: tuple[Any, ...] = ()
@@ -312,8 +316,10 @@ class ResultsStore:
         newest = frame.groupby(["scenario", "algorithm"], sort=False)["spec_hash"].transform("last")
         return frame[frame["spec_hash"] == newest].reset_index(drop=True)
 
-    def metrics(self, run_ids: Iterable[str] | None = None) -> pd.DataFrame:
+    def metrics(self, run_ids: Iterable[str] | None = None) -> "pd.DataFrame":
         """Long (tidy) metric rows sorted by (run_id, round); NULL reads as NaN."""
+        import pandas as pd  # loaded by the readers only: the trainer and the CLI start without it
+
         columns = ("run_id", "round", *METRIC_COLUMNS, "extra")
         query = f"SELECT {', '.join(columns)} FROM metrics"
         with self._connect() as conn:

@@ -34,7 +34,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from scipy.optimize import nnls
 
 KKT_TOL = 1e-10  # relative (‖p‖ = 1, ‖M_j‖ = 1) estimated KKT residual within which the dual optimum is taken
 ACCEPT_TOL = 1e-6  # the best estimated KKT residual above which a block is left unprojected (a fallback)
@@ -216,7 +215,10 @@ def _solve_enumerate(
 def _solve_nnls(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Dual solution for any C with ``scipy.optimize.nnls`` (Lawson–Hanson) on R's kept columns:
     min_{z≥0} ‖U_keep z + r‖ (Eq. 4), and its estimated KKT residual (:func:`_kkt`; inf where
-    scipy raised). ``tol`` is unused (one candidate)."""
+    scipy raised). ``tol`` is unused (one candidate). scipy loads here, on the server's first large
+    projection, so that scenario validation and the CLI start without it."""
+    from scipy.optimize import nnls
+
     Un, rn, kn = U.cpu().numpy(), r.cpu().numpy(), keep.cpu().numpy()
     z = np.zeros(kn.shape)
     failed = np.zeros(len(kn), dtype=bool)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +58,9 @@ def _check(executor: str, jobs: int | None, cpus_per_run: float, gpus_per_run: f
 
 
 def _progress(store: ResultsStore, total: int, console: Console):
-    """A callback printing one line per run that ends: count, status, scenario, run, accuracy, time."""
+    """A callback printing one line per run that ends: count, status, scenario, run, accuracy, and the
+    run's own training time (the sum of its rounds' wall times, resumed parts included)."""
     count = [0]
-    start = time.perf_counter()
 
     def on_done(run: SweepRun, outcome: RunOutcome) -> None:
         count[0] += 1
@@ -70,7 +69,7 @@ def _progress(store: ResultsStore, total: int, console: Console):
         acc_text = f"acc {100 * acc.iloc[-1]:.2f}%" if len(acc) else "acc —"
         color = {"finished": "green", "diverged": "yellow"}.get(outcome.status, "red")
         line = f"\\[{count[0]}/{total}] [{color}]{outcome.status:<8}[/] {escape(run.describe())}  {acc_text}"
-        console.print(f"{line}  ({time.perf_counter() - start:.0f} s)", highlight=False)
+        console.print(f"{line}  ({rows['wall_s'].sum():.0f} s)", highlight=False, soft_wrap=True)
         if outcome.status == "failed" and outcome.error:
             console.print(f"    [red]{escape(outcome.error[:500])}[/]", highlight=False)
 
