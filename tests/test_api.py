@@ -72,6 +72,33 @@ def test_numbers_equal_a_cli_run(api_run: fb.Results, tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(cli.summary(), api_run.summary())
 
 
+def test_an_interrupted_run_resumes_with_the_same_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in round 3 (checkpoint after round 2) raises RunInterrupted; the same call resumes the run and
+    gives the rows of an uninterrupted one."""
+    from fedbench.runs import RunInterrupted
+    from fedbench.store import ResultsStore
+
+    sc = fb.scenario(tiny_scenario(checkpoint_every=1))
+    record = ResultsStore.record_round
+
+    def ctrl_c_in_round_3(self, run_id, round, *args, **kwargs):
+        if round == 3:
+            raise KeyboardInterrupt
+        return record(self, run_id, round, *args, **kwargs)
+
+    monkeypatch.setattr(ResultsStore, "record_round", ctrl_c_in_round_3)
+    with pytest.raises(RunInterrupted, match="interrupted tiny / FedAvg seed 0 in round 3"):
+        fb.run(sc, out=tmp_path / "a", device="cpu")
+    stopped = fb.open_store(tmp_path / "a")
+    assert stopped.runs["status"].tolist() == ["running"] and stopped.rounds()["round"].tolist() == [1, 2]
+    monkeypatch.setattr(ResultsStore, "record_round", record)
+    resumed = fb.run(sc, out=tmp_path / "a", device="cpu")
+    clean = fb.run(sc, out=tmp_path / "b", device="cpu")
+    assert resumed.runs["status"].tolist() == ["finished"]
+    pd.testing.assert_frame_equal(resumed.rounds(extra=True).drop(columns=TIMING),
+                                  clean.rounds(extra=True).drop(columns=TIMING))
+
+
 def test_rounds_summary_and_curves_agree_with_the_rows(api_run: fb.Results) -> None:
     rounds = api_run.rounds()
     assert list(rounds.columns[:6]) == ["run_id", "scenario", "algorithm", "seed", "status", "round"]
