@@ -54,45 +54,6 @@ def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
         raise typer.Exit(2)
 
 
-def _check_only(sc, only: Optional[str]) -> None:
-    """``--only`` must name at least one algorithm label or name of the scenario."""
-    wanted = set(only.split(",")) if only else set()
-    if wanted and not any(s.label in wanted or s.algorithm["name"] in wanted for s in sc.runs):
-        labels = ", ".join(s.label for s in sc.runs)
-        raise ValueError(f"--only {only}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
-
-
-def _check_device(device: str) -> None:
-    """``--device``: auto, cpu, cuda or cuda:N, and CUDA only where torch sees a device."""
-    import re
-
-    from fedbench.engine.setup import resolve_device
-
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
-        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-    try:
-        resolve_device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"--device {device}: {str(exc).splitlines()[0]}") from None
-
-
-def _check_out(out: Path) -> None:
-    """``--out`` is (or can become) a writable folder, and its store, if any, is writable; nothing is created here."""
-    import os
-
-    from fedbench.store import DB_NAME
-
-    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
-    if not existing.is_dir():
-        where = "is a file" if existing == out else f"lies under {existing}, which is a file"
-        raise ValueError(f"--out {out}: {where}, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: {existing} is not writable")
-    db = out / DB_NAME
-    if db.exists() and not os.access(db, os.W_OK):
-        raise ValueError(f"--out {out}: its results store {db} is read-only")
-
-
 @contextmanager
 def _store_errors(out: Path) -> Iterator[None]:
     """A results store SQLite cannot read or write (corrupt, truncated, read-only) exits 2 with one
@@ -155,7 +116,7 @@ def _read_store(out: Optional[Path], scenario: Optional[str] = None):
     if not (out / DB_NAME).is_file():
         fail(f"--out {out}: no results store there ({out / DB_NAME} does not exist)")
     with _store_errors(out):
-        return ResultsStore(out, create=False)
+        return ResultsStore(out, read_only=True)
 
 
 def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
@@ -194,16 +155,16 @@ def run(
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
-    from fedbench.runs import run_scenario
+    from fedbench.runs import check_device, check_only, check_out, run_scenario
     from fedbench.store import ResultsStore
 
     _choice("--client-state", client_state, CLIENT_STATES)
     _choice("--executor", executor, EXECUTORS)
     sc = _load(scenario, overrides, scale)
     seed_list = _parse_seeds(seeds)
-    _or_exit(_check_only, sc, only)
-    _or_exit(_check_device, device)
-    _or_exit(_check_out, out)
+    _or_exit(check_only, sc, only)
+    _or_exit(check_device, device)
+    _or_exit(check_out, out)
     with _store_errors(out), _interrupts():
         outcomes = run_scenario(
             sc, out, device=device, data_dir=data_dir, download=download,
@@ -275,6 +236,7 @@ def sweep(
     from fedbench.sweeps import driver, grid, worker
 
     from fedbench.engine.runner import EXECUTORS
+    from fedbench.runs import check_device, check_out
 
     _choice("--executor", executor, ("local", "ray"))
     _choice("--client-executor", client_executor, EXECUTORS)
@@ -287,8 +249,8 @@ def sweep(
         if dry_run:
             console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(1 if skipped else 0)
-        _or_exit(_check_device, device)
-        _or_exit(_check_out, out)
+        _or_exit(check_device, device)
+        _or_exit(check_out, out)
         settings = worker.WorkerSettings(device, data_dir, download, client_executor)
         with _interrupts():
             summary = _or_exit(lambda: driver.run_sweep(

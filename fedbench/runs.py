@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,40 @@ from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.scenario import RunSpec, Scenario, scenario_hash
-from fedbench.store import ResultsStore
+from fedbench.store import DB_NAME, ResultsStore
+
+
+# -- the run options' checks, shared by the command line and fedbench.api: ValueError with one line each --
+
+def check_only(sc: Scenario, only: str | None) -> None:
+    """``--only`` must name at least one algorithm label or name of the scenario."""
+    wanted = set(only.split(",")) if only else set()
+    if wanted and not any(s.label in wanted or s.algorithm["name"] in wanted for s in sc.runs):
+        labels = ", ".join(s.label for s in sc.runs)
+        raise ValueError(f"--only {only}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
+
+
+def check_device(device: str) -> None:
+    """``--device``: auto, cpu, cuda or cuda:N, and CUDA only where torch sees a device."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
+        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
+    try:
+        resolve_device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"--device {device}: {str(exc).splitlines()[0]}") from None
+
+
+def check_out(out: Path) -> None:
+    """``--out`` is (or can become) a writable folder, and its store, if any, is writable; nothing is created here."""
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == out else f"lies under {existing}, which is a file"
+        raise ValueError(f"--out {out}: {where}, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: {existing} is not writable")
+    db = out / DB_NAME
+    if db.exists() and not os.access(db, os.W_OK):
+        raise ValueError(f"--out {out}: its results store {db} is read-only")
 
 
 HEARTBEAT_S = 60.0  # seconds between progress lines of a long run when the output is not a terminal

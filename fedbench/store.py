@@ -5,7 +5,8 @@ table (one row per recorded round). SQLite runs in WAL mode with ``synchronous=N
 write commits at once, so a run killed at any moment keeps every round it recorded (an OS crash
 or power loss may still drop the last few commits; a killed process never does). Several
 processes may write the same file: each call opens its own short-lived connection (safe across
-``fork``) and waits up to :data:`BUSY_TIMEOUT_S` for a competing writer.
+``fork``) and waits up to :data:`BUSY_TIMEOUT_S` for a competing writer. ``ResultsStore(out, read_only=True)``
+reads an existing store (SQLite ``mode=ro``) without creating, migrating or writing anything.
 
 Each run row also carries the columns reports select by: ``scale`` (``paper``, ``small``, ``tiny``)
 and the paper cell it fills (``paper``, ``paper_table``, ``paper_column``: the spec's ``paper``
@@ -126,7 +127,7 @@ def stored_scenarios(out_dir: Path) -> list[str]:
     db = Path(out_dir) / DB_NAME
     if not db.is_file():
         return []
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    conn = _open(db, read_only=True)
     try:
         return [row[0] for row in conn.execute("SELECT scenario FROM runs GROUP BY scenario ORDER BY MIN(created)")]
     finally:
@@ -163,17 +164,18 @@ def _as_float(name: str, value: Any) -> float | None:
 class ResultsStore:
     """The results index of one output folder (``<out>/fedbench.sqlite`` + ``<out>/checkpoints/``)."""
 
-    def __init__(self, out_dir: Path, create: bool = True) -> None:
-        """Create the folders and the schema if missing (idempotent); switch the file to WAL. With
-        ``create=False`` (read-only commands) a missing store is :class:`FileNotFoundError` and no
-        folder is made."""
+    def __init__(self, out_dir: Path, read_only: bool = False) -> None:
+        """Create the folders and the schema if missing (idempotent); switch the file to WAL.
+        ``read_only``: open an existing store for reading only (nothing is created; FileNotFoundError
+        naming the file if there is none; a store written before the report columns is migrated once)."""
         self.out_dir = Path(out_dir)
         self.db_path = self.out_dir / DB_NAME
         self.checkpoint_dir = self.out_dir / "checkpoints"
-        if not create and not self.db_path.is_file():
-            raise FileNotFoundError(f"no results store at {self.out_dir} ({self.db_path} does not exist)")
-        if create:
-            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if read_only:
+            _check_readable(self.db_path)
+            return
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file itself
             conn.executescript(_SCHEMA)
@@ -182,7 +184,7 @@ class ResultsStore:
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         """A fresh autocommit connection (every statement is its own committed transaction)."""
-        conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn = _open(self.db_path, self.read_only)
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -339,6 +341,30 @@ class ResultsStore:
         return None if row[0] is None else int(row[0])
 
 
+def _open(db: Path, read_only: bool) -> sqlite3.Connection:
+    """An autocommit connection to ``db``; ``read_only`` opens it with SQLite's ``mode=ro``."""
+    if read_only:
+        return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    return sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+
+
+def _check_readable(db: Path) -> None:
+    """A store opened read-only must exist and carry the current run columns (older ones are migrated
+    only by a writer)."""
+    if not db.is_file():
+        where = "is not a file" if db.exists() else "does not exist"
+        raise FileNotFoundError(f"no results store at {db}: it {where} (a store is created by fedbench run or sweep)")
+    conn = _open(db, read_only=True)
+    try:
+        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    finally:
+        conn.close()
+    if not have:
+        raise ValueError(f"{db} holds no runs table: it is not a fedbench results store")
+    if not set(REPORT_COLUMNS) <= have:  # written before the report columns: migrate it once, then read
+        ResultsStore(db.parent)
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
     """Add :data:`REPORT_COLUMNS` to a store written before them and fill them from each run's
     spec and scenario name (one writer at a time; a no-op on a current store)."""
@@ -369,7 +395,7 @@ def read_statuses(out_dir: Path, run_ids: Iterable[str]) -> dict[str, str]:
     db = Path(out_dir) / DB_NAME
     if not db.is_file():
         return {}
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    conn = _open(db, read_only=True)
     wanted = json.dumps([str(r) for r in run_ids])
     try:
         query = "SELECT run_id, status FROM runs WHERE run_id IN (SELECT value FROM json_each(?))"

@@ -232,7 +232,7 @@ def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
             conn.execute("INSERT INTO runs VALUES (?, ?, 'h', 's', 'FedAvg', 0, 'finished', NULL, ?, 't', 't')",
                          (rid, name, spec))
     assert read_statuses(tmp_path, ["r1", "r3"]) == {"r1": "finished"}  # read-only: no migration yet
-    runs = ResultsStore(tmp_path).runs()
+    runs = ResultsStore(tmp_path, read_only=True).runs()  # a reader migrates an old store once, then reads it
     assert cells(runs) == [
         ["tiny", "fedmim", "III", "a"], ["paper", None, None, None]]
     ResultsStore(tmp_path)  # opening again is a no-op
@@ -240,3 +240,24 @@ def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
 
 def test_read_statuses_creates_nothing(tmp_path: Path) -> None:
     assert read_statuses(tmp_path / "absent", ["x"]) == {} and not (tmp_path / "absent").exists()
+
+
+def test_read_only_store_reads_and_never_writes(tmp_path: Path) -> None:
+    """read_only: the same rows as a writer sees; a missing store raises naming the file and creates nothing."""
+    absent = tmp_path / "absent" / "out"
+    with pytest.raises(FileNotFoundError, match=f"no results store at {absent / DB_NAME}: it does not exist"):
+        ResultsStore(absent, read_only=True)
+    assert not (tmp_path / "absent").exists()
+    writer = ResultsStore(tmp_path / "out")
+    writer.start_run(record())
+    writer.record_round(record().run_id, 1, metrics_at(1), {"lr": 0.1})
+    reader = ResultsStore(tmp_path / "out", read_only=True)
+    pd.testing.assert_frame_equal(reader.runs(), writer.runs())
+    pd.testing.assert_frame_equal(reader.metrics(), writer.metrics())
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader.finish_run(record().run_id, "finished")
+    assert writer.status(record().run_id) == "running"
+    (tmp_path / "empty").mkdir()
+    sqlite3.connect(tmp_path / "empty" / DB_NAME).close()
+    with pytest.raises(ValueError, match="not a fedbench results store"):
+        ResultsStore(tmp_path / "empty", read_only=True)

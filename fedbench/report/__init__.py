@@ -3,7 +3,7 @@
 - :mod:`fedbench.report.tables`: ``summarize``, ``format_table`` (Markdown, LaTeX, CSV),
   ``rich_table`` and ``write_tables``;
 - :mod:`fedbench.report.plots`: ``plot_curves`` and ``plot_both`` (any per-round metric vs
-  rounds / bits);
+  rounds / bits), ``curves`` (their lines as a table);
 - :mod:`fedbench.report.reference`: the papers' published numbers as data (each paper room's
   ``reference.yaml``, found through :mod:`fedbench.papers`);
 - :mod:`fedbench.report.paper`: *paper vs reproduced* tables in the paper's layout;

@@ -98,16 +98,16 @@ def _missing(metric: str, metrics: pd.DataFrame, run_id: str) -> UnknownMetric:
                          f"{', '.join(paths) or 'none'}")
 
 
-def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_acc") -> pd.DataFrame:
-    """Rows where ``metric`` is finite, with algorithm, status, the metric as plotted (``y``), cumulative
-    bits and cumulative uplink bits per client (NaN for a run whose spec has no ``clients.per_round``).
-    ``metric`` not in ``METRICS`` is a dotted extra-log path (:func:`extra_values`); UnknownMetric if no
-    row logs it."""
+def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_acc", as_plotted: bool = True) -> pd.DataFrame:
+    """Rows where ``metric`` is finite, with algorithm, status, the metric (``y``: as plotted, test_acc in %,
+    or as stored), cumulative bits and cumulative uplink bits per client (NaN for a run whose spec has no
+    ``clients.per_round``). ``metric`` not in ``METRICS`` is a dotted extra-log path (:func:`extra_values`);
+    UnknownMetric if no row logs it."""
     m = metrics.sort_values(["run_id", "round"]).copy()
     raw = m[metric] if metric in METRICS else extra_values(m["extra"], metric)
     if metric not in METRICS and not raw.notna().any():
         raise _missing(metric, m, str(runs["run_id"].iloc[0]))
-    m["y"] = _spec(metric)[1] * raw
+    m["y"] = _spec(metric)[1] * raw if as_plotted else raw
     m["bits"] = (m["bits_up"].fillna(0) + m["bits_down"].fillna(0)).groupby(m["run_id"]).cumsum()
     per_round = {rid: float((json.loads(spec).get("clients") or {}).get("per_round") or np.nan)
                  for rid, spec in zip(runs["run_id"], runs["spec_json"])}
@@ -115,21 +115,41 @@ def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_ac
     return m[np.isfinite(m["y"])].merge(runs[["run_id", "algorithm", "status"]], on="run_id")
 
 
+def _on_axis(ev: pd.DataFrame, algorithm: str, x: str) -> pd.DataFrame:
+    """The algorithm's rows that have a point on the ``x`` axis (a bit axis is log: x > 0, NaN dropped)."""
+    rows = ev[ev["algorithm"] == algorithm]
+    return rows if x == "round" else rows[rows[x] > 0]
+
+
 def _curve(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per round: mean x (round, bits, uplink), mean and std of the plotted metric over the seeds present."""
+    """Per round: mean x (round, bits, uplink), mean and std of the plotted metric over the seeds present
+    (how many: ``seeds``)."""
     g = rows.groupby("round")
     out = pd.DataFrame({"bits": g["bits"].mean(), "uplink": g["uplink"].mean(), "mean": g["y"].mean(),
-                        "std": g["y"].std(ddof=1)})
+                        "std": g["y"].std(ddof=1), "seeds": g["y"].count()})
     return out.reset_index()
+
+
+def curves(runs: pd.DataFrame, metrics: pd.DataFrame, x: str = "round", metric: str = "test_acc",
+           as_plotted: bool = True) -> pd.DataFrame:
+    """The figure's lines as a table: per algorithm (in the runs' order) and round, the mean x on every
+    axis, the mean and std of ``metric`` over the seeds present, and how many seeds; the rows of the
+    ``x`` axis only (a bit axis drops points at 0 bits). ``as_plotted=False``: the metric as stored
+    (test_acc as a fraction, not in %)."""
+    if x not in AXES:
+        raise ValueError(f"unknown x axis {x!r}; allowed: {', '.join(AXES)}")
+    ev = _evaluated(runs, metrics, metric, as_plotted)
+    rows = {algo: _on_axis(ev, algo, x) for algo in dict.fromkeys(runs["algorithm"])}
+    parts = [_curve(r).assign(algorithm=algo) for algo, r in rows.items() if not r.empty]
+    columns = ["algorithm", "round", "bits", "uplink", "mean", "std", "seeds"]
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
 def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title: str, metric: str = "test_acc") -> None:
     ax = fig.add_subplot()
     ev = _evaluated(runs, metrics, metric)
     for i, algo in enumerate(dict.fromkeys(runs["algorithm"])):
-        rows = ev[ev["algorithm"] == algo]
-        if x != "round":
-            rows = rows[rows[x] > 0]  # log axis; NaN (unknown S) is dropped too
+        rows = _on_axis(ev, algo, x)
         if rows.empty:
             continue
         color = f"C{i % 10}"  # same colour per algorithm position in both figures

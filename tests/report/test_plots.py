@@ -169,7 +169,7 @@ def _extra_store(out: Path):
 def test_extra_log_path_curve_numbers(tmp_path: Path) -> None:
     from matplotlib.figure import Figure
 
-    from fedbench.report.plots import _curve, _draw, _evaluated
+    from fedbench.report.plots import _curve, _draw, _evaluated, curves
 
     store = _extra_store(tmp_path / "out")
     runs = store.runs("cl")
@@ -183,6 +183,9 @@ def test_extra_log_path_curve_numbers(tmp_path: Path) -> None:
     assert c["mean"].tolist() == [4.0, -4.0, 4.5]
     assert c["std"].iloc[0] == pytest.approx(2 * 2 ** 0.5) and math.isnan(c["std"].iloc[1])  # one seed: no band
     assert c["std"].iloc[2] == pytest.approx(7 / 2 ** 0.5)
+    table = curves(runs, store.metrics(runs["run_id"]), metric="cflag.Gamma_ad")  # the same lines, as a table
+    assert table["algorithm"].tolist() == ["C-FLAG"] * 3 and table["mean"].tolist() == [4.0, -4.0, 4.5]
+    assert table["seeds"].tolist() == [2, 1, 2]
 
 
 def test_extra_log_path_files_and_errors(tmp_path: Path) -> None:
