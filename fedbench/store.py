@@ -149,6 +149,8 @@ def _as_float(name: str, value: Any) -> float | None:
 class ResultsStore:
     """The results index of one output folder (``<out>/fedbench.sqlite`` + ``<out>/checkpoints/``)."""
 
+    _read_only = False
+
     def __init__(self, out_dir: Path) -> None:
         """Create the folders and the schema if missing (idempotent); switch the file to WAL."""
         self.out_dir = Path(out_dir)
@@ -160,10 +162,34 @@ class ResultsStore:
             conn.executescript(_SCHEMA)
             _migrate(conn)
 
+    @classmethod
+    def read_only(cls, out_dir: Path) -> ResultsStore:
+        """The existing store of ``out_dir`` opened for reading: nothing is created or migrated, a write
+        fails (SQLite may add its -wal/-shm companions beside the file). ValueError naming the path if
+        there is no store there, or if it predates the report columns (any writing command migrates it)."""
+        store = cls.__new__(cls)
+        store.out_dir = Path(out_dir)
+        store.db_path = store.out_dir / DB_NAME
+        store.checkpoint_dir = store.out_dir / "checkpoints"
+        store._read_only = True
+        if not store.db_path.is_file():
+            raise ValueError(f"no results store at {store.db_path}")
+        with store._connect() as conn:
+            have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        if not set(REPORT_COLUMNS) <= have:
+            raise ValueError(f"results store {store.db_path} predates the columns {', '.join(REPORT_COLUMNS)}; "
+                             "run `fedbench table --out` on it once to migrate it")
+        return store
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        """A fresh autocommit connection (every statement is its own committed transaction)."""
-        conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        """A fresh autocommit connection (every statement is its own committed transaction); read-only
+        for a store from :meth:`read_only`."""
+        if self._read_only:
+            uri = f"{self.db_path.resolve().as_uri()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        else:
+            conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
