@@ -27,9 +27,14 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from fedbench.report.mdhtml import _HEADING, inline, to_html
+from rich.console import Console
 
-SCALES = ("paper", "small", "tiny")
+from fedbench.papers import check_paper, paper_part
+from fedbench.papers.targets import SCALES, Context, PaperRoom
+from fedbench.report.mdhtml import split_title, to_html
+from fedbench.report.tables import SUMMARY_NOTE, _cells, _right, file_stem, summarize, summary_notes
+from fedbench.store import ResultsStore
+
 _SCALE_TOKEN = re.compile(r"(?<![A-Za-z0-9])(paper|small|tiny)(?![A-Za-z0-9])")
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
@@ -123,12 +128,9 @@ def figure_block(path: Path) -> Block:
 
 def markdown_block(path: Path) -> Block:
     """A Markdown report file: its first heading is the block's title, the rest its body (headings below <h3>)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    m = _HEADING.fullmatch(lines[0]) if lines else None
-    title, rest = (inline(m.group(2)), lines[1:]) if m else (escape(path.name), lines)
-    shift = 3 - len(m.group(1)) if m else 3
-    body = f'<p class="src">{escape(str(path))}</p>\n' + to_html("\n".join(rest), shift)
-    return Block(slug(path.stem), title, body)
+    title, level, rest = split_title(path.read_text(encoding="utf-8"))
+    body = f'<p class="src">{escape(str(path))}</p>\n' + to_html(rest, 3 - level if title else 3)
+    return Block(slug(path.stem), title or escape(path.name), body)
 
 
 def file_block(path: Path) -> Block:
@@ -141,8 +143,6 @@ def _pngs(folder: Path) -> list[Path]:
 
 def _figures_by_scenario(names: Iterable[str], figures_dir: Path) -> dict[str, list[Path]]:
     """Each scenario's PNGs: those whose name starts with its file stem and ``_`` (the longest stem wins)."""
-    from fedbench.report.tables import file_stem
-
     names = list(names)
     stems = {file_stem(n): n for n in names}
     out: dict[str, list[Path]] = {n: [] for n in names}
@@ -162,18 +162,17 @@ def _counts(values: Iterable[str]) -> str:
 
 def store_page(out: Path, figures_dir: Path) -> Page:
     """Every scenario of the store in ``out``: summary table, notes, figures."""
-    from fedbench.report.tables import SUMMARY_NOTE, _cells, _right, file_stem, summarize, summary_notes
-    from fedbench.store import ResultsStore
-
     store = ResultsStore.read_only(out)
-    names = list(dict.fromkeys(store.runs()["scenario"]))
+    every = store.runs()
+    names = list(dict.fromkeys(every["scenario"]))
     figures = _figures_by_scenario(names, figures_dir)
     sections = []
     for name in names:
         runs = store.runs(name)
         metrics = store.metrics(runs["run_id"])
         headers, rows = _cells(summarize(runs, metrics), pm="±", pct="%")
-        notes = "".join(f'<p class="note"><em>{escape(n)}</em></p>\n' for n in (SUMMARY_NOTE, *summary_notes(runs, metrics)))
+        notes = "".join(f'<p class="note"><em>{escape(n)}</em></p>\n'
+                        for n in (SUMMARY_NOTE, *summary_notes(runs, metrics)))
         table = Block(slug(file_stem(name)) + "-table", "Accuracy, rounds and bits to target",
                       grid(headers, rows, [_right(h) for h in headers]) + notes)
         intro = (f"<p>{len(runs)} run(s): {escape(_counts(runs['status']))}; "
@@ -182,11 +181,11 @@ def store_page(out: Path, figures_dir: Path) -> Page:
                  + ".</p>\n")
         sections.append(Section(slug(file_stem(name)), escape(name), intro,
                                 (table, *(figure_block(p) for p in figures[name]))))
-    runs = store.runs()
     covers = (f"<p>Every scenario of the results store <code>{escape(str(store.db_path))}</code>: {len(names)} "
-              f"scenario(s), {len(runs)} run(s) ({escape(_counts(runs['status'])) or 'none'}). Each summary "
+              f"scenario(s), {len(every)} run(s) ({escape(_counts(every['status'])) or 'none'}). Each summary "
               "table is the one <code>fedbench table</code> writes; the figures are the PNGs of "
               f"<code>{escape(str(figures_dir))}/</code> named after the scenario, embedded.</p>\n")
+    covers += "" if names else "<p>No runs in the store yet.</p>\n"
     return Page(f"fedbench report: {out}", covers, tuple(sections))
 
 
@@ -202,12 +201,8 @@ def _paper_files(paper: str, scale: str, tables_dir: Path, figures_dir: Path) ->
     return [p for p in files if scale in _scale_of(p.stem) or (scale == "paper" and not _scale_of(p.stem))]
 
 
-def _target_files(room, paper: str, scale: str, tables_dir: Path, figures_dir: Path):
+def _target_files(room: PaperRoom, paper: str, scale: str, tables_dir: Path, figures_dir: Path):
     """(target, its files in step order, the error of a step that could not name its files) per target."""
-    from rich.console import Console
-
-    from fedbench.papers.targets import Context
-
     for target in room.targets:
         ctx = Context(paper, scale, Path("."), tables_dir, figures_dir, Console(), target.runs)
         files, errors = [], []
@@ -215,14 +210,13 @@ def _target_files(room, paper: str, scale: str, tables_dir: Path, figures_dir: P
             try:
                 files += step.report_files(ctx)
             except (OSError, ValueError) as exc:  # a scenario file not found from this folder
-                errors.append(f"{type(step).__name__}: {str(exc).splitlines()[0]}")
+                errors.append(f"{type(step).__name__}: {' '.join(str(exc).split())} (the rooms name their scenario "
+                              "files from the repository root)")
         yield target, list(dict.fromkeys(files)), errors
 
 
 def paper_page(paper: str, scale: str | None, tables_dir: Path, figures_dir: Path) -> Page:
     """A paper's tables, claims and figures at ``scale``, target by target (see the module docstring)."""
-    from fedbench.papers import check_paper, paper_part
-
     check_paper(paper)
     scale = _check_scale(paper, scale, tables_dir)
     room = paper_part(paper, "room").ROOM
@@ -278,7 +272,10 @@ def write_report(out: Path | None, paper: str | None, scale: str | None, tables_
                          "and --figures-dir, a store's page reads the store")
     if paper is None and scale is not None:
         raise ValueError("--scale goes with --paper (a store's page shows every scenario it holds)")
-    page = paper_page(paper, scale, tables_dir, figures_dir) if paper else store_page(out or Path("results"), figures_dir)
+    if paper is not None:
+        page = paper_page(paper, scale, tables_dir, figures_dir)
+    else:
+        page = store_page(out or Path("results"), figures_dir)
     path = html or default_path(out, paper, scale)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(render(page).encode("utf-8"))

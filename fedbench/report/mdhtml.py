@@ -80,8 +80,8 @@ def table(lines: list[str]) -> str:
         aligns = [_align("-:") if _padded_right(rows, j) else "" for j in range(len(head))]
     aligns += [""] * (len(head) - len(aligns))
     rows = [_cells(line) for line in lines[2:]]
-    out = ["<table>", "<thead><tr>" + "".join(f"<th{a}>{inline(c)}</th>" for c, a in zip(head, aligns)) + "</tr></thead>",
-           "<tbody>"]
+    header = "".join(f"<th{a}>{inline(c)}</th>" for c, a in zip(head, aligns))
+    out = ["<table>", f"<thead><tr>{header}</tr></thead>", "<tbody>"]
     out += ["<tr>" + "".join(f"<td{a}>{inline(c)}</td>" for c, a in zip(row + [""] * (len(head) - len(row)), aligns))
             + "</tr>" for row in rows]
     return "\n".join([*out, "</tbody>", "</table>"])
@@ -89,6 +89,14 @@ def table(lines: list[str]) -> str:
 
 def _is_table(lines: list[str], i: int) -> bool:
     return lines[i].lstrip().startswith("|") and i + 1 < len(lines) and bool(_TABLE_SEP.fullmatch(lines[i + 1].strip()))
+
+
+def split_title(text: str) -> tuple[str | None, int, str]:
+    """(the first line's heading as HTML, its level, the rest of ``text``), or (None, 0, ``text``) when
+    the text does not start with a heading."""
+    first, _, rest = text.partition("\n")
+    m = _HEADING.fullmatch(first)
+    return (inline(m.group(2)), len(m.group(1)), rest) if m else (None, 0, text)
 
 
 def to_html(text: str, shift: int = 0) -> str:

@@ -86,7 +86,8 @@ def store(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("html")
     out, figures = root / "out", root / "figures"
     scenarios = {
-        "tiny": tiny_scenario(rounds=2, targets=[0.2], algorithms=[{"name": "fedavg", "label": LABEL}, {"name": "scaffold"}]),
+        "tiny": tiny_scenario(rounds=2, targets=[0.2],
+                              algorithms=[{"name": "fedavg", "label": LABEL}, {"name": "scaffold"}]),
         "tiny_x": tiny_scenario(rounds=2, name="tiny_x"),
     }
     for name, raw in scenarios.items():
@@ -124,7 +125,10 @@ def test_store_page(store) -> None:
 
     # read-only: the store folder holds what it held (SQLite's -wal/-shm companions aside), the file is untouched
     after = sorted(p.name for p in out.iterdir() if p.name != "report.html")
-    assert [n for n in after if not n.endswith(("-wal", "-shm"))] == [n for n in before if not n.endswith(("-wal", "-shm"))]
+    def kept(names: list[str]) -> list[str]:
+        return [n for n in names if not n.endswith(("-wal", "-shm"))]
+
+    assert kept(after) == kept(before)
     assert (out / DB_NAME).stat().st_mtime_ns == db_mtime
 
     first = html.read_bytes()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedbench.report.mdhtml import inline, to_html
+from fedbench.report.mdhtml import inline, split_title, to_html
 from fedbench.report.tables import markdown_grid
 
 
@@ -29,7 +29,13 @@ def test_tables_keep_alignment() -> None:
         '</tr></thead>\n<tbody>\n<tr><td>1</td><td style="text-align:right">2 | 3</td>'
         '<td style="text-align:center">x</td></tr>\n</tbody>\n</table>\n')
     # tabulate's github tables carry no colons: the left padding of a numeric column says "right"
-    md = markdown_grid(["Algorithm", "Top acc. (%)"], [["FedAvg", "81.20 ± 0.30"], ["SCAFFOLD-long-name", "9.00 ± 1.00"]])
+    rows = [["FedAvg", "81.20 ± 0.30"], ["SCAFFOLD-long-name", "9.00 ± 1.00"]]
+    md = markdown_grid(["Algorithm", "Top acc. (%)"], rows)
     html = to_html(md)
     assert "<th>Algorithm</th>" in html and '<th style="text-align:right">Top acc. (%)</th>' in html
     assert '<td>SCAFFOLD-long-name</td><td style="text-align:right">9.00 ± 1.00</td>' in html
+
+
+def test_split_title() -> None:
+    assert split_title("## A _b_\n\nrest\n") == ("A <em>b</em>", 2, "\nrest\n")
+    assert split_title("no heading\n# later") == (None, 0, "no heading\n# later")
