@@ -407,6 +407,24 @@ def claims(
     console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
 
 
+@app.command("report")
+def report_(
+    out: Optional[Path] = typer.Option(None, "--out", help="results store to show (default: results, unless --paper)"),
+    paper: Optional[str] = typer.Option(None, "--paper", help="show this paper's tables, claims and figures instead"),
+    scale: Optional[str] = typer.Option(None, "--scale", help="with --paper: tiny, small or paper"),
+    tables_dir: Path = typer.Option(Path("tables"), help="where a paper's tables and claims are read"),
+    figures_dir: Path = typer.Option(Path("figures"), help="where the PNG figures are read"),
+    html: Optional[Path] = typer.Option(None, "--html", help="the page to write (default: <out>/report.html, "
+                                        "or reports/<paper>_<scale>.html)"),
+) -> None:
+    """One self-contained HTML page (tables, notes, figures embedded) of a results store, or of a paper's
+    tables and figures at one scale; it opens offline, and the same inputs give the same bytes."""
+    from fedbench.report import html as page
+
+    with _store_errors(out or Path("results")):
+        console.print(f"wrote {_or_exit(page.write_report, out, paper, scale, tables_dir, figures_dir, html)}")
+
+
 @app.command()
 def bits(
     model: str = typer.Argument(..., metavar="MODEL", help="model name, e.g. resnet18 or convmixer (see `fedbench list models`)"),

@@ -12,6 +12,9 @@ file. Every step writes exactly what the matching ``fedbench`` report command wr
     Continual(file | None)          fedbench continual --scenario … (None: each scenario the target runs)
     Claims()                        fedbench claims --paper P --scale S
     Bits(model, …) / Costs()        fedbench bits … --paper P / fedbench costs --paper P
+
+``report_files`` names, without writing, the Markdown tables and PNG figures a step writes: what
+``fedbench report --paper P --scale S`` shows, in the targets' order.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from rich.console import Console
 from fedbench.papers import paper_part
 from fedbench.report import bits
 from fedbench.report.claims import write_claims
-from fedbench.report.continual import write_continual
-from fedbench.report.paper import write_comparison
-from fedbench.report.plots import plot_curves
-from fedbench.report.tables import write_tables
+from fedbench.report.claims.base import claims_name
+from fedbench.report.continual import continual_stem, write_continual
+from fedbench.report.paper import comparison_stem, write_comparison
+from fedbench.report.plots import figure_name, plot_curves
+from fedbench.report.tables import file_stem, write_tables
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import expand_file
 
@@ -72,6 +76,9 @@ class Step(Protocol):
     def run(self, ctx: Context) -> list[Path]:
         """Write the files; return their paths."""
 
+    def report_files(self, ctx: Context) -> list[Path]:
+        """The Markdown tables and PNG figures ``run`` writes (not its .csv/.tex), without writing them."""
+
 
 @dataclass(frozen=True)
 class Compare:
@@ -85,6 +92,9 @@ class Compare:
     def run(self, ctx: Context) -> list[Path]:
         return write_comparison(ctx.store, ctx.paper, self.table, ctx.tables_dir, ctx.scale)
 
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [ctx.tables_dir / f"{comparison_stem(ctx.paper, self.table, ctx.scale)}.md"]
+
 
 @dataclass(frozen=True)
 class ScenarioTable:
@@ -97,6 +107,9 @@ class ScenarioTable:
 
     def run(self, ctx: Context) -> list[Path]:
         return [p for s in scenario_names(self.file, ctx.scale) for p in write_tables(ctx.store, ctx.tables_dir, s)]
+
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [ctx.tables_dir / f"{file_stem(s)}.md" for s in scenario_names(self.file, ctx.scale)]
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,10 @@ class Plot:
         return [p for s in scenario_names(self.file, ctx.scale) for x in self.x
                 for p in plot_curves(ctx.store, ctx.figures_dir, s, x, self.metric, algorithms, self.name)]
 
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [ctx.figures_dir / figure_name(s, x, self.metric, self.name)
+                for s in scenario_names(self.file, ctx.scale) for x in self.x]
+
 
 @dataclass(frozen=True)
 class Continual:
@@ -138,6 +155,11 @@ class Continual:
     def run(self, ctx: Context) -> list[Path]:
         return [p for s in self._names(ctx) for p in write_continual(ctx.store, ctx.tables_dir, ctx.figures_dir, s)]
 
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [p for s in self._names(ctx) for p in (ctx.tables_dir / f"{continual_stem(s)}.md",
+                                                      ctx.figures_dir / f"{continual_stem(s)}_matrix.png",
+                                                      ctx.figures_dir / f"{continual_stem(s)}_curve.png")]
+
 
 @dataclass(frozen=True)
 class Claims:
@@ -148,6 +170,9 @@ class Claims:
 
     def run(self, ctx: Context) -> list[Path]:
         return [write_claims(ctx.store, ctx.paper, ctx.tables_dir, ctx.scale)]
+
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [ctx.tables_dir / claims_name(ctx.paper, ctx.scale)]
 
 
 def _checked(paths: list[Path], passes: bool, verdict: str) -> list[Path]:
@@ -175,6 +200,9 @@ class Bits:
         result = bits.bits_report(self.model, self.input, self.classes, self.rounds, list(self.compressors), ctx.paper)
         return _checked(bits.write_bits(result, ctx.tables_dir), result.agrees, bits.verdict(result))
 
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [ctx.tables_dir / f"{bits.bits_stem(ctx.paper, self.model, self.rounds)}.md"]
+
 
 @dataclass(frozen=True)
 class Costs:
@@ -187,6 +215,9 @@ class Costs:
         costs = paper_part(ctx.paper, "costs")
         result = costs.costs_report(ctx.paper)
         return _checked(costs.write_costs(result, ctx.tables_dir), result.passes, costs.verdict(result))
+
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [ctx.tables_dir / f"{ctx.paper}_costs.md"]  # the room's costs.write_costs
 
 
 @dataclass(frozen=True)

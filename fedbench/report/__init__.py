@@ -8,7 +8,9 @@
   ``reference.yaml``, found through :mod:`fedbench.papers`);
 - :mod:`fedbench.report.paper`: *paper vs reproduced* tables in the paper's layout;
 - :mod:`fedbench.report.claims`: the framework of the papers' claims (each paper's own are in its room);
-- :mod:`fedbench.report.bits`: communication-bit tables from a model's size, without training.
+- :mod:`fedbench.report.bits`: communication-bit tables from a model's size, without training;
+- :mod:`fedbench.report.html`: one self-contained HTML page of a store or of a paper's files
+  (``fedbench report``), its Markdown converted by :mod:`fedbench.report.mdhtml`.
 
 Submodules are imported on demand, so ``fedbench table`` does not pay for matplotlib.
 """

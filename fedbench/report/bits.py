@@ -269,7 +269,11 @@ def format_bits(report: BitsReport, fmt: str) -> str:
     return "\n".join(parts) + "\n"
 
 
+def bits_stem(paper: str | None, model: str, rounds: int) -> str:
+    """``<paper>_table<id>`` (the paper's bits table) with a paper, else ``bits_<model>_T<rounds>``."""
+    return f"{paper}_table{_paper_table(paper, 'bits')[0]}" if paper else f"bits_{model}_T{rounds}"
+
+
 def write_bits(report: BitsReport, out_dir: Path) -> list[Path]:
     """``<out_dir>/<paper>_table<id>.{md,csv}`` with a paper, else ``bits_<model>_T<rounds>.{md,csv}``."""
-    stem = f"{report.paper}_table{report.paper_table_id}" if report.paper else f"bits_{report.model}_T{report.rounds}"
-    return write_formats(out_dir, stem, lambda fmt: format_bits(report, fmt))
+    return write_formats(out_dir, bits_stem(report.paper, report.model, report.rounds), lambda fmt: format_bits(report, fmt))

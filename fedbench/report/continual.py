@@ -160,6 +160,11 @@ def curve(store, scenario: str, path: Path) -> Path | None:
     return path
 
 
+def continual_stem(scenario: str) -> str:
+    """``<scenario>_continual``: the stem of its table (``.md``, ``.csv``) and of its figures (``_matrix.png``, ``_curve.png``)."""
+    return file_stem(scenario) + "_continual"
+
+
 def write_continual(store, tables_dir: Path, figures_dir: Path, scenario: str | None = None) -> list[Path]:
     """``<tables_dir>/<scenario>_continual.md`` and ``.csv``, ``<figures_dir>/<scenario>_continual_matrix.png``
     and ``_continual_curve.png`` for each selected scenario that has continual runs (default: every scenario
@@ -172,7 +177,7 @@ def write_continual(store, tables_dir: Path, figures_dir: Path, scenario: str | 
             continue  # not a continual scenario (or nothing recorded yet)
         tables_dir.mkdir(parents=True, exist_ok=True)
         figures_dir.mkdir(parents=True, exist_ok=True)
-        stem = file_stem(scen) + "_continual"
+        stem = continual_stem(scen)
         md, csv = tables_dir / f"{stem}.md", tables_dir / f"{stem}.csv"
         md.write_text(markdown(summary, scen))
         buf = io.StringIO()

@@ -270,6 +270,11 @@ def rich_comparison(frame: pd.DataFrame, paper: str, table: str) -> list[Table]:
     return tables
 
 
+def comparison_stem(paper: str, table: str, scale: str) -> str:
+    """``<paper>_table<table>_<scale>``: the stem of a comparison table's files."""
+    return f"{paper}_table{table}_{scale}"
+
+
 def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | None = None) -> list[Path]:
     """Write ``<out_dir>/<paper>_table<table>_<scale>.{md,tex,csv}`` per scale with runs (none if no run)."""
     frame = compare(store, paper, table, scale)
@@ -295,7 +300,7 @@ def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | 
         }
         out_dir.mkdir(parents=True, exist_ok=True)
         for suffix, text in texts.items():
-            path = out_dir / f"{paper}_table{table}_{sc}{suffix}"
+            path = out_dir / f"{comparison_stem(paper, table, sc)}{suffix}"
             path.write_text(text, encoding="utf-8")
             paths.append(path)
     return paths

@@ -174,6 +174,12 @@ def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title:
         ax.legend(title="mean ± 1 std over seeds; × = diverged/failed", fontsize="small", title_fontsize="small")
 
 
+def figure_name(scenario: str, x: str, metric: str = "test_acc", name: str | None = None) -> str:
+    """The file name :func:`plot_curves` gives one scenario's figure, e.g. ``toy_acc_vs_rounds.png``."""
+    stem = file_stem(scenario) + (f"_{name}" if name else "")
+    return f"{stem}_{_spec(metric)[0]}_vs_{AXES[x][0]}.png"
+
+
 def plot_curves(
     store, out_dir: Path, scenario: str | None, x: str = "round", metric: str = "test_acc",
     algorithms: list[str] | None = None, name: str | None = None,
@@ -206,8 +212,7 @@ def plot_curves(
         except UnknownMetric as exc:
             missing.append(exc)
             continue
-        stem = file_stem(scen) + (f"_{name}" if name else "")
-        path = out_dir / f"{stem}_{_spec(metric)[0]}_vs_{AXES[x][0]}.png"
+        path = out_dir / figure_name(scen, x, metric, name)
         fig.savefig(path, dpi=150)
         paths.append(path)
     if missing and not paths:

@@ -294,6 +294,14 @@ def write_formats(out_dir: Path, stem: str, render: Callable[[str], str], format
     return paths
 
 
+SUMMARY_NOTE = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target"
+
+
+def summary_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
+    """The lines under a scenario's table after :data:`SUMMARY_NOTE`: QP fallbacks and flagged blow-ups."""
+    return fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics))
+
+
 def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:
     """Write ``<out_dir>/<scenario>.md``, ``.tex`` and ``.csv`` for each selected scenario."""
     out_dir = Path(out_dir)
@@ -303,8 +311,8 @@ def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:
         runs = store.runs(name)
         metrics = store.metrics(runs["run_id"])
         summary = summarize(runs, metrics)
-        note = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target"
-        md_notes, tex_notes = footnotes(fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics)))
+        note = SUMMARY_NOTE
+        md_notes, tex_notes = footnotes(summary_notes(runs, metrics))
         texts = {
             ".md": f"## {name}\n\n{format_table(summary, 'markdown')}\n_{note}_\n{md_notes}",
             ".tex": f"% {name}: {note}\n{tex_notes}{format_table(summary, 'latex')}",

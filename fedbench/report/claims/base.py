@@ -390,12 +390,17 @@ def format_claims(results: list[ClaimResult], paper: str, scale: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def claims_name(paper: str, scale: str) -> str:
+    """``<paper>_claims_<scale>.md``: the claims report's file name."""
+    return f"{paper}_claims_{scale}.md"
+
+
 def write_claims(store, paper: str, out_dir: Path, scale: str | None = None) -> Path:
     """Write ``<out_dir>/<paper>_claims_<scale>.md`` (scale: see :func:`resolve_scale`)."""
     scale = resolve_scale(store, paper, scale)
     text = format_claims(check_claims(store, paper, scale), paper, scale)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{paper}_claims_{scale}.md"
+    path = out_dir / claims_name(paper, scale)
     path.write_text(text, encoding="utf-8")
     return path
