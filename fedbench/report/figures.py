@@ -1,0 +1,124 @@
+"""What every fedbench figure shares: a style per curve, the y-range rule, the setting in the title, the files.
+
+* **Style.** The curve at position i of a figure (the order of its algorithms) gets colour ``C{i}``, line
+  style ``LINESTYLES[i]`` and marker ``MARKERS[i]`` (cycled), so curves that overlap stay apart in
+  grey print too; markers are drawn at about ``MARKS`` points per curve, offset by i so that two
+  curves' markers do not sit on each other. The ± std band is a light fill (alpha ``BAND_ALPHA``) whose
+  edges are thin lines in the curve's colour, so overlapping bands never mix into one colour.
+* **Y range** (:func:`y_limits`). Figures show where the algorithms differ, not the whole climb: the
+  y axis spans the plotted means over the last half of each curve's points (a curve with at most
+  ``SHORT`` points: all of them), together with every × (a diverged or failed run's last point), padded
+  by ``PAD`` of that span on each side (at least ``MIN_PAD`` of the largest |value|, so a flat set of
+  curves still gets a visible range). Each curve's last point is in its last half, so no curve's end
+  is ever hidden; the early rounds may start below the axis. On a log axis the rule is applied to
+  log10 of the values.
+* **Title** (:func:`setting`). The figure's title is its setting read from the runs' stored specs:
+  dataset, model, clients S/N per round, partition (and the task stream of a continual run); a
+  field that differs between the runs lists its values. The scenario name is the subtitle.
+* **Files** (:func:`save`). Every figure is written as a PNG (150 dpi) and, beside it with the same
+  stem, a vector PDF whose bytes depend only on the figure (no creation date in its metadata).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2, 1, 2)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+MARKS = 8
+BAND_ALPHA = 0.12
+SHORT = 10
+PAD = 0.08
+MIN_PAD = 0.005
+
+
+def style(i: int, points: int) -> dict[str, Any]:
+    """Line keyword arguments of the curve at position ``i`` with ``points`` points."""
+    step = max(1, points // MARKS)
+    return {"color": f"C{i % 10}", "linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)],
+            "markevery": (i % step, step), "markersize": 4, "linewidth": 1.5}
+
+
+def band(ax, x, lo, hi, color: str) -> None:
+    """A light ± std fill with thin edges in the curve's colour."""
+    ax.fill_between(x, lo, hi, facecolor=color, alpha=BAND_ALPHA, linewidth=0)
+    for edge in (lo, hi):
+        ax.plot(x, edge, color=color, linewidth=0.5, alpha=0.6, label="_band")
+
+
+def tail(means: np.ndarray) -> np.ndarray:
+    """The points of one curve that the y range must show: its last half (all of a short curve)."""
+    means = np.asarray(means, dtype=float)
+    return means if len(means) <= SHORT else means[len(means) // 2:]
+
+
+def y_limits(curves: Iterable[np.ndarray], crosses: Iterable[float] = (), log: bool = False) -> tuple[float, float] | None:
+    """The y range of the rule above from each curve's means (in plotting order) and the × points;
+    None when nothing finite (positive, on a log axis) is left."""
+    values = np.concatenate([tail(c) for c in curves] + [np.asarray(list(crosses), dtype=float)])
+    values = values[np.isfinite(values) & ((values > 0) if log else True)]
+    if not values.size:
+        return None
+    if log:
+        values = np.log10(values)
+    lo, hi = float(values.min()), float(values.max())
+    pad = max(PAD * (hi - lo), MIN_PAD * max(abs(lo), abs(hi)), 1e-9 if not log else 0.01)
+    lo, hi = lo - pad, hi + pad
+    return (10 ** lo, 10 ** hi) if log else (lo, hi)
+
+
+def _partition(p: dict[str, Any] | None) -> str:
+    p = dict(p or {})
+    kind = p.pop("kind", "?")
+    p.pop("min_samples", None)
+    if kind == "iid":
+        return "IID"
+    if kind in ("dirichlet", "dirichlet_balanced"):
+        return ("balanced " if kind == "dirichlet_balanced" else "") + f"Dir ω = {p.get('omega', float('nan')):g}"
+    if kind == "classes_per_client":
+        return f"{p.get('k')} classes per client"
+    return kind + "".join(f" {k}={v}" for k, v in sorted(p.items()))
+
+
+def _fields(spec: dict[str, Any]) -> tuple[str, ...]:
+    clients = spec.get("clients") or {}
+    model = spec.get("model") or {}
+    hidden = model.get("hidden")
+    fields = [(spec.get("dataset") or {}).get("name", "?"),
+              str(model.get("name", "?")) + (f" {'-'.join(map(str, hidden))}" if hidden else ""),
+              f"S/N = {clients.get('per_round', '?')}/{clients.get('num', '?')}",
+              _partition(spec.get("partition"))]
+    cont = spec.get("continual")
+    if cont:
+        fields.append(f"{cont.get('tasks', '?')} tasks ({cont.get('mode', '?')}-incremental)")
+    return tuple(fields)
+
+
+def setting(spec_jsons: Iterable[str]) -> str:
+    """One line naming the dataset, model, S/N, partition (and continual stream) of the runs; a field
+    that differs between runs lists its values in first-seen order ("S/N = 3/3 | 5/5")."""
+    rows = [_fields(json.loads(s) if isinstance(s, str) else {}) for s in spec_jsons]
+    if not rows:
+        return ""
+    width = max(len(r) for r in rows)
+    cols = [list(dict.fromkeys(r[k] for r in rows if k < len(r))) for k in range(width)]
+    return " · ".join(" | ".join(c) for c in cols)
+
+
+def titles(fig: Figure, ax, spec_jsons: Iterable[str], subtitle: str) -> None:
+    """The setting as the figure's title, the scenario (``subtitle``) small and grey under it."""
+    fig.suptitle(setting(spec_jsons), fontsize="medium")
+    ax.set_title(subtitle, fontsize="small", color="0.35")
+
+
+def save(fig: Figure, png: Path) -> Path:
+    """Write ``png`` and, beside it, ``png`` with suffix ``.pdf``; both byte-reproducible. Returns ``png``."""
+    fig.savefig(png, dpi=150, metadata={"Software": None})
+    fig.savefig(png.with_suffix(".pdf"), metadata={"CreationDate": None, "Producer": None, "Creator": None})
+    return png
