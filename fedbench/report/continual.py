@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from fedbench.continual.metrics import average_accuracy, average_accuracy_curve, forgetting
-from fedbench.report.figures import band, save, setting, style, titles, y_limits
+from fedbench.report.figures import band, legend, save, setting, style, titles, y_limits
 from fedbench.report.tables import DASH, file_stem, markdown_grid, scenario_names
 
 
@@ -153,7 +153,7 @@ def curve(store, scenario: str, path: Path) -> Path | None:
     summary = curve_summary(store, scenario)
     if summary.empty:
         return None
-    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    fig = Figure(figsize=(7.6, 4.4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     means = []
@@ -173,7 +173,7 @@ def curve(store, scenario: str, path: Path) -> Path | None:
     ax.set_ylabel("average accuracy over tasks seen (%)")
     titles(fig, ax, _specs(store, scenario), f"{scenario}: A_i = (1/i) Σ_(j≤i) a_ij")
     ax.grid(True, alpha=0.3)
-    ax.legend(title="mean ± 1 std over complete seeds", fontsize="small", title_fontsize="small")
+    legend(ax, title="mean ± 1 std over complete seeds")
     return save(fig, path)
 
 

@@ -2,7 +2,7 @@
 
 * **Style.** The curve at position i of a figure (the order of its algorithms) gets colour ``C{i}``, line
   style ``LINESTYLES[i]`` and marker ``MARKERS[i]`` (cycled), so curves that overlap stay apart in
-  grey print too; markers are drawn at about ``MARKS`` points per curve, offset by i so that two
+  grey print too (the legend sits outside the axes, on the right); markers are drawn at about ``MARKS`` points per curve, offset by i so that two
   curves' markers do not sit on each other. The ± std band is a light fill (alpha ``BAND_ALPHA``) whose
   edges are thin lines in the curve's colour, so overlapping bands never mix into one colour.
 * **Y range** (:func:`y_limits`). Figures show where the algorithms differ, not the whole climb: the
@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2, 1, 2)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 MARKS = 8
-BAND_ALPHA = 0.12
+BAND_ALPHA = 0.08
 SHORT = 10
 PAD = 0.08
 MIN_PAD = 0.005
@@ -42,14 +42,28 @@ def style(i: int, points: int) -> dict[str, Any]:
     """Line keyword arguments of the curve at position ``i`` with ``points`` points."""
     step = max(1, points // MARKS)
     return {"color": f"C{i % 10}", "linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)],
-            "markevery": (i % step, step), "markersize": 4, "linewidth": 1.5}
+            "markevery": (i % step, step), "markersize": 4, "linewidth": 1.5 if points <= 60 else 1.1}
 
 
-def band(ax, x, lo, hi, color: str) -> None:
-    """A light ± std fill with thin edges in the curve's colour."""
+def band(ax, x, lo, hi, color: str, log: bool = False) -> None:
+    """A light ± std fill with thin edges in the curve's colour; on a log axis only where mean − std > 0
+    (elsewhere the band has no lower edge to draw)."""
+    x, lo, hi = (np.asarray(v, dtype=float) for v in (x, lo, hi))
+    if log:
+        keep = lo > 0
+        x, lo, hi = np.where(keep, x, np.nan), np.where(keep, lo, np.nan), np.where(keep, hi, np.nan)
     ax.fill_between(x, lo, hi, facecolor=color, alpha=BAND_ALPHA, linewidth=0)
     for edge in (lo, hi):
-        ax.plot(x, edge, color=color, linewidth=0.5, alpha=0.6, label="_band")
+        ax.plot(x, edge, color=color, linewidth=0.4, alpha=0.5, label="_band")
+
+
+def legend(ax, handles=None, labels=None, title: str = "") -> None:
+    """The legend outside the axes, on the right, so it never covers a curve."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, title=title, fontsize="small", title_fontsize="small", loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def tail(means: np.ndarray) -> np.ndarray:

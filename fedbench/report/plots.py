@@ -146,7 +146,7 @@ def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title:
         means.append(c["mean"].to_numpy())
         ok = c["std"].notna()
         if ok.any():
-            figures.band(ax, c.loc[ok, x], (c["mean"] - c["std"])[ok], (c["mean"] + c["std"])[ok], kw["color"])
+            figures.band(ax, c.loc[ok, x], (c["mean"] - c["std"])[ok], (c["mean"] + c["std"])[ok], kw["color"], log_y)
         for _, run in rows[rows["status"].isin(list(BAD_STATUSES))].groupby("run_id"):
             last = run.iloc[-1]
             ax.plot([last[x]], [last["y"]], marker="x", color=kw["color"], markersize=8, linestyle="none")
@@ -166,8 +166,7 @@ def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title:
     if crosses:
         handles.append(Line2D([], [], marker="x", color="0.2", markersize=8, linestyle="none"))
         labels.append("diverged / failed (last point)")
-    if handles:
-        ax.legend(handles, labels, title="mean ± 1 std over seeds", fontsize="small", title_fontsize="small")
+    figures.legend(ax, handles, labels, "mean ± 1 std over seeds")
 
 
 def plot_curves(
@@ -196,7 +195,7 @@ def plot_curves(
                                  f"it has: {', '.join(dict.fromkeys(runs['algorithm']))}")
             order = {a: i for i, a in enumerate(algorithms)}
             runs = runs[runs["algorithm"].isin(order)].sort_values("algorithm", key=lambda c: c.map(order), kind="stable")
-        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+        fig = Figure(figsize=(7.6, 4.4), layout="constrained")
         FigureCanvasAgg(fig)
         try:
             _draw(fig, runs, store.metrics(runs["run_id"]), x, scen + (f" ({name})" if name else ""), metric)
