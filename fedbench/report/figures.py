@@ -87,42 +87,45 @@ def y_limits(curves: Iterable[np.ndarray], crosses: Iterable[float] = (), log: b
     return (10 ** lo, 10 ** hi) if log else (lo, hi)
 
 
-def _partition(p: dict[str, Any] | None) -> str:
-    p = dict(p or {})
+def _partition(p: dict[str, Any]) -> str:
+    p = dict(p)
     kind = p.pop("kind", "?")
     p.pop("min_samples", None)
     if kind == "iid":
         return "IID"
-    if kind in ("dirichlet", "dirichlet_balanced"):
-        return ("balanced " if kind == "dirichlet_balanced" else "") + f"Dir ω = {p.get('omega', float('nan')):g}"
-    if kind == "classes_per_client":
-        return f"{p.get('k')} classes per client"
+    if kind in ("dirichlet", "dirichlet_balanced") and "omega" in p:
+        return ("balanced " if kind == "dirichlet_balanced" else "") + f"Dir ω = {p['omega']:g}"
+    if kind == "classes_per_client" and "k" in p:
+        return f"{p['k']} classes per client"
     return kind + "".join(f" {k}={v}" for k, v in sorted(p.items()))
 
 
-def _fields(spec: dict[str, Any]) -> tuple[str, ...]:
-    clients = spec.get("clients") or {}
+def _fields(spec: dict[str, Any]) -> dict[str, str]:
+    """The setting of one run's spec, field by field; a field the spec lacks is left out."""
+    out = {}
+    if (spec.get("dataset") or {}).get("name"):
+        out["dataset"] = str(spec["dataset"]["name"])
     model = spec.get("model") or {}
-    hidden = model.get("hidden")
-    fields = [(spec.get("dataset") or {}).get("name", "?"),
-              str(model.get("name", "?")) + (f" {'-'.join(map(str, hidden))}" if hidden else ""),
-              f"S/N = {clients.get('per_round', '?')}/{clients.get('num', '?')}",
-              _partition(spec.get("partition"))]
+    if model.get("name"):
+        hidden = model.get("hidden")
+        out["model"] = str(model["name"]) + (f" {'-'.join(map(str, hidden))}" if hidden else "")
+    clients = spec.get("clients") or {}
+    if clients.get("num"):
+        out["clients"] = f"S/N = {clients.get('per_round', clients['num'])}/{clients['num']}"
+    if spec.get("partition"):
+        out["partition"] = _partition(spec["partition"])
     cont = spec.get("continual")
     if cont:
-        fields.append(f"{cont.get('tasks', '?')} tasks ({cont.get('mode', '?')}-incremental)")
-    return tuple(fields)
+        out["continual"] = f"{cont.get('tasks', '?')} tasks ({cont.get('mode', '?')}-incremental)"
+    return out
 
 
 def setting(spec_jsons: Iterable[str]) -> str:
     """One line naming the dataset, model, S/N, partition (and continual stream) of the runs; a field
     that differs between runs lists its values in first-seen order ("S/N = 3/3 | 5/5")."""
     rows = [_fields(json.loads(s) if isinstance(s, str) else {}) for s in spec_jsons]
-    if not rows:
-        return ""
-    width = max(len(r) for r in rows)
-    cols = [list(dict.fromkeys(r[k] for r in rows if k < len(r))) for k in range(width)]
-    return " · ".join(" | ".join(c) for c in cols)
+    keys = dict.fromkeys(k for r in rows for k in r)
+    return " · ".join(" | ".join(dict.fromkeys(r[k] for r in rows if k in r)) for k in keys)
 
 
 def titles(fig: Figure, ax, spec_jsons: Iterable[str], subtitle: str) -> None:
