@@ -95,6 +95,9 @@ def markdown(summary: pd.DataFrame, scenario: str) -> str:
     return f"## {scenario}: continual metrics\n\n{table}\n\n{note}\n"
 
 
+HEATMAP_COLUMNS = 4  # heat maps per row; more algorithms wrap onto further rows
+
+
 def task_labels(s: int) -> list[str]:
     """Tick labels of S tasks, 1-based as in the papers: "task 1", …, "task S"."""
     return [f"task {k}" for k in range(1, s + 1)]
@@ -105,17 +108,22 @@ def _specs(store, scenario: str) -> list[str]:
 
 
 def heatmap(store, scenario: str, path: Path) -> Path | None:
-    """Each algorithm's mean accuracy matrix (%) as a heat map, side by side, tasks numbered from 1
+    """Each algorithm's mean accuracy matrix (%) as a heat map, ``HEATMAP_COLUMNS`` to a row, tasks numbered from 1
     (row "task i": after training task i; column "task j": its test set); a PDF beside the PNG; None
     if none is complete."""
     mats = {a: [m for m in ms if m is not None] for a, ms in run_matrices(store, scenario).items()}
     mats = {a: np.mean(ms, axis=0) for a, ms in mats.items() if ms}
     if not mats:
         return None
-    fig = Figure(figsize=(3.2 * len(mats) + 0.8, 3.6), layout="constrained")
+    cols = min(len(mats), HEATMAP_COLUMNS)
+    rows = -(-len(mats) // cols)
+    fig = Figure(figsize=(3.0 * cols + 1.0, 3.0 * rows + 0.6), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(mats), squeeze=False)[0]
-    for ax, (algo, m) in zip(axes, mats.items()):
+    grid = fig.subplots(rows, cols, squeeze=False)
+    axes = list(grid.flat)[:len(mats)]
+    for ax in list(grid.flat)[len(mats):]:
+        ax.set_axis_off()
+    for k, (ax, (algo, m)) in enumerate(zip(axes, mats.items())):
         image = ax.imshow(100 * m, vmin=0, vmax=100, cmap="viridis")
         s = len(m)
         for i in range(s):
@@ -123,11 +131,13 @@ def heatmap(store, scenario: str, path: Path) -> Path | None:
                 ax.text(j, i, f"{100 * m[i, j]:.0f}", ha="center", va="center", fontsize=7,
                         color="white" if m[i, j] < 0.6 else "black")
         ax.set_title(str(algo), fontsize="medium")
-        ax.set_xlabel("test set of task j")
-        ax.set_ylabel("after training task i")
+        if k + cols >= len(mats):  # nothing below it
+            ax.set_xlabel("test set of task j")
+        if k % cols == 0:
+            ax.set_ylabel("after training task i")
         ax.set_xticks(range(s), task_labels(s), rotation=45, ha="right", fontsize="small")
         ax.set_yticks(range(s), task_labels(s), fontsize="small")
-    fig.colorbar(image, ax=list(axes), label="accuracy a_ij (%)", shrink=0.8)
+    fig.colorbar(image, ax=list(grid.flat), label="accuracy a_ij (%)", shrink=0.8)
     fig.suptitle(f"{setting(_specs(store, scenario))}\n{scenario}: accuracy matrix (mean over seeds)", fontsize="medium")
     return save(fig, path)
 
