@@ -2,8 +2,8 @@
 
 * **Style.** The curve at position i of a figure (the order of its algorithms) gets colour ``C{i}``, line
   style ``LINESTYLES[i]`` and marker ``MARKERS[i]`` (cycled), so curves that overlap stay apart in
-  grey print too (the legend sits outside the axes, on the right); markers are drawn at about ``MARKS`` points per curve, offset by i so that two
-  curves' markers do not sit on each other. The ± std band is a light fill (alpha ``BAND_ALPHA``) whose
+  grey print too; markers are drawn at about ``MARKS`` points per curve, offset by i so that two
+  curves' markers do not sit on each other; the legend sits outside the axes, on the right. The ± std band is a light fill (alpha ``BAND_ALPHA``) whose
   edges are thin lines in the curve's colour, so overlapping bands never mix into one colour.
 * **Y range** (:func:`y_limits`). Figures show where the algorithms differ, not the whole climb: the
   y axis spans the plotted means over the last half of each curve's points (a curve with at most
