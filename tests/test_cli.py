@@ -72,7 +72,8 @@ def test_run_table_plot(tmp_path):
     figures = tmp_path / "figures"
     result = runner.invoke(app, ["plot", "--out", str(out), "--figures-dir", str(figures)])
     assert result.exit_code == 0
-    assert sorted(p.name for p in figures.iterdir()) == ["tiny_acc_vs_bits.png", "tiny_acc_vs_rounds.png"]
+    assert sorted(p.name for p in figures.iterdir()) == [
+        "tiny_acc_vs_bits.pdf", "tiny_acc_vs_bits.png", "tiny_acc_vs_rounds.pdf", "tiny_acc_vs_rounds.png"]
 
 
 def test_run_quiet_prints_one_line_per_run(tmp_path):

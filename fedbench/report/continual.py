@@ -6,9 +6,9 @@ Acc and Forgetting (:mod:`fedbench.continual.metrics`, C-FLAG notes §6) need al
 runs that recorded every task count; the others are reported as left out. Cells are
 mean ± std over seeds in percent (std: ddof=1 for ≥ 2 seeds, 0 for one), as in C-FLAG Tables 2/3.
 The heat map shows each algorithm's mean matrix over its complete seeds (rows: after task i;
-columns: task j); the curve (C-FLAG Fig. 2) shows, after each task i, the average accuracy over the
+columns: task j; tasks are numbered from 1, "task 1", …, in both figures); the curve (C-FLAG Fig. 2) shows, after each task i, the average accuracy over the
 tasks seen so far A_i = (1/i) Σ_{j≤i} a_{i,j}, mean ± std over the complete seeds (matplotlib Agg,
-nothing is displayed).
+nothing is displayed; style, y range, title and the PDF beside each PNG: :mod:`fedbench.report.figures`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from fedbench.continual.metrics import average_accuracy, average_accuracy_curve, forgetting
+from fedbench.report.figures import band, legend, save, setting, style, titles, y_limits
 from fedbench.report.tables import DASH, file_stem, markdown_grid, scenario_names
 
 
@@ -94,16 +95,35 @@ def markdown(summary: pd.DataFrame, scenario: str) -> str:
     return f"## {scenario}: continual metrics\n\n{table}\n\n{note}\n"
 
 
+HEATMAP_COLUMNS = 4  # heat maps per row; more algorithms wrap onto further rows
+
+
+def task_labels(s: int) -> list[str]:
+    """Tick labels of S tasks, 1-based as in the papers: "task 1", …, "task S"."""
+    return [f"task {k}" for k in range(1, s + 1)]
+
+
+def _specs(store, scenario: str) -> list[str]:
+    return list(store.runs(scenario)["spec_json"])
+
+
 def heatmap(store, scenario: str, path: Path) -> Path | None:
-    """Each algorithm's mean accuracy matrix (%) as a heat map, side by side; None if none is complete."""
+    """Each algorithm's mean accuracy matrix (%) as a heat map, ``HEATMAP_COLUMNS`` to a row, tasks numbered from 1
+    (row "task i": after training task i; column "task j": its test set); a PDF beside the PNG; None
+    if none is complete."""
     mats = {a: [m for m in ms if m is not None] for a, ms in run_matrices(store, scenario).items()}
     mats = {a: np.mean(ms, axis=0) for a, ms in mats.items() if ms}
     if not mats:
         return None
-    fig = Figure(figsize=(3.2 * len(mats) + 0.8, 3.2), layout="constrained")
+    cols = min(len(mats), HEATMAP_COLUMNS)
+    rows = -(-len(mats) // cols)
+    fig = Figure(figsize=(3.0 * cols + 1.0, 3.0 * rows + 0.6), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(mats), squeeze=False)[0]
-    for ax, (algo, m) in zip(axes, mats.items()):
+    grid = fig.subplots(rows, cols, squeeze=False)
+    axes = list(grid.flat)[:len(mats)]
+    for ax in list(grid.flat)[len(mats):]:
+        ax.set_axis_off()
+    for k, (ax, (algo, m)) in enumerate(zip(axes, mats.items())):
         image = ax.imshow(100 * m, vmin=0, vmax=100, cmap="viridis")
         s = len(m)
         for i in range(s):
@@ -111,14 +131,15 @@ def heatmap(store, scenario: str, path: Path) -> Path | None:
                 ax.text(j, i, f"{100 * m[i, j]:.0f}", ha="center", va="center", fontsize=7,
                         color="white" if m[i, j] < 0.6 else "black")
         ax.set_title(str(algo), fontsize="medium")
-        ax.set_xlabel("task j (test set)")
-        ax.set_ylabel("after training task i")
-        ax.set_xticks(range(s))
-        ax.set_yticks(range(s))
-    fig.colorbar(image, ax=list(axes), label="accuracy a_ij (%)", shrink=0.8)
-    fig.suptitle(f"{scenario}: accuracy matrix (mean over seeds)", fontsize="medium")
-    fig.savefig(path, dpi=150)
-    return path
+        if k + cols >= len(mats):  # nothing below it
+            ax.set_xlabel("test set of task j")
+        if k % cols == 0:
+            ax.set_ylabel("after training task i")
+        ax.set_xticks(range(s), task_labels(s), rotation=45, ha="right", fontsize="small")
+        ax.set_yticks(range(s), task_labels(s), fontsize="small")
+    fig.colorbar(image, ax=list(grid.flat), label="accuracy a_ij (%)", shrink=0.8)
+    fig.suptitle(f"{setting(_specs(store, scenario))}\n{scenario}: accuracy matrix (mean over seeds)", fontsize="medium")
+    return save(fig, path)
 
 
 def curve_summary(store, scenario: str) -> pd.DataFrame:
@@ -136,28 +157,34 @@ def curve_summary(store, scenario: str) -> pd.DataFrame:
 
 
 def curve(store, scenario: str, path: Path) -> Path | None:
-    """Average accuracy over the tasks seen so far (%) vs task, mean ± 1 std band per algorithm
-    (C-FLAG Fig. 2); None if no run is complete."""
+    """Average accuracy over the tasks seen so far (%) vs task ("task 1", …), mean ± 1 std band per
+    algorithm (C-FLAG Fig. 2), style and y range of :mod:`fedbench.report.figures`; a PDF beside the PNG;
+    None if no run is complete."""
     summary = curve_summary(store, scenario)
     if summary.empty:
         return None
-    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    fig = Figure(figsize=(7.6, 4.4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    means = []
     for i, (algo, c) in enumerate(summary.groupby("algorithm", sort=False)):
-        color = f"C{i % 10}"
-        ax.plot(c["task"], 100 * c["mean"], color=color, marker="o", markersize=3, linewidth=1.6, label=str(algo))
-        band = c["std"].notna()
-        ax.fill_between(c.loc[band, "task"], 100 * (c["mean"] - c["std"])[band], 100 * (c["mean"] + c["std"])[band],
-                        color=color, alpha=0.2, linewidth=0)
-    ax.set_xticks(sorted(summary["task"].unique()))
-    ax.set_xlabel("task i (after training it)")
+        kw = style(i, len(c))
+        ax.plot(c["task"], 100 * c["mean"], label=str(algo), **kw)
+        means.append(100 * c["mean"].to_numpy())
+        ok = c["std"].notna()
+        if ok.any():
+            band(ax, c.loc[ok, "task"], 100 * (c["mean"] - c["std"])[ok], 100 * (c["mean"] + c["std"])[ok], kw["color"])
+    tasks = int(summary["task"].max())
+    ax.set_xticks(range(1, tasks + 1), task_labels(tasks), rotation=45 if tasks > 6 else 0)
+    limits = y_limits(means)
+    if limits:
+        ax.set_ylim(*limits)
+    ax.set_xlabel("after training task i")
     ax.set_ylabel("average accuracy over tasks seen (%)")
-    ax.set_title(f"{scenario}: A_i = (1/i) Σ_(j≤i) a_ij")
+    titles(fig, ax, _specs(store, scenario), f"{scenario}: A_i = (1/i) Σ_(j≤i) a_ij")
     ax.grid(True, alpha=0.3)
-    ax.legend(title="mean ± 1 std over complete seeds", fontsize="small", title_fontsize="small")
-    fig.savefig(path, dpi=150)
-    return path
+    legend(ax, title="mean ± 1 std over complete seeds")
+    return save(fig, path)
 
 
 def continual_stem(scenario: str) -> str:

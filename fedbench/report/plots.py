@@ -8,7 +8,9 @@ that do not log it are skipped, a list or mapping there is an error.
 Per algorithm, the line is the mean over seeds at each round where the metric was recorded and
 the band is ± one std (sample std, ddof=1; no band where a single seed is left). A run that
 diverged, failed or is still running simply ends where its rows end (the mean is over the seeds
-present at each round); the last point of a diverged or failed run is marked with an ×. x axes
+present at each round); the last point of a diverged or failed run is marked with an × (listed in the
+legend only when the figure has one). Style per curve, y range, title and files (a PNG and a PDF beside
+it, same stem): :mod:`fedbench.report.figures`. x axes
 (``AXES``; the two bit axes are log scale, a point's x is the mean over seeds):
 
 * ``round``: the communication round;
@@ -31,7 +33,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
+from fedbench.report import figures
 from fedbench.report.tables import BAD_STATUSES, file_stem, scenario_names
 
 AXES = {
@@ -146,32 +150,43 @@ def curves(runs: pd.DataFrame, metrics: pd.DataFrame, x: str = "round", metric: 
 
 
 def _draw(fig: Figure, runs: pd.DataFrame, metrics: pd.DataFrame, x: str, title: str, metric: str = "test_acc") -> None:
+    """The curves of ``runs`` on one axes: style per algorithm position, y range, setting title and legend
+    as :mod:`fedbench.report.figures` states them; ``title`` (the scenario) is the subtitle."""
     ax = fig.add_subplot()
     ev = _evaluated(runs, metrics, metric)
+    log_y = _spec(metric)[3] and bool((ev["y"] > 0).any())
+    means, crosses = [], []
     for i, algo in enumerate(dict.fromkeys(runs["algorithm"])):
         rows = _on_axis(ev, algo, x)
         if rows.empty:
             continue
-        color = f"C{i % 10}"  # same colour per algorithm position in both figures
         c = _curve(rows)
-        marker = "o" if len(c) <= 10 else None  # a short curve (even a single point) stays visible
-        ax.plot(c[x], c["mean"], color=color, label=str(algo), linewidth=1.6, marker=marker, markersize=3)
-        band = c["std"].notna()
-        ax.fill_between(c.loc[band, x], (c["mean"] - c["std"])[band], (c["mean"] + c["std"])[band],
-                        color=color, alpha=0.2, linewidth=0)
+        kw = figures.style(i, len(c))
+        ax.plot(c[x], c["mean"], label=str(algo), **kw)
+        means.append(c["mean"].to_numpy())
+        ok = c["std"].notna()
+        if ok.any():
+            figures.band(ax, c.loc[ok, x], (c["mean"] - c["std"])[ok], (c["mean"] + c["std"])[ok], kw["color"], log_y)
         for _, run in rows[rows["status"].isin(list(BAD_STATUSES))].groupby("run_id"):
             last = run.iloc[-1]
-            ax.plot([last[x]], [last["y"]], marker="x", color=color, markersize=8, linestyle="none")
+            ax.plot([last[x]], [last["y"]], marker="x", color=kw["color"], markersize=8, linestyle="none")
+            crosses.append(float(last["y"]))
     if x != "round":
         ax.set_xscale("log")
-    if _spec(metric)[3] and (ev["y"] > 0).any():
+    if log_y:
         ax.set_yscale("log")
+    limits = figures.y_limits(means, crosses, log_y)
+    if limits:
+        ax.set_ylim(*limits)
     ax.set_xlabel(AXES[x][1])
     ax.set_ylabel(_spec(metric)[2])
-    ax.set_title(title)
+    figures.titles(fig, ax, runs["spec_json"], title)
     ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(title="mean ± 1 std over seeds; × = diverged/failed", fontsize="small", title_fontsize="small")
+    handles, labels = ax.get_legend_handles_labels()
+    if crosses:
+        handles.append(Line2D([], [], marker="x", color="0.2", markersize=8, linestyle="none"))
+        labels.append("diverged / failed (last point)")
+    figures.legend(ax, handles, labels, "mean ± 1 std over seeds")
 
 
 def figure_name(scenario: str, x: str, metric: str = "test_acc", name: str | None = None) -> str:
@@ -190,7 +205,8 @@ def plot_curves(
     ``algorithms`` keeps only those labels, in that order (a paper figure's curves, e.g. GradMA-W
     against the worker-side baselines); ``name`` is inserted in the file name (``<scenario>_<name>_acc…``).
     An extra-log ``metric`` (``cflag.Gamma`` → ``<scenario>_cflag_Gamma_vs_rounds.png``) skips the scenarios
-    where no run logs it; UnknownMetric (a ValueError) if none does."""
+    where no run logs it; UnknownMetric (a ValueError) if none does. Each PNG has a PDF beside it (same
+    stem); only the PNG paths are returned."""
     if x not in AXES:
         raise ValueError(f"unknown x axis {x!r}; allowed: {', '.join(AXES)}")
     out_dir = Path(out_dir)
@@ -205,16 +221,14 @@ def plot_curves(
                                  f"it has: {', '.join(dict.fromkeys(runs['algorithm']))}")
             order = {a: i for i, a in enumerate(algorithms)}
             runs = runs[runs["algorithm"].isin(order)].sort_values("algorithm", key=lambda c: c.map(order), kind="stable")
-        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+        fig = Figure(figsize=(7.6, 4.4), layout="constrained")
         FigureCanvasAgg(fig)
         try:
             _draw(fig, runs, store.metrics(runs["run_id"]), x, scen + (f" ({name})" if name else ""), metric)
         except UnknownMetric as exc:
             missing.append(exc)
             continue
-        path = out_dir / figure_name(scen, x, metric, name)
-        fig.savefig(path, dpi=150)
-        paths.append(path)
+        paths.append(figures.save(fig, out_dir / figure_name(scen, x, metric, name)))
     if missing and not paths:
         raise missing[0]
     return paths

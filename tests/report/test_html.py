@@ -118,7 +118,7 @@ def test_store_page(store) -> None:
     assert "Fed&lt;Avg&gt; &amp; co" in text and "<Avg>" not in text
     assert any("mean ± std over seeds" in t for t in page.text)  # the notes under each table
     # each scenario's own two figures (tiny_x_… belongs to tiny_x, not to tiny)
-    assert len(page.imgs) == 4 and sorted(p.name for p in figures.iterdir()) == [
+    assert len(page.imgs) == 4 and sorted(p.name for p in figures.glob("*.png")) == [
         "tiny_acc_vs_bits.png", "tiny_acc_vs_rounds.png", "tiny_x_acc_vs_bits.png", "tiny_x_acc_vs_rounds.png"]
     assert text.index('id="tiny_acc_vs_rounds"') < text.index('id="tiny_x"') < text.index('id="tiny_x_acc_vs_rounds"')
     assert ["tiny", "tiny_x"] == [i for i in page.ids if i.startswith("tiny") and "acc" not in i and "table" not in i]

@@ -135,7 +135,7 @@ def test_plot_command_uplink(tmp_path: Path) -> None:
     args = ["plot", "--out", str(tmp_path / "out"), "--figures-dir", str(tmp_path / "figs"), "--x", "uplink"]
     result = CliRunner().invoke(app, [*args, "--metric", "train_loss"])
     assert result.exit_code == 0, result.output
-    assert [p.name for p in (tmp_path / "figs").iterdir()] == ["up_train_loss_vs_uplink.png"]
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["up_train_loss_vs_uplink.pdf", "up_train_loss_vs_uplink.png"]
     result = CliRunner().invoke(app, [*args[:-1], "downlink"], terminal_width=200)
     assert result.exit_code == 2 and "--x must be one of round, bits, uplink, both" in result.output
 
@@ -216,7 +216,8 @@ def test_plot_command_extra_log_path(tmp_path: Path) -> None:
     args = ["plot", "--out", str(tmp_path / "out"), "--figures-dir", str(tmp_path / "figs"), "--metric"]
     result = CliRunner().invoke(app, [*args, "cflag.Gamma"], terminal_width=250)
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["cl_cflag_Gamma_vs_bits.png", "cl_cflag_Gamma_vs_rounds.png"]
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        "cl_cflag_Gamma_vs_bits.pdf", "cl_cflag_Gamma_vs_bits.png", "cl_cflag_Gamma_vs_rounds.pdf", "cl_cflag_Gamma_vs_rounds.png"]
     result = CliRunner().invoke(app, [*args, "cflag.Lambda"], terminal_width=250)
     assert result.exit_code == 2 and "'cflag.Lambda' is a list" in result.output
     result = CliRunner().invoke(app, [*args, "Gamma"], terminal_width=250)

@@ -54,7 +54,7 @@ def test_plot_metric(paper_store, tmp_path: Path) -> None:
     result = invoke("plot", "--out", out, "--scenario", name, "--figures-dir", str(figs), "--x", "round",
                     "--metric", "consistency")
     assert result.exit_code == 0, result.output
-    assert [p.name for p in figs.iterdir()] == [f"{name}_consistency_vs_rounds.png"]
+    assert sorted(p.name for p in figs.iterdir()) == [f"{name}_consistency_vs_rounds.pdf", f"{name}_consistency_vs_rounds.png"]
     result = invoke("plot", "--out", out, "--metric", "accuracy")
     assert result.exit_code == 2 and "--metric must be one of test_acc, consistency" in result.output
     assert "--metric" in invoke("plot", "--help").output
