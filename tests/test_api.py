@@ -156,3 +156,18 @@ def test_import_does_not_import_torch(module: str) -> None:
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "False"
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    import re
+    import shutil
+
+    root = Path(__file__).parents[1]
+    block = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)[0]
+    (tmp_path / "configs").mkdir()
+    shutil.copy(root / "configs/quickstart.yaml", tmp_path / "configs/quickstart.yaml")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    summary = namespace["res"].summary()
+    assert len(summary) == 5 and set(summary["finished"]) == {1}
