@@ -98,7 +98,7 @@ def run_scenario(
         raise ValueError(f"--only {only} matches no algorithm label or name of {scenario.name}")
     store, cache = ResultsStore(out), DataCache(data_dir, download, resolve_device(device))
     lines = quiet or not console.is_terminal
-    settings, shash = RunSettings(executor, client_state, threads, lines), scenario_hash(scenario)
+    settings, shash = RunSettings(executor, client_state, threads, lines, HEARTBEAT_S), scenario_hash(scenario)
     columns = [
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
@@ -108,7 +108,7 @@ def run_scenario(
             _one_run(scenario.name, spec, seed, (store, cache, shash), settings, progress, console)
             for spec in specs for seed in scenario.seeds
         ]
-    console.print(f"device: {cache.device}; results in {out}/")
+    console.print(f"device: {cache.device}; results in {out}/", soft_wrap=True)
     return outcomes
 
 

@@ -1,4 +1,9 @@
-"""Suite-wide guard: a GradMA QP projection that falls back (a block left unprojected, counted in
+"""Suite-wide fixtures and guard.
+
+Fixtures: ``tiny_raw`` (a fresh raw scenario dict of the tests' tiny federation) and ``tiny_run_spec``
+(its resolved FedAvg run), from :mod:`tests.factories`, which module-level constants import directly.
+
+Guard: a GradMA QP projection that falls back (a block left unprojected, counted in
 ``fedbench.algorithms.projection.fallbacks``) fails the test that caused it, unless the test is
 marked ``allow_qp_fallback`` because it exercises the fallback path on purpose. Fallbacks are
 counted in this process only (not in sweep worker subprocesses)."""
@@ -8,6 +13,20 @@ from __future__ import annotations
 import sys
 
 import pytest
+
+from tests.factories import tiny_scenario, tiny_spec
+
+
+@pytest.fixture
+def tiny_raw() -> dict:
+    """A fresh raw scenario dict: digits, MLP 64-16-10, 8 clients (3 per round), 3 local steps, 3 rounds, FedAvg."""
+    return tiny_scenario()
+
+
+@pytest.fixture
+def tiny_run_spec():
+    """The resolved run spec of :func:`tiny_raw`'s FedAvg entry."""
+    return tiny_spec()
 
 
 def _fallbacks() -> int:

@@ -46,3 +46,18 @@ def test_flags_show_no_value_type_and_usage_names_arguments_in_capitals():
         assert f"{command} [OPTIONS] {usage}" in text and "<bool>" not in text and "{" not in text.split("Usage:")[1].splitlines()[0]
     assert "compressors" in runner.invoke(app, ["list", "--help"], terminal_width=200).output
     assert "fedqvr" in runner.invoke(app, ["costs", "--help"], terminal_width=200).output
+
+
+def test_output_that_is_not_a_terminal_gets_plain_lines_with_a_heartbeat(tmp_path, monkeypatch):
+    import fedbench.runs
+
+    monkeypatch.setattr(fedbench.runs, "HEARTBEAT_S", 0.0)  # a line after every round
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario({"rounds": 3}, name="hb")))
+    result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "o")], terminal_width=80)
+    lines = result.output.splitlines()
+    assert result.exit_code == 0 and any(ln.startswith("hb: FedAvg seed 0 round 2/3, acc") for ln in lines)
+    assert "hb: FedAvg seed 0 finished" in lines and any(ln.startswith("device: cpu; results in /") for ln in lines)
+    assert not any("━" in ln for ln in lines)  # no progress bars
+    table = [ln for ln in lines if ln.startswith("| FedAvg")]
+    assert table and all("…" not in ln for ln in lines)  # the summary is a Markdown table, never cut at 80 columns

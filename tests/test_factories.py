@@ -29,3 +29,8 @@ def test_tiny_spec_resolves_the_named_algorithm():
     assert spec.label == "SCAFFOLD" and spec.clients.num == 6
     assert spec.spec_hash() != tiny_spec({"clients.num": 6}).spec_hash()
     assert tiny_spec().spec_hash() == resolve_runs(parse_scenario(tiny_scenario()))[0].spec_hash()
+
+
+def test_the_conftest_fixtures_hand_out_the_factories_objects(tiny_raw, tiny_run_spec):
+    assert tiny_raw == tiny_scenario() and tiny_raw is not tiny_scenario()
+    assert tiny_run_spec.spec_hash() == tiny_spec().spec_hash() and tiny_run_spec.algorithm["name"] == "fedavg"
