@@ -56,13 +56,17 @@ class Range(StrictModel):
         return self
 
     def draw(self, rng: Any) -> Any:
-        """One value from ``rng`` (a NumPy Generator)."""
+        """One value from ``rng`` (a NumPy Generator); a number drawn from a range is kept to three
+        significant digits (readable run names), within the bounds."""
         if self.choice is not None:
             return self.choice[int(rng.integers(len(self.choice)))]
         if self.uniform is not None:
-            return float(rng.uniform(*self.uniform))
-        lo, hi = self.log_uniform  # type: ignore[misc]
-        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+            lo, hi = self.uniform
+            value = float(rng.uniform(lo, hi))
+        else:
+            lo, hi = self.log_uniform  # type: ignore[misc]
+            value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+        return min(max(float(f"{value:.3g}"), lo), hi)
 
 
 class TrialsSpec(StrictModel):
