@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from fedbench.strict import StrictModel
 
@@ -69,6 +69,28 @@ class Range(StrictModel):
         return min(max(float(f"{value:.3g}"), lo), hi)
 
 
+def _space_value(value: Any) -> list[Any] | Range:
+    """A space entry: a non-empty list (a grid) or a :class:`Range` (errors land on ``space.<key>``)."""
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("expected a non-empty list of values")
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("expected a list of values or a range ({log_uniform: [1e-3, 1e-1]}, {uniform: [0, 1]} "
+                         "or {choice: [0.1, 1]})")
+    try:
+        return Range.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        if err["type"] == "extra_forbidden":
+            raise ValueError(f"unknown range {err['loc'][0]!r}; a range is one of log_uniform, uniform, choice") from None
+        where = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}") from None
+
+
+SpaceValue = Annotated[Any, AfterValidator(_space_value)]
+
+
 class TrialsSpec(StrictModel):
     """What each trial runs (absent keys: the scenario's own)."""
 
@@ -94,7 +116,7 @@ class SelectSpec(StrictModel):
 class TuneSpec(StrictModel):
     """A ``tune:`` block (see the module docstring)."""
 
-    space: dict[str, list[Any] | Range] = Field(min_length=1)
+    space: dict[str, SpaceValue] = Field(min_length=1, description="dotted key → list (grid) or range")
     budget: int | None = Field(default=None, ge=1, description="trials drawn when the space holds a range")
     seed: int = Field(default=0, ge=0, description="the sampler's seed")
     trials: TrialsSpec = Field(default_factory=TrialsSpec)
@@ -104,9 +126,6 @@ class TuneSpec(StrictModel):
 
     @model_validator(mode="after")
     def _checks(self) -> "TuneSpec":
-        empty = [k for k, v in self.space.items() if isinstance(v, list) and not v]
-        if empty:
-            raise ValueError(f"space.{empty[0]}: expected a non-empty list of values, got []")
         if self.sampled and self.budget is None:
             raise ValueError("budget: a space with a range needs a budget ≥ 1 (the number of trials drawn)")
         return self
