@@ -1,6 +1,7 @@
 """The validation protocol's split: stratified, disjoint from training, the same for every trial."""
 
 import numpy as np
+import pytest
 import torch
 
 from fedbench.engine.setup import DataCache, build_run
@@ -55,3 +56,20 @@ def test_split_depends_on_the_seed(tmp_path):
     trial = plan(parse_scenario(tiny_scenario(tune=TUNE))).entries[0].trials[0]
     other = build_run(trial.spec, 1, cache)
     assert any(not torch.equal(a, b) for a, b in zip(setups[0].validation, other.validation))
+
+
+def test_validation_accuracy_is_sample_weighted_over_all_clients(tmp_path):
+    """``val_acc`` is correct / all validation samples, computed here from per-sample scores on the
+    whole training set; the test-set score is recorded as without the split."""
+    from fedbench.engine.runner import RoundLoop
+
+    _, _, setups = _setups(tmp_path)
+    sc = parse_scenario(tiny_scenario(tune=TUNE))
+    spec = plan(sc).entries[0].trials[0].spec
+    loop = RoundLoop(spec, 0, setups[0])
+    metrics, extra = loop.round(1)
+    s = loop.s
+    correct, _ = s.model.per_sample(loop.state["x"], loop.buffers, s.data.train, 256)
+    rows = torch.cat(s.validation)
+    assert extra["val_acc"] == pytest.approx(float(correct[rows].float().mean()))
+    assert metrics["test_acc"] == pytest.approx(s.model.evaluate(loop.state["x"], loop.buffers, s.data.test, 256)[0])
