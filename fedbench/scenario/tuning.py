@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from fedbench.strict import StrictModel
 
@@ -104,10 +104,15 @@ class SelectSpec(StrictModel):
     metric: Literal["top_acc", "final_acc", "rounds_to"] = "top_acc"
     target: float | None = Field(default=None, description="accuracy in (0, 1] for rounds_to")
 
+    @field_validator("target")
+    @classmethod
+    def _in_unit(cls, target: float | None) -> float | None:
+        if target is not None and not 0 < target <= 1:
+            raise ValueError("must lie in (0, 1] (accuracy as a fraction)")
+        return target
+
     @model_validator(mode="after")
     def _target(self) -> "SelectSpec":
-        if self.target is not None and not 0 < self.target <= 1:
-            raise ValueError(f"target must lie in (0, 1] (accuracy as a fraction), got {self.target}")
         if self.metric == "rounds_to" and self.target is None:
             raise ValueError("metric rounds_to needs a target in (0, 1]")
         return self
