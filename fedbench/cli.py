@@ -221,6 +221,7 @@ def tune(
     scale: Optional[str] = SCALE,
     out: Path = OUT,
     jobs: Optional[int] = typer.Option(None, "--jobs", help="worker processes (default: CPUs, at most 16; one per GPU)"),
+    executor: str = typer.Option("local", help="local (worker processes here) or ray (a local Ray instance)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the trials, their runs and whether each is done; run nothing"),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
     data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
@@ -232,6 +233,7 @@ def tune(
     from fedbench.runs import check_device, check_out
     from fedbench.sweeps import driver, tuning, worker
 
+    _choice("--executor", executor, driver.EXECUTORS)
     sc = _load(scenario, None, scale)
     if sc.tune is None and all(a.tune is None for a in sc.algorithms):
         console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]", soft_wrap=True)
@@ -247,10 +249,13 @@ def tune(
         settings = worker.WorkerSettings(device, data_dir, download)
         with _interrupts():
             try:
-                choices, trials, final = driver.run_tuning(plan, out, jobs, settings, console)
-            except tuning.TuningError as exc:
+                choices, trials, final = driver.run_tuning(plan, out, jobs, settings, console, executor)
+            except tuning.TuningError as exc:  # a trial failed: the same command retries it
                 console.print(f"[red]{exc}[/red]", soft_wrap=True)
                 raise typer.Exit(1) from None
+            except ValueError as exc:  # a bad option (--jobs 0)
+                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                raise typer.Exit(2) from None
     for path in write_tuning_tables(choices, tables_dir, sc.name):
         console.print(f"wrote {path}")
     if final.failed:
