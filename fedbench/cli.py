@@ -227,6 +227,7 @@ def tune(
     data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_tuning.md and .csv are written"),
+    overrides: Optional[list[str]] = SETS,
 ) -> None:
     """Tune a scenario's entries (docs/tuning.md): run the missing trials, select, run the chosen settings."""
     from fedbench.report.tuning import write_tuning_tables
@@ -234,7 +235,7 @@ def tune(
     from fedbench.sweeps import driver, tuning, worker
 
     _choice("--executor", executor, driver.EXECUTORS)
-    sc = _load(scenario, None, scale)
+    sc = _load(scenario, overrides, scale)
     if sc.tune is None and all(a.tune is None for a in sc.algorithms):
         console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]", soft_wrap=True)
         raise typer.Exit(2)
