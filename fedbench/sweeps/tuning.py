@@ -7,8 +7,8 @@ the trial rounds, no ``paper`` cell and, under the ``validation`` protocol, a
 :class:`~fedbench.scenario.tuning.ValidationSplit`. Its scenario is named like a grid point,
 ``<scenario>--tune--<key>-<value>…[.scale]``, so its run id is the hash of everything that changes
 its numbers. The trials of an entry are the cartesian product of a pure grid, or ``budget`` draws
-of the sampler (NumPy, the ``("tune", entry)`` stream under the block's ``seed``, keyed by the
-scenario's name): the same scenario and seed propose the same trials.
+of the sampler (NumPy, the ``("tune", crc(scenario name), crc(entry label))`` stream under the
+block's ``seed``): the same scenario and seed propose the same trials.
 
 :func:`select` scores each trial (mean over its seeds of ``top_acc``, ``final_acc`` or
 ``rounds_to``, on ``val_acc`` under ``validation`` and ``test_acc`` under ``paper``; a diverged run
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedbench.algorithms import ALGORITHMS
-from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, ServerSpec, scenario_hash
+from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, ServerSpec
 from fedbench.scenario.resolve import check_component
 from fedbench.scenario.tuning import Range, TuneSpec, ValidationSplit
 from fedbench.seeding import numpy_stream
@@ -242,7 +242,7 @@ def final_runs(tuning: TuningPlan, choices: list[Choice]) -> list[SweepRun]:
     """The scenario's runs with each tuned entry's chosen values (its own name, rounds and seeds)."""
     sc = tuning.scenario
     specs = [c.entry.base if c.best is None else with_values(c.entry.base, c.best.values, c.entry.label) for c in choices]
-    shash = _hash([s.spec_hash() for s in specs] + [str(s) for s in sc.seeds]) if any(c.best for c in choices) else scenario_hash(sc)
+    shash = _hash([s.spec_hash() for s in specs] + [str(s) for s in sc.seeds])  # scenario_hash's formula
     return [SweepRun(spec, seed, shash) for spec in specs for seed in sc.seeds]
 
 

@@ -111,3 +111,12 @@ def test_runner_up_is_the_second_best(metric):
     entry = plan(sc).entries[0]
     choice = Choice(entry, entry.trials[2], (0.1, 0.2, 0.9, 0.3))
     assert choice.runner_up == 0.3
+
+
+def test_final_runs_of_unchanged_settings_are_the_scenario_runs():
+    """Choosing the values the file already has gives back the scenario's own run ids and hash."""
+    sc = parse_scenario(tuned({"space": {"local.lr": [0.1, 0.01]}}, seeds=[0, 1]))
+    tuning = plan(sc)
+    runs = final_runs(tuning, [Choice(tuning.entries[0], tuning.entries[0].trials[0], (0.9, 0.1))])
+    assert [r.run_id for r in runs] == [run_id_of(sc.runs[0], s) for s in (0, 1)]
+    assert {r.scenario_hash for r in runs} == {scenario_hash(sc)}
