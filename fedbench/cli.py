@@ -222,7 +222,9 @@ def tune(
     out: Path = OUT,
     jobs: Optional[int] = typer.Option(None, "--jobs", help="worker processes (default: CPUs, at most 16; one per GPU)"),
     executor: str = typer.Option("local", help="local (worker processes here) or ray (a local Ray instance)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the trials, their runs and whether each is done; run nothing"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the trials, their runs and whether each is done; run nothing"
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
     data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
@@ -237,7 +239,8 @@ def tune(
     _choice("--executor", executor, driver.EXECUTORS)
     sc = _load(scenario, overrides, scale)
     if sc.tune is None and all(a.tune is None for a in sc.algorithms):
-        console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]", soft_wrap=True)
+        console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]",
+                      soft_wrap=True)
         raise typer.Exit(2)
     plan = tuning.plan(sc)
     with _store_errors(out):
@@ -268,7 +271,8 @@ def _trial_status(runs, out: Path) -> list[str]:
     from fedbench.store import DB_NAME, ResultsStore
 
     status = ResultsStore(out).status if (out / DB_NAME).exists() else (lambda run_id: None)
-    return [f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}" for r in runs]
+    return [f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}"
+            for r in runs]
 
 
 @app.command()

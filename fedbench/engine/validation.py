@@ -43,7 +43,9 @@ def stratified_counts(labels: np.ndarray, fraction: float) -> dict[int, int]:
     return {int(c): int(n) for c, n in zip(classes, counts)}
 
 
-def hold_out(indices: np.ndarray, labels: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def hold_out(
+    indices: np.ndarray, labels: np.ndarray, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """One client's (training, validation) indices, both sorted: per label, a random
     :func:`stratified_counts` share of ``indices`` goes to validation (``labels``: the whole train set's)."""
     indices = np.asarray(indices)
@@ -54,7 +56,9 @@ def hold_out(indices: np.ndarray, labels: np.ndarray, fraction: float, rng: np.r
     return np.setdiff1d(indices, val), val
 
 
-def split_clients(parts: list[torch.Tensor], labels: torch.Tensor, fraction: float, seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def split_clients(
+    parts: list[torch.Tensor], labels: torch.Tensor, fraction: float, seed: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Every client's (training, validation) index tensors, from its ``("validation", i)`` stream."""
     y = labels.cpu().numpy()
     train, val = [], []

@@ -152,7 +152,8 @@ def with_values(spec: RunSpec, values: dict[str, Any], where: str) -> RunSpec:
         checked = check_component(ALGORITHMS, name, {**own, **params}, where)
         if checked.problems:
             raise ScenarioError(checked.problems, where)
-        update["algorithm"] = {"name": name, "label": spec.label, **{k: v for k, v in checked.resolved.items() if k != "name"}}
+        resolved = {k: v for k, v in checked.resolved.items() if k != "name"}
+        update["algorithm"] = {"name": name, "label": spec.label, **resolved}
         components = dataclasses.replace(components, algorithm=checked.model)
     return spec.model_copy(update=update).resolved(spec.scale, components)
 
