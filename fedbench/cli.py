@@ -208,7 +208,7 @@ def validate(
             server = spec.server.model_dump(exclude_defaults=True)
             table.add_row(spec.label, spec.algorithm["name"], _kv(params), _kv(server), spec.spec_hash()[:16])
         console.print(table)
-        if sc.tune is not None or any(a.tune is not None for a in sc.algorithms):
+        if sc.tuned:
             from fedbench.sweeps.tuning import plan, plan_lines
 
             console.print("\n".join(plan_lines(plan(sc))), highlight=False, markup=False, soft_wrap=True)
@@ -238,7 +238,7 @@ def tune(
 
     _choice("--executor", executor, driver.EXECUTORS)
     sc = _load(scenario, overrides, scale)
-    if sc.tune is None and all(a.tune is None for a in sc.algorithms):
+    if not sc.tuned:
         console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]",
                       soft_wrap=True)
         raise typer.Exit(2)

@@ -285,6 +285,11 @@ class Scenario(Strict):
             raise RuntimeError(f"scenario {self.name!r} was not resolved; build it with parse_scenario or load_scenario")
         return self._runs
 
+    @property
+    def tuned(self) -> bool:
+        """True when the scenario or one of its entries has a ``tune`` block (``fedbench tune`` has work)."""
+        return self.tune is not None or any(a.tune is not None for a in self.algorithms)
+
     def tune_of(self, i: int) -> TuneSpec | None:
         """The ``tune`` block of ``algorithms[i]``: its own, else the scenario's (None: not tuned)."""
         return self.algorithms[i].tune or self.tune
