@@ -208,7 +208,71 @@ def validate(
             server = spec.server.model_dump(exclude_defaults=True)
             table.add_row(spec.label, spec.algorithm["name"], _kv(params), _kv(server), spec.spec_hash()[:16])
         console.print(table)
+        if sc.tuned:
+            from fedbench.sweeps.tuning import plan, plan_lines
+
+            console.print("\n".join(plan_lines(plan(sc))), highlight=False, markup=False, soft_wrap=True)
     console.print(f"[green]{scenario} is valid at scale(s): {', '.join(scales)}[/green]")
+
+
+@app.command()
+def tune(
+    scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file with a `tune:` block"),
+    scale: Optional[str] = SCALE,
+    out: Path = OUT,
+    jobs: Optional[int] = typer.Option(None, "--jobs", help="worker processes (default: CPUs, at most 16; one per GPU)"),
+    executor: str = typer.Option("local", help="local (worker processes here) or ray (a local Ray instance)"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the trials, their runs and whether each is done; run nothing"
+    ),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
+    data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
+    download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
+    tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_tuning.md and .csv are written"),
+    overrides: Optional[list[str]] = SETS,
+) -> None:
+    """Tune a scenario's entries (docs/tuning.md): run the missing trials, select, run the chosen settings."""
+    from fedbench.report.tuning import write_tuning_tables
+    from fedbench.runs import check_device, check_out
+    from fedbench.sweeps import driver, tuning, worker
+
+    _choice("--executor", executor, driver.EXECUTORS)
+    sc = _load(scenario, overrides, scale)
+    if not sc.tuned:
+        console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]",
+                      soft_wrap=True)
+        raise typer.Exit(2)
+    plan = tuning.plan(sc)
+    with _store_errors(out):
+        if dry_run:
+            lines = tuning.plan_lines(plan) + _trial_status(plan.trial_runs(), out)
+            console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
+            return
+        _or_exit(check_device, device)
+        _or_exit(check_out, out)
+        settings = worker.WorkerSettings(device, data_dir, download)
+        with _interrupts():
+            try:
+                choices, trials, final = driver.run_tuning(plan, out, jobs, settings, console, executor)
+            except tuning.TuningError as exc:  # a trial failed: the same command retries it
+                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                raise typer.Exit(1) from None
+            except ValueError as exc:  # a bad option (--jobs 0)
+                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                raise typer.Exit(2) from None
+    for path in write_tuning_tables(choices, tables_dir, sc.name):
+        console.print(f"wrote {path}")
+    if final.failed:
+        raise typer.Exit(1)
+
+
+def _trial_status(runs, out: Path) -> list[str]:
+    """Each trial run with its run id and whether ``out`` holds it done."""
+    from fedbench.store import DB_NAME, ResultsStore
+
+    status = ResultsStore(out).status if (out / DB_NAME).exists() else (lambda run_id: None)
+    return [f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}"
+            for r in runs]
 
 
 @app.command()

@@ -27,6 +27,7 @@ def test_no_function_of_scenario_resolution_or_the_round_loop_is_over_50_lines(p
     ("fedbench.engine.runner", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
     ("fedbench.optim.spec", ("torch",)),
     ("fedbench.sweeps.grid", ("fedbench.engine", "fedbench.report")),
+    ("fedbench.sweeps.tuning", ("fedbench.engine", "fedbench.report")),
 ])
 def test_arrows_point_down(module, forbidden):
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))"

@@ -1,7 +1,8 @@
 """The axes a scenario adds to plain FL: which round plug-in each spec block attaches.
 
 A run gets, in this order, the plug-in of every block present in its spec (``continual``: the task
-stream, C-FLAG Sec. 7; ``wireless``: FedQVR-E's uplink, Sec. V). A new axis is a block in the
+stream, C-FLAG Sec. 7; ``wireless``: FedQVR-E's uplink, Sec. V; ``validation``: the held-out
+validation score of a tuning trial, docs/tuning.md). A new axis is a block in the
 schema, a :class:`~fedbench.engine.plugins.RoundPlugin` and one line here; the round loop does not change.
 """
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from fedbench.engine.continual import ContinualStream
 from fedbench.engine.plugins import RoundPlugin
+from fedbench.engine.validation import ValidationScore
 
 if TYPE_CHECKING:
     from fedbench.engine.setup import RunSetup
@@ -35,7 +37,9 @@ def wireless_uplink(spec: RunSpec, seed: int, setup: RunSetup) -> RoundPlugin:
     return WirelessUplink(spec, seed, setup)
 
 
-AXES: tuple[Axis, ...] = (Axis("continual", ContinualStream), Axis("wireless", wireless_uplink))
+AXES: tuple[Axis, ...] = (
+    Axis("continual", ContinualStream), Axis("wireless", wireless_uplink), Axis("validation", ValidationScore),
+)
 
 
 def build_plugins(spec: RunSpec, seed: int, setup: RunSetup) -> list[RoundPlugin]:

@@ -19,6 +19,7 @@ from fedbench.data import DatasetSplits, load_dataset
 from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.validation import split_clients
 from fedbench.models.flat import Buffers, FlatModel
 from fedbench.models import build_model
 from fedbench.optim.server import ServerOptimizer
@@ -75,6 +76,7 @@ class RunSetup:
     batcher: ClientBatcher
     partition_info: dict[str, float | int]
     tasks: TaskSetup | None = None
+    validation: list[torch.Tensor] | None = None  # each client's held-out samples (spec.validation)
 
 
 def partition_clients(
@@ -127,11 +129,14 @@ def subsample(indices: np.ndarray, fraction: float, rng: np.random.Generator) ->
 
 
 def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: bool = False) -> RunSetup:
-    """Load data, split it, initialise the model from the ``("init",)`` stream, build the algorithm."""
+    """Load data, split it (holding out each client's validation samples when the spec asks), initialise the model from the ``("init",)`` stream, build the algorithm."""
     device = cache.device
     data = cache.get(spec)
     tasks = None if spec.continual is None else task_setup(spec, data, seed)
     parts = partition_clients(spec, data, seed) if tasks is None else tasks.parts[0]
+    validation = None
+    if spec.validation is not None:  # resolution refuses it with a task stream
+        parts, validation = split_clients(parts, data.train.y, spec.validation.fraction, seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed(seed, "init"))
         module = build_model(spec.model["name"], spec.components.model, data.input_shape, data.num_classes)
@@ -150,4 +155,4 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: boo
     task0 = None if tasks is None else 0
     batcher = ClientBatcher(parts, local.batch_size, seed, local.drop_singleton_batch, task0)
     info = partition_info(data, parts) if tasks is None else tasks.info[0]
-    return RunSetup(data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher, info, tasks)
+    return RunSetup(data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher, info, tasks, validation)

@@ -25,7 +25,8 @@ from fedbench.registry import Registry, UnknownNameError
 from fedbench.strict import param_problems
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
-from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, Scenario
+from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, Scenario
+from fedbench.scenario.tuning import Range
 
 
 @dataclass
@@ -80,6 +81,50 @@ def _capability_problems(scenario: Scenario, algo: AlgorithmSpec, caps: Capabili
     return problems
 
 
+def _space_values(value: list[Any] | Range) -> list[Any]:
+    """The values of a space entry to check: a grid's or a choice's values, a range's two bounds."""
+    if isinstance(value, list):
+        return value
+    return list(value.choice or value.uniform or value.log_uniform or ())
+
+
+def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> list[str]:
+    """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: each space key is
+    one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
+    values (a range: both bounds) passes that key's own validation. Problems name the YAML path."""
+    algo, tune = scenario.algorithms[i], scenario.tune_of(i)
+    if tune is None:
+        return []
+    where = f"algorithms[{i}].tune" if algo.tune is not None else "tune"
+    if scenario.continual is not None:
+        return [f"{where}: tuning a continual scenario is not supported yet"]
+    entry = f"algorithms[{i}] ({algo.name})"
+    fields = set(ALGORITHMS.get(algo.name).params.model_fields)
+    base = {"local": scenario.local.model_dump(), "server": server.model_dump()}
+    schemas = {"local": LocalSpec, "server": ServerSpec}
+    problems = []
+    for key, value in tune.space.items():
+        head, _, rest = key.partition(".")
+        at = f"{where}.space.{key}"
+        if head in schemas and rest and rest not in schemas[head].model_fields:
+            problems.append(f"{at}: {head} has no key {rest!r}; allowed: {', '.join(schemas[head].model_fields)}")
+            continue
+        if not (head in schemas and rest) and ("." in key or key not in fields):
+            problems.append(f"{at}: {entry} cannot take {key!r}; use local.<key>, server.<key> or a parameter of "
+                            f"{algo.name} ({', '.join(sorted(fields)) or 'it has none'})")
+            continue
+        for j, v in enumerate(_space_values(value)):
+            if head in schemas and rest:
+                try:
+                    schemas[head].model_validate({**base[head], rest: v})
+                except ValidationError as exc:
+                    problems += [f"{at}: {line.split(': ', 1)[-1]} (value {v!r})" for line in format_errors(exc)]
+            else:
+                bad = check_component(ALGORITHMS, algo.name, {**algo.params(), key: v}, at).problems
+                problems += [f"{at}: {line.split(': ', 1)[-1]} (value {v!r})" for line in bad]
+    return problems
+
+
 def _spec(scenario: Scenario, shared: dict[str, Checked], algorithm: dict, compression: dict, server: ServerSpec) -> RunSpec:
     """The :class:`RunSpec` of one entry (its JSON and hash are frozen: see runspec.py)."""
     return RunSpec(
@@ -104,6 +149,7 @@ def _entry(scenario: Scenario, i: int, shared: dict[str, Checked], labels: set[s
     server, p = _server(scenario, algo, caps, path)
     if server is None:
         return None, problems + p
+    problems += tune_problems(scenario, i, server, path)
     comp = (algo.compression, f"{path}.compression") if algo.compression else (scenario.compression, "compression")
     compression = check_component(COMPRESSORS, comp[0].kind, comp[0].params(), comp[1], "kind")
     problems += _capability_problems(scenario, algo, caps, path, comp) + compression.problems

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
+from fedbench.scenario.tuning import TuneSpec
 from fedbench.strict import StrictModel
 
 if TYPE_CHECKING:
@@ -247,6 +248,7 @@ class AlgorithmSpec(InlineParams):
     label: str | None = None
     server: dict[str, Any] = Field(default_factory=dict)
     compression: CompressionSpec | None = None
+    tune: TuneSpec | None = Field(default=None, description="this entry's search (replaces the scenario's `tune`)")
 
 
 class Scenario(Strict):
@@ -272,6 +274,7 @@ class Scenario(Strict):
     checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
     blowup: BlowupSpec = Field(default_factory=BlowupSpec, description="thresholds of the tables' blow-up flag")
     paper: PaperRef | None = None
+    tune: TuneSpec | None = Field(default=None, description="search of every entry's settings (docs/tuning.md)")
     _runs: tuple[RunSpec, ...] | None = PrivateAttr(default=None)
 
     @property
@@ -281,6 +284,15 @@ class Scenario(Strict):
         if self._runs is None:
             raise RuntimeError(f"scenario {self.name!r} was not resolved; build it with parse_scenario or load_scenario")
         return self._runs
+
+    @property
+    def tuned(self) -> bool:
+        """True when the scenario or one of its entries has a ``tune`` block (``fedbench tune`` has work)."""
+        return self.tune is not None or any(a.tune is not None for a in self.algorithms)
+
+    def tune_of(self, i: int) -> TuneSpec | None:
+        """The ``tune`` block of ``algorithms[i]``: its own, else the scenario's (None: not tuned)."""
+        return self.algorithms[i].tune or self.tune
 
     @model_validator(mode="after")
     def _checks(self) -> "Scenario":

@@ -15,6 +15,7 @@ from fedbench.engine.runner import RunOutcome
 from fedbench.store import DB_NAME, ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepPoint, SweepRun
 from fedbench.sweeps.local import default_jobs, run_local
+from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, select
 from fedbench.sweeps.worker import WorkerSettings
 
 EXECUTORS = ("local", "ray")
@@ -111,6 +112,23 @@ def run_sweep(
     )
     console.print(summary.line() + f"; results in {out}/")
     return summary
+
+
+def run_tuning(
+    tuning: TuningPlan, out: Path, jobs: int | None = None, settings: WorkerSettings = WorkerSettings(),
+    console: Console | None = None, executor: str = "local",
+) -> tuple[list[Choice], SweepSummary, SweepSummary]:
+    """Run the trials not yet done, select each entry's setting from the store, then run the chosen
+    settings on the scenario's seeds (docs/tuning.md), both with :func:`run_sweep` (``local`` or
+    ``ray``). Returns the choices and both sweeps' summaries; raises
+    :class:`~fedbench.sweeps.tuning.TuningError` when a trial failed (the next call retries it)."""
+    console = console or Console()
+    console.print(f"trials of {tuning.scenario.name}:")
+    trials = run_sweep(tuning.trial_runs(), out, executor, jobs, settings, console=console)
+    choices = select(ResultsStore(out), tuning)
+    console.print(f"final runs of {tuning.scenario.name} (chosen settings):")
+    final = run_sweep(final_runs(tuning, choices), out, executor, jobs, settings, console=console)
+    return choices, trials, final
 
 
 def plan_lines(points: list[SweepPoint], runs: list[SweepRun], out: Path) -> list[str]:

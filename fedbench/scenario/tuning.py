@@ -1,0 +1,150 @@
+"""The ``tune:`` block: how an algorithm entry's hyper-parameters are searched before its final runs.
+
+::
+
+    tune:                                   # on the scenario (every entry) or on one entry (wins there)
+      space:                                # dotted keys of the entry → a grid (list) or a range
+        local.lr: [0.001, 0.01, 0.1]        # a list: every value (the grid is the cartesian product)
+        server.lr: {log_uniform: [0.1, 10]} # a range: drawn by the seeded sampler, ``budget`` trials
+        mu: {choice: [0.01, 0.1, 1]}        # an algorithm parameter by its name
+      budget: 8                             # trials drawn when the space has a range (grids need none)
+      seed: 0                               # the sampler's seed (same scenario and seed → same trials)
+      trials: {seeds: [0], rounds: 20}      # what each trial runs (default: the scenario's seeds, rounds)
+      select: {metric: top_acc}             # top_acc | final_acc | rounds_to (with target)
+      protocol: validation                  # validation (held-out split of each client) | paper (test set)
+      validation_fraction: 0.1
+
+The block changes no run of the scenario itself (``fedbench run`` ignores it, and no spec's JSON or
+hash holds it); its trials are runs of their own (:mod:`fedbench.sweeps.tuning`). Keys an entry can
+take (checked with their values by :func:`fedbench.scenario.resolve.tune_problems`): ``local.<key>``
+and ``server.<key>`` of those blocks' schemas, and the entry's algorithm parameters by name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+
+from fedbench.strict import StrictModel
+
+PROTOCOLS = ("validation", "paper")
+METRICS = ("top_acc", "final_acc", "rounds_to")
+
+
+class Range(StrictModel):
+    """A searched range: exactly one of ``log_uniform: [lo, hi]``, ``uniform: [lo, hi]``, ``choice: [...]``."""
+
+    log_uniform: tuple[float, float] | None = None
+    uniform: tuple[float, float] | None = None
+    choice: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "Range":
+        given = [k for k in ("log_uniform", "uniform", "choice") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a range is exactly one of log_uniform, uniform, choice; got {given or 'none'}")
+        if self.choice is not None and not self.choice:
+            raise ValueError("choice: expected a non-empty list of values, got []")
+        for kind in ("log_uniform", "uniform"):
+            bounds = getattr(self, kind)
+            if bounds is not None and bounds[0] > bounds[1]:
+                raise ValueError(f"{kind}: low must be ≤ high, got {list(bounds)}")
+        if self.log_uniform is not None and self.log_uniform[0] <= 0:
+            raise ValueError(f"log_uniform: bounds must be > 0, got {list(self.log_uniform)}")
+        return self
+
+    def draw(self, rng: Any) -> Any:
+        """One value from ``rng`` (a NumPy Generator); a number drawn from a range is kept to three
+        significant digits (readable run names), within the bounds."""
+        if self.choice is not None:
+            return self.choice[int(rng.integers(len(self.choice)))]
+        if self.uniform is not None:
+            lo, hi = self.uniform
+            value = float(rng.uniform(lo, hi))
+        else:
+            lo, hi = self.log_uniform  # type: ignore[misc]
+            value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+        return min(max(float(f"{value:.3g}"), lo), hi)
+
+
+def _space_value(value: Any) -> list[Any] | Range:
+    """A space entry: a non-empty list (a grid) or a :class:`Range` (errors land on ``space.<key>``)."""
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("expected a non-empty list of values")
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("expected a list of values or a range ({log_uniform: [1e-3, 1e-1]}, {uniform: [0, 1]} "
+                         "or {choice: [0.1, 1]})")
+    try:
+        return Range.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        if err["type"] == "extra_forbidden":
+            raise ValueError(f"unknown range {err['loc'][0]!r}; a range is one of log_uniform, uniform, choice") from None
+        where = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}") from None
+
+
+SpaceValue = Annotated[Any, AfterValidator(_space_value)]
+
+
+class TrialsSpec(StrictModel):
+    """What each trial runs (absent keys: the scenario's own)."""
+
+    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    rounds: int | None = Field(default=None, ge=1)
+
+
+class SelectSpec(StrictModel):
+    """The selection metric (mean over the trial seeds; ties go to the earlier trial)."""
+
+    metric: Literal["top_acc", "final_acc", "rounds_to"] = "top_acc"
+    target: float | None = Field(default=None, description="accuracy in (0, 1] for rounds_to")
+
+    @field_validator("target")
+    @classmethod
+    def _in_unit(cls, target: float | None) -> float | None:
+        if target is not None and not 0 < target <= 1:
+            raise ValueError("must lie in (0, 1] (accuracy as a fraction)")
+        return target
+
+    @model_validator(mode="after")
+    def _target(self) -> "SelectSpec":
+        if self.metric == "rounds_to" and self.target is None:
+            raise ValueError("metric rounds_to needs a target in (0, 1]")
+        return self
+
+
+class TuneSpec(StrictModel):
+    """A ``tune:`` block (see the module docstring)."""
+
+    space: dict[str, SpaceValue] = Field(min_length=1, description="dotted key → list (grid) or range")
+    budget: int | None = Field(default=None, ge=1, description="trials drawn when the space holds a range")
+    seed: int = Field(default=0, ge=0, description="the sampler's seed")
+    trials: TrialsSpec = Field(default_factory=TrialsSpec)
+    select: SelectSpec = Field(default_factory=SelectSpec)
+    protocol: Literal["validation", "paper"] = "validation"
+    validation_fraction: float = Field(default=0.1, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _checks(self) -> "TuneSpec":
+        if self.sampled and self.budget is None:
+            raise ValueError("budget: a space with a range needs a budget ≥ 1 (the number of trials drawn)")
+        return self
+
+    @property
+    def sampled(self) -> bool:
+        """True when a range is searched (the sampler draws ``budget`` trials), false for a pure grid."""
+        return any(isinstance(v, Range) for v in self.space.values())
+
+
+class ValidationSplit(StrictModel):
+    """A run's held-out validation split: ``fraction`` of each client's training samples, stratified
+    by label, from the client's ``("validation", client)`` stream (a :class:`RunSpec` field: it
+    changes the numbers, so it is part of the run's identity)."""
+
+    fraction: float = Field(gt=0, lt=1)
+

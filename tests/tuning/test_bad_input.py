@@ -1,0 +1,67 @@
+"""Bad tune blocks: one line naming the YAML path and the value, exit 2, before anything trains."""
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from fedbench.cli import app
+from fedbench.scenario import ScenarioError, parse_scenario
+from tests.factories import tiny_scenario
+
+GOOD = {"space": {"local.lr": [0.01, 0.1]}}
+CASES = {
+    "unknown key": ({"space": {"lrate": [0.1]}}, "tune.space.lrate: algorithms[0] (fedavg) cannot take 'lrate'"),
+    "unknown local key": ({"space": {"local.lrate": [0.1]}}, "tune.space.local.lrate: local has no key 'lrate'"),
+    "unknown server key": ({"space": {"server.gamma": [0.1]}}, "tune.space.server.gamma: server has no key 'gamma'"),
+    "a key the entry cannot take": ({"space": {"mu": [0.1]}}, "tune.space.mu: algorithms[0] (fedavg) cannot take 'mu'"),
+    "empty list": ({"space": {"local.lr": []}}, "tune.space.local.lr: expected a non-empty list of values, got []"),
+    "zero budget": ({**GOOD, "budget": 0}, "tune.budget: Input should be greater than or equal to 1, got 0"),
+    "negative budget": ({**GOOD, "budget": -3}, "tune.budget: Input should be greater than or equal to 1, got -3"),
+    "range without budget": ({"space": {"local.lr": {"uniform": [0.01, 0.1]}}}, "tune: budget: a space with a range needs"),
+    "low > high": ({"space": {"local.lr": {"uniform": [0.1, 0.01]}}, "budget": 2},
+                   "tune.space.local.lr: uniform: low must be ≤ high, got [0.1, 0.01]"),
+    "log_uniform at 0": ({"space": {"local.lr": {"log_uniform": [0, 0.1]}}, "budget": 2},
+                         "tune.space.local.lr: log_uniform: bounds must be > 0, got [0.0, 0.1]"),
+    "log_uniform low > high": ({"space": {"server.lr": {"log_uniform": [10, 1]}}, "budget": 2},
+                               "tune.space.server.lr: log_uniform: low must be ≤ high, got [10.0, 1.0]"),
+    "empty choice": ({"space": {"local.lr": {"choice": []}}, "budget": 2}, "tune.space.local.lr: choice: expected a non-empty list"),
+    "target above 1": ({**GOOD, "select": {"metric": "rounds_to", "target": 1.5}}, "tune.select.target: must lie in (0, 1] (accuracy as a fraction), got 1.5"),
+    "target 0": ({**GOOD, "select": {"metric": "rounds_to", "target": 0}}, "tune.select.target: must lie in (0, 1] (accuracy as a fraction), got 0"),
+    "a value the key refuses": ({"space": {"local.lr": [0.1, -1]}}, "tune.space.local.lr: Input should be greater than 0, got -1"),
+    "a range bound the key refuses": ({"space": {"server.momentum": {"uniform": [0.5, 1.5]}}, "budget": 2},
+                                      "tune.space.server.momentum: Input should be less than 1, got 1.5"),
+    "rounds_to without target": ({**GOOD, "select": {"metric": "rounds_to"}}, "tune.select: metric rounds_to needs a target"),
+    "unknown protocol": ({**GOOD, "protocol": "holdout"}, "tune.protocol: Input should be 'validation' or 'paper'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_tune_block_names_its_path_and_value(case):
+    tune, line = CASES[case]
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(tiny_scenario(tune=tune))
+    assert len(err.value.problems) == 1, err.value.problems
+    assert err.value.problems[0].startswith(line), err.value.problems
+
+
+def test_an_entry_block_names_the_entry():
+    raw = tiny_scenario(algorithms=[{"name": "fedprox", "tune": {"space": {"beta": [0.1]}}}])
+    with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.tune\.space\.beta: algorithms\[0\] \(fedprox\) cannot take 'beta'"):
+        parse_scenario(raw)
+
+
+def test_a_continual_scenario_cannot_be_tuned_yet():
+    raw = tiny_scenario(tune=GOOD, continual={"tasks": 2, "rounds_per_task": 2}, rounds=4)
+    with pytest.raises(ScenarioError, match="tune: tuning a continual scenario is not supported yet"):
+        parse_scenario(raw)
+
+
+@pytest.mark.parametrize("command", ["tune", "validate"])
+def test_the_commands_exit_2_before_training(tmp_path, command):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(tune={"space": {"local.lr": {"uniform": [0.1, 0.01]}}, "budget": 2})))
+    args = [command, str(path)] + (["--out", str(tmp_path / "out")] if command == "tune" else [])
+    result = CliRunner().invoke(app, args, terminal_width=250)
+    assert result.exit_code == 2
+    assert "tune.space.local.lr: uniform: low must be ≤ high, got [0.1, 0.01]" in result.output
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,122 @@
+"""Expansion of a tune block into trials: grid order, run identities, the sampler, final runs, and
+that a scenario without a block keeps its specs and hashes."""
+
+import json
+
+import pytest
+
+from fedbench.scenario import parse_scenario, run_id_of, scenario_hash
+from fedbench.sweeps.tuning import Choice, final_runs, plan
+from tests.factories import tiny_scenario
+
+GRID = {"space": {"local.lr": [0.01, 0.1], "server.lr": [1.0, 2.0]}, "protocol": "paper"}
+
+
+def tuned(tune: dict, **top) -> dict:
+    return tiny_scenario(tune=tune, **top)
+
+
+def test_grid_is_the_cartesian_product_in_order():
+    entry = plan(parse_scenario(tuned(GRID))).entries[0]
+    assert [t.values for t in entry.trials] == [
+        {"local.lr": 0.01, "server.lr": 1.0}, {"local.lr": 0.01, "server.lr": 2.0},
+        {"local.lr": 0.1, "server.lr": 1.0}, {"local.lr": 0.1, "server.lr": 2.0},
+    ]
+    assert [t.index for t in entry.trials] == [0, 1, 2, 3]
+
+
+def test_trial_run_ids_are_the_hashes_of_the_overridden_specs():
+    """Each trial's spec equals the spec of the scenario written with the trial's values (an
+    independent resolution), under the trial's name, rounds and seeds."""
+    tune = {"space": {"local.lr": [0.01, 0.1]}, "protocol": "paper", "trials": {"seeds": [3], "rounds": 2}}
+    sc = parse_scenario(tuned(tune, seeds=[0, 1]))
+    for trial in plan(sc).entries[0].trials:
+        lr = trial.values["local.lr"]
+        written = parse_scenario(tiny_scenario({"local.lr": lr}, name=f"tiny--tune--lr-{lr}", rounds=2)).runs[0]
+        assert trial.spec.spec_hash() == written.spec_hash()
+        assert [r.run_id for r in trial.runs()] == [run_id_of(written, 3)]
+
+
+def test_algorithm_parameters_are_tuned_by_name():
+    sc = parse_scenario(tiny_scenario(algorithms=[{"name": "fedprox", "mu": 0.1, "tune": {
+        "space": {"mu": [0.01, 1.0]}, "protocol": "paper"}}]))
+    trials = plan(sc).entries[0].trials
+    assert [t.spec.algorithm["mu"] for t in trials] == [0.01, 1.0]
+    assert trials[1].spec.components.algorithm.mu == 1.0
+    written = parse_scenario(tiny_scenario(name="tiny--tune--mu-1.0", algorithms=[{"name": "fedprox", "mu": 1.0}]))
+    assert trials[1].spec.spec_hash() == written.runs[0].spec_hash()
+
+
+def test_validation_protocol_is_part_of_the_identity():
+    paper = plan(parse_scenario(tuned({**GRID, "protocol": "paper"}))).entries[0].trials[0]
+    val = plan(parse_scenario(tuned({**GRID, "protocol": "validation"}))).entries[0].trials[0]
+    other = plan(parse_scenario(tuned({**GRID, "protocol": "validation", "validation_fraction": 0.2}))).entries[0].trials[0]
+    assert paper.spec.validation is None and val.spec.validation.fraction == 0.1
+    assert len({paper.spec.spec_hash(), val.spec.spec_hash(), other.spec.spec_hash()}) == 3
+    assert json.loads(val.spec.to_json())["validation"] == {"fraction": 0.1}
+    assert val.spec.paper is None
+
+
+def test_a_scenario_without_tune_keeps_its_specs_and_hash():
+    plain, with_block = parse_scenario(tiny_scenario()), parse_scenario(tuned(GRID))
+    assert scenario_hash(plain) == scenario_hash(with_block)
+    assert [s.to_json() for s in plain.runs] == [s.to_json() for s in with_block.runs]
+    assert "validation" not in plain.runs[0].to_json() and "tune" not in plain.runs[0].to_json()
+
+
+def test_an_entry_block_wins_over_the_scenario_block():
+    sc = parse_scenario(tiny_scenario(tune=GRID, algorithms=[
+        {"name": "fedavg"}, {"name": "fedprox", "tune": {"space": {"mu": [0.5]}, "protocol": "paper"}}]))
+    fedavg, fedprox = plan(sc).entries
+    assert len(fedavg.trials) == 4 and [t.values for t in fedprox.trials] == [{"mu": 0.5}]
+
+
+RANGES = {"space": {"local.lr": {"log_uniform": [1e-3, 1e-1]}, "server.lr": {"uniform": [0.5, 2.0]},
+                    "server.momentum": {"choice": [0.0, 0.9]}, "local.batch_size": [8, 16]}, "budget": 6}
+
+
+def test_the_same_scenario_and_seed_propose_the_same_trials():
+    first = [t.values for t in plan(parse_scenario(tuned(RANGES))).entries[0].trials]
+    again = [t.values for t in plan(parse_scenario(tuned(RANGES))).entries[0].trials]
+    other = [t.values for t in plan(parse_scenario(tuned({**RANGES, "seed": 1}))).entries[0].trials]
+    assert first == again and first != other
+    assert len(first) == 6
+    for v in first:
+        assert 1e-3 <= v["local.lr"] <= 1e-1 and 0.5 <= v["server.lr"] <= 2.0
+        assert v["server.momentum"] in (0.0, 0.9) and v["local.batch_size"] in (8, 16)
+        assert float(f"{v['local.lr']:.3g}") == v["local.lr"]
+
+
+def test_the_sampler_is_keyed_by_scenario_and_entry():
+    a = [t.values for t in plan(parse_scenario(tuned(RANGES))).entries[0].trials]
+    b = [t.values for t in plan(parse_scenario(tuned(RANGES, name="other"))).entries[0].trials]
+    assert a != b
+
+
+def test_final_runs_use_the_chosen_values_on_the_scenario_name_and_seeds():
+    sc = parse_scenario(tuned({**GRID, "trials": {"seeds": [0], "rounds": 2}}, seeds=[0, 1], algorithms=[
+        {"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}]))
+    tuning = plan(sc)
+    best = tuning.entries[0].trials[2]
+    runs = final_runs(tuning, [Choice(tuning.entries[0], best, (0.1, 0.2, 0.9, 0.3)), Choice(tuning.entries[1], None, ())])
+    written = parse_scenario(tiny_scenario({"local.lr": 0.1, "server.lr": 1.0}, seeds=[0, 1], algorithms=[
+        {"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}]))
+    assert [r.run_id for r in runs] == [run_id_of(s, seed) for s in written.runs for seed in (0, 1)]
+    assert all(r.spec.validation is None and r.spec.rounds == 3 for r in runs)
+
+
+@pytest.mark.parametrize("metric", ["top_acc", "final_acc"])
+def test_runner_up_is_the_second_best(metric):
+    sc = parse_scenario(tuned({**GRID, "select": {"metric": metric}}))
+    entry = plan(sc).entries[0]
+    choice = Choice(entry, entry.trials[2], (0.1, 0.2, 0.9, 0.3))
+    assert choice.runner_up == 0.3
+
+
+def test_final_runs_of_unchanged_settings_are_the_scenario_runs():
+    """Choosing the values the file already has gives back the scenario's own run ids and hash."""
+    sc = parse_scenario(tuned({"space": {"local.lr": [0.1, 0.01]}}, seeds=[0, 1]))
+    tuning = plan(sc)
+    runs = final_runs(tuning, [Choice(tuning.entries[0], tuning.entries[0].trials[0], (0.9, 0.1))])
+    assert [r.run_id for r in runs] == [run_id_of(sc.runs[0], s) for s in (0, 1)]
+    assert {r.scenario_hash for r in runs} == {scenario_hash(sc)}
