@@ -102,11 +102,10 @@ def _read_store(out: Optional[Path], scenario: Optional[str] = None):
         raise typer.Exit(2)
 
     if out is None and not (RESULTS / DB_NAME).is_file():
-        found = [p.parent for p in sorted(RESULTS.glob(f"*/{DB_NAME}"))]
-        found = [f for f in found if scenario is None or scenario in stored_scenarios(f)]
+        held = {p.parent: stored_scenarios(p.parent) for p in sorted(RESULTS.glob(f"*/{DB_NAME}"))}
+        found = [f for f, names in held.items() if scenario is None or scenario in names]
         if len(found) != 1:
-            listing = "; ".join(f"{f}/ ({', '.join(stored_scenarios(f)[:3])}{', …' if len(stored_scenarios(f)) > 3 else ''})"
-                                for f in found)
+            listing = "; ".join(f"{f}/ ({', '.join(held[f][:3])}{', …' if len(held[f]) > 3 else ''})" for f in found)
             fail(f"no results store at {RESULTS}/ and {'none' if not found else 'several'} under it"
                  + (f" with scenario {scenario!r}" if scenario else "") + (f": {listing}" if listing else "")
                  + "; pass --out, or run a scenario first (fedbench run configs/quickstart.yaml)")
@@ -162,7 +161,7 @@ def run(
     _choice("--executor", executor, EXECUTORS)
     sc = _load(scenario, overrides, scale)
     seed_list = _parse_seeds(seeds)
-    _or_exit(check_only, sc, only)
+    _or_exit(check_only, sc, only.split(",") if only else None)
     _or_exit(check_device, device)
     _or_exit(check_out, out)
     with _store_errors(out), _interrupts():
@@ -297,12 +296,11 @@ def sweep(
                                 "report and skip it, run the valid points, exit 1 at the end)"),
 ) -> None:
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
-    from fedbench.sweeps import driver, grid, worker
-
     from fedbench.engine.runner import EXECUTORS
     from fedbench.runs import check_device, check_out
+    from fedbench.sweeps import driver, grid, worker
 
-    _choice("--executor", executor, ("local", "ray"))
+    _choice("--executor", executor, driver.EXECUTORS)
     _choice("--client-executor", client_executor, EXECUTORS)
     skipped: Optional[list[str]] = None if strict else []
     points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds), skipped)

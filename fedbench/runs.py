@@ -20,12 +20,11 @@ from fedbench.store import DB_NAME, ResultsStore
 
 # -- the run options' checks, shared by the command line and fedbench.api: ValueError with one line each --
 
-def check_only(sc: Scenario, only: str | None) -> None:
+def check_only(sc: Scenario, only: list[str] | None) -> None:
     """``--only`` must name at least one algorithm label or name of the scenario."""
-    wanted = set(only.split(",")) if only else set()
-    if wanted and not any(s.label in wanted or s.algorithm["name"] in wanted for s in sc.runs):
+    if only and not any(s.label in only or s.algorithm["name"] in only for s in sc.runs):
         labels = ", ".join(s.label for s in sc.runs)
-        raise ValueError(f"--only {only}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
+        raise ValueError(f"--only {','.join(only)}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
 
 
 def check_device(device: str) -> None:
@@ -93,9 +92,8 @@ def run_scenario(
     console = console or Console()
     if seeds is not None:
         scenario = scenario.model_copy(update={"seeds": seeds})
+    check_only(scenario, only)
     specs = [s for s in scenario.runs if not only or s.label in only or s.algorithm["name"] in only]
-    if not specs:
-        raise ValueError(f"--only {only} matches no algorithm label or name of {scenario.name}")
     store, cache = ResultsStore(out), DataCache(data_dir, download, resolve_device(device))
     lines = quiet or not console.is_terminal
     settings, shash = RunSettings(executor, client_state, threads, lines, HEARTBEAT_S), scenario_hash(scenario)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 
 RUN_STATUSES = ("running", "finished", "diverged", "failed")
+DONE = ("finished", "diverged")  # statuses a run is never trained again from
 METRIC_COLUMNS = (
     "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "wall_s", "consistency", "client_acc_std",
 )
@@ -98,7 +99,7 @@ class RunRecord:
 
     def report_columns(self) -> tuple[str, str | None, str | None, str | None]:
         """``scale`` and the paper cell as stored (see :func:`report_columns`)."""
-        return report_columns(self.scenario, self.spec_json, self.scale, (self.paper, self.paper_table, self.paper_column))
+        return report_columns(self.spec_json, self.scale, (self.paper, self.paper_table, self.paper_column))
 
 
 def scale_from_name(scenario: str) -> str:
@@ -114,7 +115,7 @@ def paper_cell(spec_json: str) -> tuple[str | None, str | None, str | None]:
     return tuple(None if ref.get(k) is None else str(ref[k]) for k in ("name", "table", "column"))  # type: ignore[return-value]
 
 
-def report_columns(scenario: str, spec_json: str, scale: str,
+def report_columns(spec_json: str, scale: str,
                    cell: tuple[str | None, str | None, str | None]) -> tuple[str, str | None, str | None, str | None]:
     """The stored ``scale`` (as the record gives it) and paper cell: ``cell`` when it names a paper,
     else the spec's ``paper`` block."""

@@ -38,9 +38,8 @@ from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
 from fedbench.models.flat import average_buffers
 from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
-from fedbench.store import ResultsStore
+from fedbench.store import DONE, ResultsStore
 
-DONE = ("finished", "diverged")  # statuses a run is never trained again from
 RoundCallback = Callable[[int, dict[str, float | None]], None]
 
 

@@ -19,13 +19,10 @@ from rich.markup import escape
 
 from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
-from fedbench.store import ResultsStore, read_statuses
-from fedbench.sweeps.driver import run_sweep
+from fedbench.store import DONE, ResultsStore, read_statuses
+from fedbench.sweeps.driver import EXECUTORS, run_sweep
 from fedbench.sweeps.grid import expand, sweep_runs
 from fedbench.sweeps.worker import WorkerSettings, record_of
-
-DONE = ("finished", "diverged")
-EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)

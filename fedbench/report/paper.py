@@ -20,12 +20,11 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
-from fedbench.report.health import blowup_notes, blowups
 from fedbench.report.reference import (
     ACCURACY_METRICS, CONTINUAL_METRICS, ColumnSpec, column_specs, load_reference, reference_frame, reference_table, reference_text,
 )
 from fedbench.report.tables import (
-    _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, fallback_notes, footnotes, latex_escape, markdown_grid, summarize,
+    _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, footnotes, latex_escape, markdown_grid, summarize, summary_notes,
 )
 from fedbench.store import PAPER_SCALE
 
@@ -285,13 +284,12 @@ def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | 
     title = load_reference(paper)["title"]
     marks, never = table_display(paper, table)
     runs = paper_runs(store, paper, str(ref.get("runs_from", table)))
-    metrics = store.metrics(runs["run_id"])  # read once; fallback_notes counts only the runs it is given
+    metrics = store.metrics(runs["run_id"])  # read once; summary_notes counts only the runs it is given
     for sc in dict.fromkeys(frame["scale"].dropna()):
         part = frame[frame["scale"] == sc]
         heading, note = comparison_title(paper, table, sc), comparison_note(paper, table, sc)
         at_scale = runs[runs["scale"] == sc]
-        notes = fallback_notes(at_scale, metrics) + blowup_notes(at_scale, blowups(at_scale, metrics))
-        md_notes, tex_notes = footnotes(notes)  # "GradMA-S: 3 QP … fell back", "FedQVR seed 0: blow-up flagged, …"
+        md_notes, tex_notes = footnotes(summary_notes(at_scale, metrics))  # "GradMA-S: 3 QP … fell back", "FedQVR seed 0: blow-up flagged, …"
         texts = {
             ".md": f"## {heading}\n\n{title}, Table {table}: _{caption}_\n\n"
                    f"{format_comparison(part, 'markdown', marks, never)}\n_{note}_\n{md_notes}",

@@ -12,14 +12,13 @@ from rich.markup import escape
 
 from fedbench.engine.runner import EXECUTORS as CLIENT_EXECUTORS
 from fedbench.engine.runner import RunOutcome
-from fedbench.store import DB_NAME, ResultsStore
+from fedbench.store import DB_NAME, DONE, ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepPoint, SweepRun
 from fedbench.sweeps.local import default_jobs, run_local
 from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, select
 from fedbench.sweeps.worker import WorkerSettings
 
 EXECUTORS = ("local", "ray")
-DONE = ("finished", "diverged")
 
 
 @dataclass(frozen=True)

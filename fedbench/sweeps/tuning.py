@@ -33,10 +33,8 @@ from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, Serve
 from fedbench.scenario.resolve import check_component
 from fedbench.scenario.tuning import Range, TuneSpec, ValidationSplit
 from fedbench.seeding import numpy_stream
-from fedbench.store import ResultsStore
+from fedbench.store import DONE, ResultsStore
 from fedbench.sweeps.grid import SweepRun, point_name
-
-DONE = ("finished", "diverged")
 
 
 class TuningError(ValueError):
