@@ -469,6 +469,25 @@ def claims(
     console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
 
 
+@app.command()
+def tuning(
+    paper: str = PAPER, out: Optional[Path] = READ_OUT, tables_dir: Path = TABLES_DIR,
+    scale: str = typer.Option("paper", "--scale", help="the scale of the tuned scenarios: tiny, small or paper"),
+) -> None:
+    """Write a paper's tuning table at a scale (<paper>_tuning_<scale>.md): per method and column, the chosen
+    values, the trial count and the best and runner-up scores (the trials as `fedbench reproduce` ran them)."""
+    from fedbench.papers import check_paper
+    from fedbench.papers.reproduce import room
+    from fedbench.papers.targets import SCALES, tuned_scenarios
+    from fedbench.report.tuning import write_paper_tuning
+
+    paper = _or_exit(check_paper, paper)
+    _choice("--scale", scale, SCALES)
+    store = _read_store(out)
+    paths = write_paper_tuning(store, paper, scale, tuned_scenarios(room(paper).run_files, scale), tables_dir)
+    console.print("\n".join(f"wrote {p}" for p in paths) or f"{paper}: no scenario is tuned at the {scale} scale")
+
+
 @app.command("report")
 def report_(
     out: Optional[Path] = typer.Option(None, "--out", help="results store to show (default: results, unless --paper)"),

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.engine.threads import DEFAULT_THREADS
-from fedbench.scenario import RunSpec, Scenario, scenario_hash
+from fedbench.scenario import RunSpec, Scenario, run_id_of, scenario_hash
 from fedbench.store import DB_NAME, ResultsStore
 
 
@@ -95,6 +95,7 @@ def run_scenario(
     check_only(scenario, only)
     specs = [s for s in scenario.runs if not only or s.label in only or s.algorithm["name"] in only]
     store, cache = ResultsStore(out), DataCache(data_dir, download, resolve_device(device))
+    store.ask([run_id_of(spec, seed) for spec in specs for seed in scenario.seeds])
     lines = quiet or not console.is_terminal
     settings, shash = RunSettings(executor, client_state, threads, lines, HEARTBEAT_S), scenario_hash(scenario)
     columns = [

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 _RUN_FIELDS = ("run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed", "spec_json")
 REPORT_COLUMNS = ("scale", "paper", "paper_table", "paper_column")  # added by the migration to older stores
+ADDED_COLUMNS = (*REPORT_COLUMNS, "asked")  # ``asked``: when a command last asked for the run (NULL: created)
 PAPER_SCALE = "paper"
 NAMED_SCALES = ("small", "tiny")  # the scales a scenario name may end in (``name.tiny``)
 _STATUS_SQL = ", ".join(f"'{s}'" for s in RUN_STATUSES)
@@ -62,7 +63,8 @@ CREATE TABLE IF NOT EXISTS runs (
     scale         TEXT,
     paper         TEXT,
     paper_table   TEXT,
-    paper_column  TEXT
+    paper_column  TEXT,
+    asked         TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario);
 CREATE TABLE IF NOT EXISTS metrics (
@@ -243,13 +245,13 @@ class ResultsStore:
                 )
             fields = (*_RUN_FIELDS, *REPORT_COLUMNS)
             conn.execute(
-                f"INSERT INTO runs ({', '.join(fields)}, status, error, created, updated) "
-                f"VALUES ({', '.join('?' * len(fields))}, 'running', NULL, ?, ?) "
+                f"INSERT INTO runs ({', '.join(fields)}, status, error, created, updated, asked) "
+                f"VALUES ({', '.join('?' * len(fields))}, 'running', NULL, ?, ?, ?) "
                 "ON CONFLICT (run_id) DO UPDATE SET scenario = excluded.scenario, "
                 "scenario_hash = excluded.scenario_hash, algorithm = excluded.algorithm, "
                 "spec_json = excluded.spec_json, status = 'running', error = NULL, updated = excluded.updated, "
-                + ", ".join(f"{c} = excluded.{c}" for c in REPORT_COLUMNS),
-                (*astuple(rec)[:len(_RUN_FIELDS)], *rec.report_columns(), now, now),
+                "asked = excluded.asked, " + ", ".join(f"{c} = excluded.{c}" for c in REPORT_COLUMNS),
+                (*astuple(rec)[:len(_RUN_FIELDS)], *rec.report_columns(), now, now, now),
             )
 
     def record_round(
@@ -301,23 +303,35 @@ class ResultsStore:
     def runs(self, scenario: str | None = None, include_stale: bool = False) -> "pd.DataFrame":
         """One row per run, in creation order, optionally only those of ``scenario``.
 
-        A scenario's algorithm label names one run spec; when a changed scenario file gave a label a
-        new spec (hash), the older spec's runs are *stale* and left out, so reports never pool two
-        versions of an experiment (``include_stale`` keeps them)."""
+        A scenario's algorithm label names one run spec; when a changed scenario file (or a tuning)
+        gave a label another spec (hash), the runs of the spec asked for last (:meth:`ask`, or created
+        last) are current and the others *stale* and left out, so reports never pool two versions of an
+        experiment (``include_stale`` keeps them)."""
         import pandas as pd  # loaded by the readers only: the trainer and the CLI start without it
 
         columns = (*_RUN_FIELDS[:6], "status", "error", "spec_json", "created", "updated", *REPORT_COLUMNS)
-        query = f"SELECT {', '.join(columns)} FROM runs"
+        query = f"SELECT {', '.join(columns)}, COALESCE(asked, created) FROM runs"
         params: tuple[Any, ...] = ()
         if scenario is not None:
             query, params = query + " WHERE scenario = ?", (scenario,)
         with self._connect() as conn:
             rows = conn.execute(query + " ORDER BY rowid", params).fetchall()
-        frame = pd.DataFrame(rows, columns=list(columns)).astype({"seed": "int64"})
+        frame = pd.DataFrame(rows, columns=[*columns, "asked"]).astype({"seed": "int64"})
+        asked = frame.pop("asked")
         if include_stale or frame.empty:
             return frame
-        newest = frame.groupby(["scenario", "algorithm"], sort=False)["spec_hash"].transform("last")
-        return frame[frame["spec_hash"] == newest].reset_index(drop=True)
+        order = asked.rank(method="first").astype(int)  # ties (one command's runs): store order
+        newest = frame.assign(_order=order).sort_values("_order").groupby(["scenario", "algorithm"])["spec_hash"].last()
+        keep = [newest[(s, a)] == h for s, a, h in zip(frame["scenario"], frame["algorithm"], frame["spec_hash"])]
+        return frame[keep].reset_index(drop=True)
+
+    def ask(self, run_ids: Iterable[str]) -> None:
+        """Mark the runs as the ones a command asked for now: for each (scenario, label), the runs
+        of the spec asked for last are the current ones (:meth:`runs`), whether they ran or were
+        found done (a tuning's chosen setting, a scenario file changed back)."""
+        wanted = json.dumps([str(r) for r in run_ids])
+        with self._connect() as conn:
+            conn.execute("UPDATE runs SET asked = ? WHERE run_id IN (SELECT value FROM json_each(?))", (_now(), wanted))
 
     def metrics(self, run_ids: Iterable[str] | None = None) -> "pd.DataFrame":
         """Long (tidy) metric rows sorted by (run_id, round); NULL reads as NaN."""
@@ -362,20 +376,20 @@ def _check_readable(db: Path) -> None:
         conn.close()
     if not have:
         raise ValueError(f"{db} holds no runs table: it is not a fedbench results store")
-    if not set(REPORT_COLUMNS) <= have:  # written before the report columns: migrate it once, then read
+    if not set(ADDED_COLUMNS) <= have:  # written before the report columns: migrate it once, then read
         ResultsStore(db.parent)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Add :data:`REPORT_COLUMNS` to a store written before them and fill them from each run's
-    spec and scenario name (one writer at a time; a no-op on a current store)."""
+    """Add :data:`ADDED_COLUMNS` to a store written before them and fill the report columns from each
+    run's spec and scenario name (one writer at a time; a no-op on a current store)."""
     have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-    if set(REPORT_COLUMNS) <= have:
+    if set(ADDED_COLUMNS) <= have:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}  # another process may have migrated
-        for column in REPORT_COLUMNS:
+        for column in ADDED_COLUMNS:
             if column not in have:
                 conn.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
         rows = conn.execute("SELECT run_id, scenario, spec_json FROM runs").fetchall()

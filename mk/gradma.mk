@@ -6,7 +6,7 @@
 
 reproduce-gradma: install  ## everything of GradMA at SCALE
 	$(REPRODUCE) gradma $(PAPER_OPTS)
-reproduce-gradma-runs: install  ## Table 1's runs (14 columns × 16 methods × seeds)
+reproduce-gradma-runs: install  ## Table 1's runs (14 columns × 16 methods × seeds), tuned per method and column: tables/gradma_tuning_$(SCALE).md
 	$(REPRODUCE) gradma runs $(PAPER_OPTS)
 reproduce-gradma-table1: install  ## GradMA Table 1 (top accuracy) at SCALE: paper / ours
 	$(REPRODUCE) gradma table1 $(PAPER_OPTS)

@@ -193,6 +193,20 @@ def test_runs_leave_out_stale_specs_of_a_label(tmp_path):
     assert len(store.runs(include_stale=True)) == 4 and len(store.runs("scen")) == 2
 
 
+def test_the_spec_asked_for_last_is_current(tmp_path):
+    """A -> B -> A: asking for spec a again (a tuning choosing it back, a file changed back) makes
+    its runs current although b's were created later; a store without the column migrates."""
+    store = ResultsStore(tmp_path)
+    for spec_hash in ("a" * 64, "b" * 64):
+        store.start_run(RunRecord(f"{spec_hash[:16]}-s0", "scen", "h" * 64, spec_hash, "X", 0, "{}"))
+    assert store.runs()["run_id"].tolist() == ["b" * 16 + "-s0"]
+    store.ask(["a" * 16 + "-s0"])
+    assert store.runs()["run_id"].tolist() == ["a" * 16 + "-s0"]
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:  # a store written before the column
+        conn.execute("ALTER TABLE runs DROP COLUMN asked")
+    assert ResultsStore(tmp_path, read_only=True).runs()["run_id"].tolist() == ["b" * 16 + "-s0"]
+
+
 def cells(runs: pd.DataFrame) -> list[list]:
     """The report columns of each run, missing values as None."""
     return [[None if pd.isna(v) else v for v in row] for row in runs[["scale", "paper", "paper_table", "paper_column"]].values]

@@ -21,7 +21,8 @@ from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
 from fedbench.store import DONE, ResultsStore, read_statuses
 from fedbench.sweeps.driver import EXECUTORS, run_sweep
-from fedbench.sweeps.grid import expand, sweep_runs
+from fedbench.sweeps import tuning
+from fedbench.sweeps.grid import SweepPoint, SweepRun, expand, sweep_runs
 from fedbench.sweeps.worker import WorkerSettings, record_of
 
 
@@ -69,9 +70,35 @@ def _with_needs(r: PaperRoom, targets: list[Target], seen: set[str]) -> Iterator
             yield t
 
 
-def target_runs(target: Target, scale: str) -> list:
-    """The target's runs (:class:`fedbench.sweeps.grid.SweepRun`) at ``scale``, in file order."""
-    return sweep_runs(expand(list(target.runs), scale)) if target.runs else []
+def target_points(target: Target, scale: str) -> list[SweepPoint]:
+    """The target's scenarios at ``scale``, in file order."""
+    return expand(list(target.runs), scale) if target.runs else []
+
+
+def target_runs(target: Target, scale: str) -> list[SweepRun]:
+    """The target's runs at ``scale`` known before any training, in file order: an untuned
+    scenario's runs, a tuned one's trial runs (its final runs follow from them, :func:`final_runs_of`)."""
+    runs: dict[str, SweepRun] = {}
+    for p in target_points(target, scale):
+        listed = tuning.plan(p.scenario).trial_runs() if p.scenario.tuned else sweep_runs([p])
+        for run in listed:
+            runs.setdefault(run.run_id, run)
+    return list(runs.values())
+
+
+def final_runs_of(points: list[SweepPoint], store: ResultsStore) -> list[SweepRun]:
+    """Every scenario's runs in file order, a tuned scenario's being its chosen settings' (raises
+    :class:`~fedbench.sweeps.tuning.TuningError` while a trial is not done)."""
+    runs: dict[str, SweepRun] = {}
+    for p in points:
+        if p.scenario.tuned:
+            plan = tuning.plan(p.scenario)
+            listed = tuning.final_runs(plan, tuning.select(store, plan))
+        else:
+            listed = sweep_runs([p])
+        for run in listed:
+            runs.setdefault(run.run_id, run)
+    return list(runs.values())
 
 
 def list_lines(opts: Options) -> list[str]:
@@ -86,13 +113,16 @@ def list_lines(opts: Options) -> list[str]:
             status = read_statuses(opts.out_dir, [x.run_id for x in runs])
             done = sum(s in DONE for s in status.values())
             count = f"{len(runs)} runs, {done} done" if runs else "no runs"
+            if any(p.scenario.tuned for p in target_points(t, opts.scale)):
+                count += " (trials; + the chosen settings' runs)"
             needs = f" (needs {', '.join(t.needs)})" if t.needs else ""
             lines.append(f"  {t.name:<20} {count:<22} {t.help}{needs}")
     return lines
 
 
 def _context(paper: str, target: Target, opts: Options, console: Console) -> Context:
-    return Context(paper, opts.scale, opts.out_dir, opts.tables_dir, opts.figures_dir, console, target.runs)
+    return Context(paper, opts.scale, opts.out_dir, opts.tables_dir, opts.figures_dir, console, target.runs,
+                   room(paper).run_files)
 
 
 def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
@@ -105,10 +135,27 @@ def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
         lines.append(f"{paper} {t.name}: {len(runs)} run(s), {len(todo)} to run "
                      f"(client executor {t.executor_at(opts.scale)}) into {opts.out_dir}/")
         lines += [f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
+        lines += _tuning_lines(t, opts)
         ctx = _context(paper, t, opts, Console())
         lines += [f"  then fedbench {s.describe(ctx)}  (tables: {opts.tables_dir}/, figures: {opts.figures_dir}/)"
                   for s in t.steps]
     return lines
+
+
+def _tuning_lines(target: Target, opts: Options) -> list[str]:
+    """A tuned target's trial plan and, once its trials are done, the chosen settings' runs to do."""
+    points = [p for p in target_points(target, opts.scale) if p.scenario.tuned]
+    if not points:
+        return []
+    lines = [f"  {p.scenario.name}: {line}" for p in points for line in tuning.plan_lines(tuning.plan(p.scenario))[:1]]
+    try:
+        finals = final_runs_of(points, ResultsStore(opts.out_dir, read_only=True))
+    except (tuning.TuningError, FileNotFoundError):
+        return lines + ["  then the chosen settings' runs (known once the trials are done)"]
+    status = read_statuses(opts.out_dir, [x.run_id for x in finals])
+    todo = [x for x in finals if status.get(x.run_id) not in DONE]
+    return lines + [f"  then {len(finals)} run(s) of the chosen settings, {len(todo)} to run"] + [
+        f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
 
 
 def _register_in_order(store: ResultsStore, runs: list) -> None:
@@ -118,9 +165,8 @@ def _register_in_order(store: ResultsStore, runs: list) -> None:
             store.start_run(record_of(run))
 
 
-def _run(target: Target, opts: Options, console: Console) -> bool:
-    """The target's missing runs through the sweep engine; False when one failed."""
-    runs = target_runs(target, opts.scale)
+def _sweep(runs: list[SweepRun], target: Target, opts: Options, console: Console) -> bool:
+    """``runs`` (registered first, in order) through the sweep engine; False when one failed."""
     if not runs:
         return True
     _register_in_order(ResultsStore(opts.out_dir), runs)
@@ -128,6 +174,23 @@ def _run(target: Target, opts: Options, console: Console) -> bool:
     settings = WorkerSettings(client_executor=target.executor_at(opts.scale))
     summary = run_sweep(runs, opts.out_dir, opts.executor, jobs, settings, address=opts.address, console=console)
     return not summary.failed
+
+
+def _run(target: Target, opts: Options, console: Console) -> bool:
+    """The target's missing runs: a tuned scenario's trials first (docs/tuning.md), then every
+    scenario's runs (a tuned one's chosen settings); False when one failed."""
+    points = target_points(target, opts.scale)
+    if any(p.scenario.tuned for p in points):
+        console.print(f"the trials of {sum(p.scenario.tuned for p in points)} tuned scenario(s) (docs/tuning.md):")
+        if not _sweep(target_runs(target, opts.scale), target, opts, console):
+            return False
+        console.print("the chosen settings:")
+    try:
+        finals = final_runs_of(points, ResultsStore(opts.out_dir))
+    except tuning.TuningError as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        return False
+    return _sweep(finals, target, opts, console)
 
 
 def reproduce(paper: str, targets: list[Target], opts: Options, console: Console) -> int:

@@ -11,6 +11,7 @@ file. Every step writes exactly what the matching ``fedbench`` report command wr
     Plot(file, x=("round",), ...)   fedbench plot --scenario … --x round [--metric m] [--algorithm a]… [--name n]
     Continual(file | None)          fedbench continual --scenario … (None: each scenario the target runs)
     Claims()                        fedbench claims --paper P --scale S
+    Tuning()                        fedbench tuning --paper P --scale S
     Bits(model, …) / Costs()        fedbench bits … --paper P / fedbench costs --paper P
 
 ``report_files`` names, without writing, the Markdown tables and PNG figures a step writes: what
@@ -35,6 +36,8 @@ from fedbench.report.continual import continual_stem, write_continual
 from fedbench.report.paper import comparison_stem, write_comparison
 from fedbench.report.plots import figure_name, plot_curves
 from fedbench.report.tables import file_stem, write_tables
+from fedbench.report.tuning import paper_tuning_stem, write_paper_tuning
+from fedbench.scenario import Scenario
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import expand_file
 
@@ -56,6 +59,7 @@ class Context:
     figures_dir: Path
     console: Console
     run_files: tuple[str, ...] = ()  # the target's scenario files (for Continual())
+    room_files: tuple[str, ...] = ()  # every target's scenario files (for Tuning(): the paper's tuned scenarios)
 
     @property
     def store(self) -> ResultsStore:
@@ -161,6 +165,27 @@ class Continual:
                                                       ctx.figures_dir / f"{continual_stem(s)}_curve.png")]
 
 
+def tuned_scenarios(files: tuple[str, ...], scale: str) -> list[Scenario]:
+    """The scenarios of ``files`` (a room's run files) that are tuned at ``scale``, in order."""
+    return [p.scenario for f in dict.fromkeys(files) for p in expand_file(f, scale) if p.scenario.tuned]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The paper's tuning table at the scale: per method and column, the chosen values, the trial
+    count, the best and runner-up scores (nothing when no scenario is tuned at the scale)."""
+
+    def describe(self, ctx: Context) -> str:
+        return f"tuning --paper {ctx.paper} --scale {ctx.scale}"
+
+    def run(self, ctx: Context) -> list[Path]:
+        return write_paper_tuning(ctx.store, ctx.paper, ctx.scale, tuned_scenarios(ctx.room_files, ctx.scale), ctx.tables_dir)
+
+    def report_files(self, ctx: Context) -> list[Path]:
+        tuned = tuned_scenarios(ctx.room_files, ctx.scale)
+        return [ctx.tables_dir / f"{paper_tuning_stem(ctx.paper, ctx.scale)}.md"] if tuned else []
+
+
 @dataclass(frozen=True)
 class Claims:
     """The paper's claims judged on this scale's runs and on the paper's numbers."""
@@ -250,3 +275,8 @@ class PaperRoom:
             if t.name == name:
                 return t
         raise ValueError(f"unknown target {name!r} of {self.name}; known: {', '.join(t.name for t in self.targets)}")
+
+    @property
+    def run_files(self) -> tuple[str, ...]:
+        """Every target's scenario files, each once, in target order."""
+        return tuple(dict.fromkeys(f for t in self.targets for f in t.runs))

@@ -207,7 +207,7 @@ def _paper_files(paper: str, scale: str, tables_dir: Path, figures_dir: Path) ->
 def _target_files(room: PaperRoom, paper: str, scale: str, tables_dir: Path, figures_dir: Path):
     """(target, its files in step order, the error of a step that could not name its files) per target."""
     for target in room.targets:
-        ctx = Context(paper, scale, Path("."), tables_dir, figures_dir, Console(), target.runs)
+        ctx = Context(paper, scale, Path("."), tables_dir, figures_dir, Console(), target.runs, room.run_files)
         files, errors = [], []
         for step in target.steps:
             try:

@@ -26,6 +26,7 @@ from fedbench.report.reference import (
 from fedbench.report.tables import (
     _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, footnotes, latex_escape, markdown_grid, summarize, summary_notes,
 )
+from fedbench.report.tuned import MARK, tuned_labels
 from fedbench.store import PAPER_SCALE
 
 _COUNTS = ("seeds", "finished", "diverged", "failed", "running")
@@ -282,13 +283,15 @@ def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | 
     ref = reference_table(paper, table)
     caption = ref["caption"]
     title = load_reference(paper)["title"]
-    marks, never = table_display(paper, table)
+    table_marks, never = table_display(paper, table)
     runs = paper_runs(store, paper, str(ref.get("runs_from", table)))
     metrics = store.metrics(runs["run_id"])  # read once; summary_notes counts only the runs it is given
     for sc in dict.fromkeys(frame["scale"].dropna()):
         part = frame[frame["scale"] == sc]
         heading, note = comparison_title(paper, table, sc), comparison_note(paper, table, sc)
         at_scale = runs[runs["scale"] == sc]
+        tuned = tuned_labels(at_scale)
+        marks = {**table_marks, **{r: f"{MARK} {table_marks.get(r, '')}".strip() for r in tuned}}
         md_notes, tex_notes = footnotes(summary_notes(at_scale, metrics))  # "GradMA-S: 3 QP … fell back", "FedQVR seed 0: blow-up flagged, …"
         texts = {
             ".md": f"## {heading}\n\n{title}, Table {table}: _{caption}_\n\n"

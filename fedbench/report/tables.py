@@ -25,6 +25,7 @@ from rich.table import Table
 from tabulate import tabulate
 
 from fedbench.report.health import blowup_notes, blowups, is_flagged
+from fedbench.report.tuned import MARK, tuned_labels, tuning_notes
 
 FORMATS = ("markdown", "latex", "csv")
 BAD_STATUSES = {"diverged": "div.", "failed": "failed"}
@@ -103,6 +104,7 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     by_run = {rid: part for rid, part in metrics.groupby("run_id", sort=False)}
     empty = metrics.iloc[0:0]
     flagged = blowups(runs, metrics)
+    tuned = tuned_labels(runs)  # the column appears only in tables with a tuned run
 
     rows = []
     for (scen, algo), group in runs.groupby(["scenario", "algorithm"], sort=False):
@@ -111,6 +113,8 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
         )
         status = group["status"].value_counts()
         row: dict[str, object] = {"scenario": scen, "algorithm": algo, "seeds": len(group)}
+        if tuned:
+            row["tuned"] = algo in tuned
         row["server_mb"] = float(pd.Series([_server_mb(by_run.get(rid, empty)) for rid in group["run_id"]]).mean())
         row.update({s: int(status.get(s, 0)) for s in _COUNTS[1:]})
         row["blowup"] = int(group["run_id"].isin(list(flagged)).sum())
@@ -183,7 +187,8 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
         headers.append("Server state (MB)")  # the server's algorithm state (GradMA's memory D, SCAFFOLD's c_i, ...)
     rows = []
     for _, r in summary.iterrows():
-        cells = ([str(r["scenario"])] if multi else []) + [str(r["algorithm"]), str(r["seeds"]), _status_text(r)]
+        label = f"{r['algorithm']} {MARK}" if bool(r.get("tuned", False)) else str(r["algorithm"])
+        cells = ([str(r["scenario"])] if multi else []) + [label, str(r["seeds"]), _status_text(r)]
         cells += [acc_cell(r, "top", pm), acc_cell(r, "final", pm)]
         for t in tags:
             cells += [_reach_cell(r, t, "rounds"), _reach_cell(r, t, "bits")]
@@ -298,8 +303,9 @@ SUMMARY_NOTE = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k
 
 
 def summary_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
-    """The lines under a scenario's table after :data:`SUMMARY_NOTE`: QP fallbacks and flagged blow-ups."""
-    return fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics))
+    """The lines under a scenario's table after :data:`SUMMARY_NOTE`: QP fallbacks, flagged blow-ups
+    and how the tuned (†) rows were tuned."""
+    return fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics)) + tuning_notes(runs)
 
 
 def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:

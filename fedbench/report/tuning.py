@@ -1,5 +1,7 @@
-"""The tuning table of a scenario: per entry, the chosen values, the trial count, the best and
-runner-up scores and the protocol (``<tables>/<scenario>_tuning.md`` and ``.csv``)."""
+"""Tuning tables: per entry of a scenario (``<tables>/<scenario>_tuning.md`` and ``.csv``, written by
+``fedbench tune``), or per method and column of a paper's tuned scenarios at a scale
+(``<tables>/<paper>_tuning_<scale>.md``, written by ``fedbench reproduce``): the chosen values, the
+trial count, the best and runner-up scores and the protocol."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import math
 from pathlib import Path
 
 from fedbench.report.tables import file_stem, markdown_grid, write_formats
-from fedbench.sweeps.tuning import Choice
+from fedbench.scenario import Scenario
+from fedbench.store import ResultsStore
+from fedbench.sweeps.tuning import Choice, TuningError, plan, select
 
 HEADERS = ["method", "chosen", "trials", "metric", "best", "runner-up", "protocol"]
 ALIGN = ["left", "left", "right", "left", "right", "right", "left"]
@@ -44,20 +48,60 @@ def tuning_rows(choices: list[Choice]) -> list[list[str]]:
     return rows
 
 
-def render(choices: list[Choice], scenario: str, fmt: str) -> str:
-    """The table as ``markdown`` (with the protocols' notes) or ``csv``."""
+def _trials_note(choices: list[Choice]) -> str:
+    """What each trial ran (rounds × seeds), once per distinct way."""
+    ways = dict.fromkeys((len(c.entry.trials), c.best.spec.rounds, c.best.seeds) for c in choices if c.best is not None)
+    return "".join(f"_trials: {n} setting(s) per method, each {r} rounds × seed(s) {', '.join(map(str, s))}_\n\n"
+                   for n, r, s in ways)
+
+
+def render(choices: list[Choice], scenario: str, fmt: str, columns: list[str] | None = None) -> str:
+    """The table as ``markdown`` (with the protocols' notes) or ``csv``; ``columns`` (one per choice)
+    adds a first column naming the paper column (or scenario) of each row."""
     rows = tuning_rows(choices)
+    headers, align = HEADERS, ALIGN
+    if columns is not None:
+        rows = [[col, *row] for col, row in zip(columns, rows)]
+        headers, align = ["column", *HEADERS], ["left", *ALIGN]
     if fmt == "csv":
         buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerows([HEADERS, *rows])
+        csv.writer(buf, lineterminator="\n").writerows([headers, *rows])
         return buf.getvalue()
     notes = {c.entry.tune.protocol: PROTOCOL_NOTE[c.entry.tune.protocol].format(f=c.entry.tune.validation_fraction)
              for c in choices if c.entry.tune is not None}
-    lines = "".join(f"_{p}: {text}_\n\n" for p, text in notes.items())
+    lines = "".join(f"_{p}: {text}_\n\n" for p, text in notes.items()) + _trials_note(choices)
     scores = "_accuracy in %, mean over the trial seeds; rounds_to: the first round reaching the target_\n"
-    return f"## {scenario}: tuning\n\n{markdown_grid(HEADERS, rows, ALIGN)}\n{lines}{scores}"
+    return f"## {scenario}: tuning\n\n{markdown_grid(headers, rows, align)}\n{lines}{scores}"
 
 
 def write_tuning_tables(choices: list[Choice], out_dir: Path, scenario: str) -> list[Path]:
     """``<out_dir>/<scenario>_tuning.md`` and ``.csv``."""
     return write_formats(out_dir, f"{file_stem(scenario)}_tuning", lambda fmt: render(choices, scenario, fmt))
+
+
+def paper_tuning_stem(paper: str, scale: str) -> str:
+    """``<paper>_tuning_<scale>``: the stem of a paper's tuning table."""
+    return f"{paper}_tuning_{scale}"
+
+
+def write_paper_tuning(store: ResultsStore, paper: str, scale: str, scenarios: list[Scenario], out_dir: Path) -> list[Path]:
+    """``<out_dir>/<paper>_tuning_<scale>.md`` and ``.csv``: each tuned entry of ``scenarios`` (the
+    paper's tuned scenarios at ``scale``) whose trials are done, by paper column (or scenario name);
+    scenarios with trials still to run are named under the table. Nothing when none is tuned."""
+    choices: list[Choice] = []
+    columns: list[str] = []
+    pending = []
+    for sc in scenarios:
+        try:
+            chosen = [c for c in select(store, plan(sc)) if c.best is not None]
+        except TuningError:
+            pending.append(sc.name)
+            continue
+        choices += chosen
+        columns += [sc.paper.column if sc.paper is not None else sc.name] * len(chosen)
+    if not choices and not pending:
+        return []
+    title = f"{paper}, {scale} scale"
+    tail = f"_not tuned yet (trials to run): {', '.join(pending)}_\n" if pending else ""
+    return write_formats(out_dir, paper_tuning_stem(paper, scale),
+                         lambda fmt: render(choices, title, fmt, columns) + ("" if fmt == "csv" else tail))

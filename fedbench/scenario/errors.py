@@ -18,6 +18,8 @@ class ScenarioError(ValueError):
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
+        if isinstance(part, str) and part.startswith("tune "):  # a union's tag (fedbench.scenario.tuning)
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 

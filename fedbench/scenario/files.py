@@ -96,11 +96,14 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def apply_override(raw: dict[str, Any], key: str, value: Any, origin: str = "--set") -> None:
-    """Set the dotted ``key`` of a raw scenario dict to ``value`` (replacing whole blocks)."""
+    """Set the dotted ``key`` of a raw scenario dict to ``value`` (replacing whole blocks). A key
+    inside a block switched off with ``false`` (``tune: false``) is left out: the block stays off."""
     node = raw
     parts = key.strip().split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
+        if node is False:
+            return
         if not isinstance(node, dict):
             raise ScenarioError([f"{origin} {key}: {part!r} is not a mapping"])
     node[parts[-1]] = copy.deepcopy(value)

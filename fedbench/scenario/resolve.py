@@ -92,10 +92,14 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: each space key is
     one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
     values (a range: both bounds) passes that key's own validation. Problems name the YAML path."""
-    algo, tune = scenario.algorithms[i], scenario.tune_of(i)
+    algo = scenario.algorithms[i]
+    where = f"algorithms[{i}].tune" if algo.tune else "tune"
+    try:
+        tune = scenario.tune_of(i)
+    except ValidationError as exc:
+        return format_errors(exc, where)
     if tune is None:
         return []
-    where = f"algorithms[{i}].tune" if algo.tune is not None else "tune"
     if scenario.continual is not None:
         return [f"{where}: tuning a continual scenario is not supported yet"]
     entry = f"algorithms[{i}] ({algo.name})"

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, PrivateAttr, model_serializer
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.scenario.schema import BlowupSpec, ClientsSpec, ContinualSpec, EvalSpec, LocalSpec, PaperRef, Strict, WirelessSpec
-from fedbench.scenario.tuning import ValidationSplit
+from fedbench.scenario.tuning import TunedFrom, ValidationSplit
 from fedbench.store import RunRecord
 
 
@@ -53,22 +53,23 @@ class RunSpec(Strict):
     continual: ContinualSpec | None = None
     blowup: BlowupSpec = Field(default_factory=BlowupSpec)
     validation: ValidationSplit | None = None
+    tuned: TunedFrom | None = None
     _scale: str = PrivateAttr(default="paper")
     _components: Components | None = PrivateAttr(default=None)
 
     @model_serializer(mode="wrap")
     def _omit_absent_blocks(self, handler: Any) -> dict[str, Any]:
-        """Absent ``continual`` and ``validation`` blocks are left out of the JSON (and the hash), as
-        if they did not exist."""
+        """Absent ``continual``, ``validation`` and ``tuned`` blocks are left out of the JSON (and the
+        hash), as if they did not exist."""
         data = handler(self)
-        for block in ("continual", "validation"):
+        for block in ("continual", "validation", "tuned"):
             if getattr(self, block) is None:
                 data.pop(block, None)
         return data
 
     def spec_hash(self) -> str:
         """SHA-256 of the canonical JSON of everything that changes results (targets excluded;
-        absent ``wireless``/``continual``/``validation`` blocks and sgd's unused Adam keys are left out, so specs
+        absent ``wireless``/``continual``/``validation``/``tuned`` blocks and sgd's unused Adam keys are left out, so specs
         written before they existed keep their hash)."""
         skip = {"targets", "checkpoint_every", "paper", "blowup"} | ({"wireless"} if self.wireless is None else set())
         payload = self.model_dump(mode="json", exclude=skip)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
-from fedbench.scenario.tuning import TuneSpec
+from fedbench.scenario.tuning import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
 from fedbench.strict import StrictModel
 
 if TYPE_CHECKING:
@@ -248,7 +248,8 @@ class AlgorithmSpec(InlineParams):
     label: str | None = None
     server: dict[str, Any] = Field(default_factory=dict)
     compression: CompressionSpec | None = None
-    tune: TuneSpec | None = Field(default=None, description="this entry's search (replaces the scenario's `tune`)")
+    tune: EntryTuneField | None = Field(
+        default=None, description="this entry's search, laid over the scenario's `tune` (false: not tuned)")
 
 
 class Scenario(Strict):
@@ -274,7 +275,8 @@ class Scenario(Strict):
     checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
     blowup: BlowupSpec = Field(default_factory=BlowupSpec, description="thresholds of the tables' blow-up flag")
     paper: PaperRef | None = None
-    tune: TuneSpec | None = Field(default=None, description="search of every entry's settings (docs/tuning.md)")
+    tune: ScenarioTune | None = Field(
+        default=None, description="search of every entry's settings (docs/tuning.md; false: none tuned)")
     _runs: tuple[RunSpec, ...] | None = PrivateAttr(default=None)
 
     @property
@@ -287,12 +289,17 @@ class Scenario(Strict):
 
     @property
     def tuned(self) -> bool:
-        """True when the scenario or one of its entries has a ``tune`` block (``fedbench tune`` has work)."""
-        return self.tune is not None or any(a.tune is not None for a in self.algorithms)
+        """True when some entry is tuned (``fedbench tune`` has work)."""
+        return any(self.tune_of(i) is not None for i in range(len(self.algorithms)))
 
     def tune_of(self, i: int) -> TuneSpec | None:
-        """The ``tune`` block of ``algorithms[i]``: its own, else the scenario's (None: not tuned)."""
-        return self.algorithms[i].tune or self.tune
+        """The ``tune`` block of ``algorithms[i]``: its own laid over the scenario's (:func:`merge_tune`),
+        None when either is ``false`` or neither exists. Raises ``ValidationError`` for a merged block
+        that cannot run (resolution reports it first)."""
+        own, base = self.algorithms[i].tune, self.tune
+        if own is False or base is False or (own is None and base is None):
+            return None
+        return base if own is None else merge_tune(base or None, own)
 
     @model_validator(mode="after")
     def _checks(self) -> "Scenario":

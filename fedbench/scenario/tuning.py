@@ -14,6 +14,12 @@
       protocol: validation                  # validation (held-out split of each client) | paper (test set)
       validation_fraction: 0.1
 
+An entry's own block is laid over the scenario's (:func:`merge_tune`): its ``space`` keys are added
+to the scenario's (its values win), its ``trials`` keys replace those given, every other key it gives
+replaces the scenario's; ``tune: false`` on an entry leaves that entry untuned, on the scenario every
+entry (a scale overlay switches tuning off with it). A ``budget`` on a pure grid draws that many
+distinct grid points (random search over the grid).
+
 The block changes no run of the scenario itself (``fedbench run`` ignores it, and no spec's JSON or
 hash holds it); its trials are runs of their own (:mod:`fedbench.sweeps.tuning`). Keys an entry can
 take (checked with their values by :func:`fedbench.scenario.resolve.tune_problems`): ``local.<key>``
@@ -25,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from fedbench.strict import StrictModel
 
@@ -71,6 +77,8 @@ class Range(StrictModel):
 
 def _space_value(value: Any) -> list[Any] | Range:
     """A space entry: a non-empty list (a grid) or a :class:`Range` (errors land on ``space.<key>``)."""
+    if isinstance(value, Range):
+        return value
     if isinstance(value, list):
         if not value:
             raise ValueError("expected a non-empty list of values")
@@ -139,6 +147,58 @@ class TuneSpec(StrictModel):
     def sampled(self) -> bool:
         """True when a range is searched (the sampler draws ``budget`` trials), false for a pure grid."""
         return any(isinstance(v, Range) for v in self.space.values())
+
+
+class EntryTune(StrictModel):
+    """An algorithm entry's ``tune:`` block: any key of :class:`TuneSpec`, laid over the scenario's
+    block by :func:`merge_tune` (alone, it must give a ``space``)."""
+
+    space: dict[str, SpaceValue] = Field(default_factory=dict, description="keys added to the scenario's space")
+    budget: int | None = Field(default=None, ge=1)
+    seed: int | None = Field(default=None, ge=0)
+    trials: TrialsSpec | None = None
+    select: SelectSpec | None = None
+    protocol: Literal["validation", "paper"] | None = None
+    validation_fraction: float | None = Field(default=None, gt=0, lt=1)
+
+
+def merge_tune(base: TuneSpec | None, entry: EntryTune) -> TuneSpec:
+    """``entry`` laid over ``base``: space keys added (the entry's win), ``trials`` key by key, every
+    other key the entry gives replaces the base's. Raises ``ValidationError`` for a merged block that
+    cannot run (no space; a range without a budget)."""
+    merged: dict[str, Any] = base.model_dump(exclude_unset=True) if base is not None else {}
+    merged["space"] = {**(base.space if base is not None else {}), **entry.space}
+    if entry.trials is not None:
+        merged["trials"] = {**merged.get("trials", {}), **entry.trials.model_dump(exclude_unset=True)}
+    for key in ("budget", "seed", "select", "protocol", "validation_fraction"):
+        if getattr(entry, key) is not None:
+            merged[key] = getattr(entry, key).model_dump() if key == "select" else getattr(entry, key)
+    return TuneSpec.model_validate(merged)
+
+
+def _tag(value: Any) -> str:
+    return "tune off" if value is False else "tune block"
+
+
+# ``tune:`` on a scenario or an entry: a block, or ``false`` (errors name the block's keys: the
+# tags, which hold a space, are left out of error paths by fedbench.scenario.errors)
+ScenarioTune = Annotated[
+    Annotated[TuneSpec, Tag("tune block")] | Annotated[Literal[False], Tag("tune off")], Discriminator(_tag)]
+EntryTuneField = Annotated[
+    Annotated[EntryTune, Tag("tune block")] | Annotated[Literal[False], Tag("tune off")], Discriminator(_tag)]
+
+
+class TunedFrom(StrictModel):
+    """A final run's record of its tuning (a :class:`RunSpec` field: tuned runs are runs of their
+    own, marked in the tables): the chosen values, how many trials were compared, the protocol and
+    the selection metric, the trials' rounds and seeds."""
+
+    values: dict[str, Any]
+    trials: int = Field(ge=1, description="settings compared")
+    protocol: Literal["validation", "paper"]
+    metric: str = Field(description="the selection metric, e.g. top_acc or rounds_to 0.8")
+    rounds: int = Field(ge=1, description="rounds of each trial run")
+    seeds: list[int] = Field(description="seeds of each trial")
 
 
 class ValidationSplit(StrictModel):

@@ -94,6 +94,7 @@ def run_sweep(
     _check(executor, jobs, cpus_per_run, gpus_per_run, max_retries, settings)
     console = console or Console()
     store = ResultsStore(out)
+    store.ask([r.run_id for r in runs])  # these specs are now the current ones of their labels
     todo = [r for r in runs if store.status(r.run_id) not in DONE]
     settings = dataclasses.replace(settings, threads=max(1, math.ceil(cpus_per_run)))
     on_done = _progress(store, len(todo), console)

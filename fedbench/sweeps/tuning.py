@@ -31,7 +31,7 @@ from typing import Any
 from fedbench.algorithms import ALGORITHMS
 from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, ServerSpec
 from fedbench.scenario.resolve import check_component
-from fedbench.scenario.tuning import Range, TuneSpec, ValidationSplit
+from fedbench.scenario.tuning import Range, TunedFrom, TuneSpec, ValidationSplit
 from fedbench.seeding import numpy_stream
 from fedbench.store import DONE, ResultsStore
 from fedbench.sweeps.grid import SweepRun, point_name
@@ -113,14 +113,18 @@ def _key(name: str) -> int:
 
 
 def proposals(scenario: Scenario, i: int, tune: TuneSpec) -> list[dict[str, Any]]:
-    """The settings proposed for ``algorithms[i]``: a grid's cartesian product, or ``budget`` draws
-    from the ``("tune", crc(scenario), crc(label))`` stream under ``tune.seed`` (lists drawn as choices);
-    a draw equal to an earlier one is kept once."""
+    """The settings proposed for ``algorithms[i]``: a grid's cartesian product (with a ``budget``
+    smaller than the grid: that many distinct grid points, in draw order), or ``budget`` draws of a
+    space with ranges (lists drawn as choices; a draw equal to an earlier one is kept once), from the
+    ``("tune", crc(scenario), crc(label))`` stream under ``tune.seed``."""
     keys = list(tune.space)
-    if not tune.sampled:
-        return [dict(zip(keys, values)) for values in itertools.product(*tune.space.values())]
     label = scenario.runs[i].label
     rng = numpy_stream(tune.seed, "tune", _key(scenario.name), _key(label))
+    if not tune.sampled:
+        grid = [dict(zip(keys, values)) for values in itertools.product(*tune.space.values())]
+        if tune.budget is None or tune.budget >= len(grid):
+            return grid
+        return [grid[int(k)] for k in rng.choice(len(grid), size=tune.budget, replace=False)]
     out: list[dict[str, Any]] = []
     for _ in range(tune.budget or 0):
         point = {}
@@ -237,10 +241,21 @@ def select(store: ResultsStore, tuning: TuningPlan) -> list[Choice]:
     return choices
 
 
+def tuned_spec(choice: Choice) -> RunSpec:
+    """The entry's spec with the chosen values, marked :class:`TunedFrom` (a run of its own)."""
+    tune, best = choice.entry.tune, choice.best
+    assert tune is not None and best is not None
+    spec = with_values(choice.entry.base, best.values, choice.entry.label)
+    metric = tune.select.metric + (f" {tune.select.target:g}" if tune.select.target is not None else "")
+    tuned = TunedFrom(values=best.values, trials=len(choice.scores), protocol=tune.protocol, metric=metric,
+                      rounds=best.spec.rounds, seeds=list(best.seeds))
+    return spec.model_copy(update={"tuned": tuned}).resolved(spec.scale, spec.components)
+
+
 def final_runs(tuning: TuningPlan, choices: list[Choice]) -> list[SweepRun]:
     """The scenario's runs with each tuned entry's chosen values (its own name, rounds and seeds)."""
     sc = tuning.scenario
-    specs = [c.entry.base if c.best is None else with_values(c.entry.base, c.best.values, c.entry.label) for c in choices]
+    specs = [c.entry.base if c.best is None else tuned_spec(c) for c in choices]
     shash = _hash([s.spec_hash() for s in specs] + [str(s) for s in sc.seeds])  # scenario_hash's formula
     return [SweepRun(spec, seed, shash) for spec in specs for seed in sc.seeds]
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from fedbench.cli import app
 from fedbench.papers import paper_names, paper_part
 from fedbench.papers import reproduce as rp
-from fedbench.papers.targets import SCALES, Continual, PaperRoom, Plot, ScenarioTable, Target
+from fedbench.papers.targets import SCALES, Continual, PaperRoom, Plot, ScenarioTable, Target, Tuning
 from fedbench.sweeps.grid import expand_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +129,30 @@ def test_reproduce_runs_then_writes_a_fake_rooms_table(tmp_path: Path, monkeypat
     assert set(runs["scale"]) == {"tiny"}
     plan = rp.plan_lines("fake", chosen, opts)
     assert plan[0].startswith("fake t1: 2 run(s), 0 to run")  # a second call has nothing left to run
+
+
+def test_reproduce_tunes_a_tuned_scenario_then_marks_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials first, then the chosen settings on the scenario's seeds; the table marks the tuned row,
+    the paper's tuning table lists the choice; a second call has nothing left to run."""
+    file = _tiny_scenario(tmp_path / "tuned.yaml")
+    raw = yaml.safe_load(file.read_text())
+    raw["algorithms"][1]["tune"] = {"space": {"local.lr": [0.05, 0.2]}, "protocol": "paper", "trials": {"rounds": 1}}
+    file.write_text(yaml.safe_dump(raw))
+    room = PaperRoom("fake", "a fake paper", (
+        Target("t1", "one table", runs=(str(file),), steps=(Tuning(), ScenarioTable(str(file)))),))
+    monkeypatch.setattr(rp, "room", lambda paper: room)
+    opts = rp.Options(scale="tiny", out=tmp_path / "out", jobs=1, tables_dir=tmp_path / "tables")
+    chosen = rp.check("fake", ["t1"], opts)
+    assert rp.reproduce("fake", chosen, opts, rp.Console(quiet=True)) == 0
+    runs = rp.ResultsStore(opts.out_dir).runs()
+    final = runs[runs["scenario"] == "roomtest.tiny"]
+    assert final["algorithm"].tolist() == ["FedAvg", "FedProx"] and set(runs["status"]) == {"finished"}
+    assert len(runs) == 2 + 2  # two trials of FedProx, then FedAvg as written and FedProx at its chosen lr
+    table = (tmp_path / "tables" / "roomtest.tiny.md").read_text()
+    assert "| FedProx †" in table and "| FedAvg  " in table and "† tuned (FedProx)" in table
+    tuning = (tmp_path / "tables" / "fake_tuning_tiny.md").read_text()
+    assert "FedProx" in tuning and "FedAvg" not in tuning and "paper" in tuning
+    assert rp.plan_lines("fake", chosen, opts)[-3].startswith("  then 2 run(s) of the chosen settings, 0 to run")
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

@@ -50,6 +50,30 @@ def test_an_entry_block_names_the_entry():
         parse_scenario(raw)
 
 
+@pytest.mark.parametrize("entry, scenario, line", [
+    ({"trials": {"rounds": 2}}, None, "algorithms[0].tune.space: Dictionary should have at least 1 item"),
+    ({"space": {"local.lr": {"uniform": [0.01, 0.1]}}}, GOOD, "algorithms[0].tune: budget: a space with a range needs"),
+    (True, None, "algorithms[0].tune: Input should be a valid dictionary or instance of EntryTune, got True"),
+    ({"budget": 0}, GOOD, "algorithms[0].tune.budget: Input should be greater than or equal to 1, got 0"),
+])
+def test_an_entry_block_laid_over_the_scenario_must_still_run(entry, scenario, line):
+    """A block alone needs a space; a merged space with a range needs a budget; ``true`` is no block."""
+    raw = tiny_scenario(tune=scenario, algorithms=[{"name": "fedavg", "tune": entry}])
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(raw)
+    assert any(p.startswith(line) for p in err.value.problems), err.value.problems
+
+
+def test_a_scale_overlay_can_switch_tuning_off():
+    """``tune: false`` in a scale turns it off, and an inherited ``tune.budget`` overlay is ignored there."""
+    from fedbench.scenario.files import apply_scale
+
+    raw = tiny_scenario(tune=GOOD)
+    raw["scales"] = {"tiny": {"tune": False, "tune.budget": 3}, "small": {"tune.budget": 1}}
+    assert not parse_scenario(apply_scale(raw, "tiny")).tuned
+    assert parse_scenario(apply_scale(raw, "small")).tune.budget == 1
+
+
 def test_a_continual_scenario_cannot_be_tuned_yet():
     raw = tiny_scenario(tune=GOOD, continual={"tasks": 2, "rounds_per_task": 2}, rounds=4)
     with pytest.raises(ScenarioError, match="tune: tuning a continual scenario is not supported yet"):

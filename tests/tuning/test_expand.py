@@ -64,11 +64,38 @@ def test_a_scenario_without_tune_keeps_its_specs_and_hash():
     assert "validation" not in plain.runs[0].to_json() and "tune" not in plain.runs[0].to_json()
 
 
-def test_an_entry_block_wins_over_the_scenario_block():
-    sc = parse_scenario(tiny_scenario(tune=GRID, algorithms=[
-        {"name": "fedavg"}, {"name": "fedprox", "tune": {"space": {"mu": [0.5]}, "protocol": "paper"}}]))
-    fedavg, fedprox = plan(sc).entries
-    assert len(fedavg.trials) == 4 and [t.values for t in fedprox.trials] == [{"mu": 0.5}]
+def test_an_entry_block_is_laid_over_the_scenario_block():
+    """Space keys are added (the entry's values win), trials merge key by key, other keys replace."""
+    sc = parse_scenario(tiny_scenario(tune={**GRID, "trials": {"seeds": [0], "rounds": 2}}, algorithms=[
+        {"name": "fedavg"},
+        {"name": "fedprox", "tune": {"space": {"mu": [0.5, 1.0], "local.lr": [0.2]}, "protocol": "validation",
+                                     "trials": {"rounds": 1}}},
+        {"name": "fedavgm", "label": "untuned", "tune": False}]))
+    fedavg, fedprox, off = plan(sc).entries
+    assert len(fedavg.trials) == 4 and off.tune is None and off.trials == ()
+    assert [t.values for t in fedprox.trials] == [
+        {"local.lr": 0.2, "server.lr": s, "mu": m} for s in (1.0, 2.0) for m in (0.5, 1.0)]
+    assert fedprox.tune.protocol == "validation" and fedavg.tune.protocol == "paper"
+    assert fedprox.tune.trials.seeds == [0] and {t.spec.rounds for t in fedprox.trials} == {1}
+
+
+def test_tune_false_on_the_scenario_leaves_every_entry_untuned():
+    """A scale overlay switches tuning off with ``tune: false`` (entries' own blocks included)."""
+    sc = parse_scenario(tiny_scenario(tune=False, algorithms=[
+        {"name": "fedavg"}, {"name": "fedprox", "tune": {"space": {"mu": [0.5]}}}]))
+    assert not sc.tuned and all(e.tune is None for e in plan(sc).entries)
+
+
+def test_a_budget_on_a_grid_draws_distinct_grid_points():
+    """Random search over a grid: ``budget`` distinct points, the same for the same seed."""
+    grid = {"space": {"local.lr": [0.01, 0.05, 0.1], "server.lr": [0.1, 1.0, 10.0]}}
+    full = [t.values for t in plan(parse_scenario(tuned(grid))).entries[0].trials]
+    drawn = [t.values for t in plan(parse_scenario(tuned({**grid, "budget": 4}))).entries[0].trials]
+    again = [t.values for t in plan(parse_scenario(tuned({**grid, "budget": 4}))).entries[0].trials]
+    other = [t.values for t in plan(parse_scenario(tuned({**grid, "budget": 4, "seed": 3}))).entries[0].trials]
+    assert len(full) == 9 and len(drawn) == 4 and drawn == again and drawn != other
+    assert all(v in full for v in drawn) and len({tuple(v.items()) for v in drawn}) == 4
+    assert [t.values for t in plan(parse_scenario(tuned({**grid, "budget": 20}))).entries[0].trials] == full
 
 
 RANGES = {"space": {"local.lr": {"log_uniform": [1e-3, 1e-1]}, "server.lr": {"uniform": [0.5, 2.0]},
@@ -101,8 +128,12 @@ def test_final_runs_use_the_chosen_values_on_the_scenario_name_and_seeds():
     runs = final_runs(tuning, [Choice(tuning.entries[0], best, (0.1, 0.2, 0.9, 0.3)), Choice(tuning.entries[1], None, ())])
     written = parse_scenario(tiny_scenario({"local.lr": 0.1, "server.lr": 1.0}, seeds=[0, 1], algorithms=[
         {"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}]))
-    assert [r.run_id for r in runs] == [run_id_of(s, seed) for s in written.runs for seed in (0, 1)]
-    assert all(r.spec.validation is None and r.spec.rounds == 3 for r in runs)
+    fedavg, fedprox = written.runs
+    assert [r.run_id for r in runs[2:]] == [run_id_of(fedprox, seed) for seed in (0, 1)]  # untuned: as written
+    tuned_spec = runs[0].spec
+    assert tuned_spec.tuned.values == {"local.lr": 0.1, "server.lr": 1.0} and tuned_spec.tuned.trials == 4
+    assert tuned_spec.model_copy(update={"tuned": None}).spec_hash() == fedavg.spec_hash()
+    assert all(r.spec.validation is None and r.spec.rounds == 3 and r.spec.scenario == sc.name for r in runs)
 
 
 @pytest.mark.parametrize("metric", ["top_acc", "final_acc"])
@@ -113,10 +144,11 @@ def test_runner_up_is_the_second_best(metric):
     assert choice.runner_up == 0.3
 
 
-def test_final_runs_of_unchanged_settings_are_the_scenario_runs():
-    """Choosing the values the file already has gives back the scenario's own run ids and hash."""
+def test_a_tuned_run_is_a_run_of_its_own_even_at_the_written_values():
+    """Choosing the values the file already has still marks the run tuned: its own id, never the
+    untuned run's (the tables mark it, and a store holding both keeps them apart)."""
     sc = parse_scenario(tuned({"space": {"local.lr": [0.1, 0.01]}}, seeds=[0, 1]))
     tuning = plan(sc)
     runs = final_runs(tuning, [Choice(tuning.entries[0], tuning.entries[0].trials[0], (0.9, 0.1))])
-    assert [r.run_id for r in runs] == [run_id_of(sc.runs[0], s) for s in (0, 1)]
-    assert {r.scenario_hash for r in runs} == {scenario_hash(sc)}
+    assert [r.run_id for r in runs] != [run_id_of(sc.runs[0], s) for s in (0, 1)]
+    assert runs[0].spec.model_copy(update={"tuned": None}).spec_hash() == sc.runs[0].spec_hash()

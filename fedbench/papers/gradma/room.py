@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from fedbench.papers.targets import Claims, Compare, PaperRoom, Plot, ScenarioTable, Target
+from fedbench.papers.targets import Claims, Compare, PaperRoom, Plot, ScenarioTable, Target, Tuning
 
 D = "configs/gradma"
 COLUMNS = (
@@ -38,8 +38,8 @@ FIG5_CURVES = ("MIFA", "MIFAM", "GradMA-S β1=0.0 β2=0.0", "GradMA-S β1=0.5 β
 MEMORY = tuple(f"{D}/fig6_memory_{s}.yaml" for s in ("mnist_w0.1", "mnist_w0.01", "cifar10_w1.0"))
 
 ROOM = PaperRoom("gradma", "GradMA (Luo et al., CVPR 2023)", (
-    Target("runs", "Table 1's runs: 14 columns × 16 methods × seeds", runs=tuple(f"{D}/{c}.yaml" for c in ORDER),
-           client_executor=BATCHED_AT_TINY),
+    Target("runs", "Table 1's runs: 14 columns × 16 methods × seeds, each method tuned per column (its tuning table)",
+           runs=tuple(f"{D}/{c}.yaml" for c in ORDER), client_executor=BATCHED_AT_TINY, steps=(Tuning(),)),
     Target("table1", "GradMA Table 1 (top accuracy): paper / ours", needs=("runs",), steps=(Compare("1"),)),
     Target("table2", "GradMA Table 2 (rounds to ac, Table 1's runs): paper / ours", needs=("runs",), steps=(Compare("2"),)),
     Target("figures", "GradMA Figs. 1–4 (selected accuracy curves of Table 1's runs)", needs=("runs",),

@@ -1,0 +1,46 @@
+"""Tuned runs in the tables: the rows whose runs carry a tuning (``spec.tuned``, written by
+:func:`fedbench.sweeps.tuning.tuned_spec`) are marked :data:`MARK`, and a note under the table says
+how their settings were chosen (the tuning table lists the values and scores)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+MARK = "†"
+_ON = {"paper": "on the test set (paper protocol)",
+       "validation": "on the clients' held-out validation split (validation protocol)"}
+
+
+def _tuned(spec_json: str) -> dict | None:
+    return json.loads(spec_json).get("tuned")
+
+
+def tuned_labels(runs: pd.DataFrame) -> set[str]:
+    """The algorithm labels with at least one tuned run."""
+    return {a for a, s in zip(runs["algorithm"], runs["spec_json"]) if _tuned(s) is not None}
+
+
+def tuning_notes(runs: pd.DataFrame) -> list[str]:
+    """One line per way of tuning found in ``runs`` (protocol, metric, trial rounds and seeds): the
+    marked methods and how many settings each compared; none when no run is tuned."""
+    ways: dict[tuple, dict[str, set[int]]] = {}
+    for label, spec_json in zip(runs["algorithm"], runs["spec_json"]):
+        t = _tuned(spec_json)
+        if t is not None:
+            key = (t["protocol"], t["metric"], t["rounds"], tuple(t["seeds"]))
+            ways.setdefault(key, {}).setdefault(label, set()).add(int(t["trials"]))
+    lines = []
+    for (protocol, metric, rounds, seeds), labels in ways.items():
+        counts = sorted(set().union(*labels.values()))
+        n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+        lines.append(f"{MARK} tuned ({', '.join(labels)}): each setting chosen among {n} trial settings by {metric} "
+                     f"{_ON[protocol]}, trials of {rounds} rounds × seed(s) {', '.join(map(str, seeds))}; "
+                     "the chosen values and scores are in the tuning table")
+    return lines
+
+
+def mark(label: str, tuned: set[str]) -> str:
+    """``label`` with :data:`MARK` when it is tuned."""
+    return f"{label} {MARK}" if label in tuned else label
