@@ -44,3 +44,15 @@ def test_readme_scenario_example_is_an_abridged_quickstart():
     quickstart = yaml.safe_load(ROOT.joinpath("configs", "quickstart.yaml").read_text())
     assert all(example[k] == quickstart[k] for k in example if k != "algorithms")
     assert all(entry in quickstart["algorithms"] for entry in example["algorithms"])
+
+
+def test_readme_tuning_example_validates_and_expands():
+    """The README's tuning example parses and proposes the trials it says (6 settings, FedProx 18)."""
+    from fedbench.scenario import parse_scenario
+    from fedbench.sweeps.tuning import plan
+
+    text = ROOT.joinpath("README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "tune:" in b)
+    fedavg, fedprox = plan(parse_scenario(yaml.safe_load(block), "README.md")).entries
+    assert len(fedavg.trials) == 6 and len(fedprox.trials) == 18
+    assert fedavg.tune.protocol == "validation" and all(t.spec.validation.fraction == 0.1 for t in fedavg.trials)

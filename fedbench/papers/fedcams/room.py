@@ -3,7 +3,7 @@ Scenario files and the decisions behind them: configs/fedcams/README.md."""
 
 from __future__ import annotations
 
-from fedbench.papers.targets import Bits, Claims, Compare, PaperRoom, Plot, Target
+from fedbench.papers.targets import Bits, Claims, Compare, PaperRoom, Plot, Target, Tuning
 
 D = "configs/fedcams"
 # FedCAMS Table 2's rows (Table 1 is their formulas), for ResNet-18 on CIFAR-10 over T = 500 rounds
@@ -19,11 +19,12 @@ def curves(file: str, uplink: bool = False) -> tuple[Plot, ...]:
 
 
 def figure(name: str, help: str, files: tuple[str, ...], plotted: tuple[str, ...], uplink: bool = False) -> Target:
-    """A figure: its files run in order (files in a subfolder share one scenario name), its
-    final-accuracy table ``name`` and the curves of each scenario in ``plotted``."""
+    """A figure: its files run in order (files in a subfolder share one scenario name), the tuning
+    table (where the scale tunes them, App. E.1), its final-accuracy table ``name`` and the curves of
+    each scenario in ``plotted``."""
     paths = tuple(f"{D}/{f}.yaml" for f in files)
     plots = tuple(p for f in plotted for p in curves(f"{D}/{f}.yaml", uplink))
-    return Target(name, help, runs=paths, steps=(Compare(name), *plots))
+    return Target(name, help, runs=paths, steps=(Tuning(), Compare(name), *plots))
 
 
 _PARTICIPATION = tuple(f"fig2_6_participation/{m}_s{s}" for m in ("resnet18", "convmixer") for s in (5, 10, 20))
