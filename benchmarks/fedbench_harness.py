@@ -48,7 +48,7 @@ def fedavg_rounds(
     def one_round(t: int) -> None:
         rc = RoundContext(chosen, LR, steps, algo.broadcast(state, chosen), {}, t)
         if executor == "batched":
-            res = run_clients_batched(algo, rc, [case.steps] * clients, model, data, batcher, cfg)
+            res = run_clients_batched(algo, rc, [case.steps] * clients, model, {}, data, batcher, cfg)
         else:
             res = run_clients_sequential(algo, rc, [case.steps] * clients, model, {}, data, batcher, cfg)
         algo.server_update(state, rc, decoded(res.uploads), weights)
