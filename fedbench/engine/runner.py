@@ -33,6 +33,7 @@ from fedbench.engine.executor import EXECUTORS, ClientExecutor, choose_executor
 from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, full_local_gradients, run_clients_sequential
 from fedbench.engine.plugins import Received, RoundPlugin
+from fedbench.engine.precision import gpu_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
 from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
 from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
@@ -322,7 +323,7 @@ def execute_run(
             return RunOutcome(run_id, "busy", f"being trained by {other}")
         if store.status(run_id) in DONE:  # finished by another process between the two looks
             return RunOutcome(run_id, "skipped")
-        with pinned_threads(threads):
+        with pinned_threads(threads), gpu_precision(spec.local.tf32, cache.device):
             how = (executor, chunk, client_state)
             return _train(spec, seed, store, cache, scenario_hash, on_round, how, run_id)
 
