@@ -44,11 +44,11 @@ HEAVY = {"vgg11", "resnet18"}  # millions of parameters: FedAvg only, one round
 class ImageCache(DataCache):
     """Random images of one shape (96 train, 32 test, 10 classes) in place of the scenario's dataset."""
 
-    def __init__(self, tmp_path, shape):
-        super().__init__(tmp_path, False, torch.device("cpu"))
+    def __init__(self, tmp_path, shape, device=torch.device("cpu")):
+        super().__init__(tmp_path, False, device)
         gen = torch.Generator().manual_seed(0)
         split = [ArraySplit(torch.randn(n, *shape, generator=gen), torch.randint(0, 10, (n,), generator=gen)) for n in (96, 32)]
-        self.images = DatasetSplits("images", split[0], split[1], 10, tuple(shape))
+        self.images = DatasetSplits("images", split[0], split[1], 10, tuple(shape)).to(device)
 
     def get(self, spec):
         return self.images
