@@ -147,7 +147,7 @@ def run_clients_batched(
     clients, device = ctx.clients.tolist(), ctx.start.device
     plan = draw_plan(train, batcher, clients, steps, cfg)
     layers = RowLayers(model)
-    keys = dropout_keys(cfg.seed, ctx.round, clients if layers.has_dropout else [0] * len(clients), device)
+    keys = dropout_keys(cfg.seed, ctx.round, clients, device) if layers.has_dropout else torch.zeros_like(ctx.clients)
     k_of = torch.tensor(steps, device=device)
     uploads: dict[str, list] = {}
     finals, per_client, losses = [], [], []
@@ -165,19 +165,20 @@ def run_clients_batched(
 
 
 def probe_client_bytes(model: FlatModel, buffers: Buffers, train: ArraySplit, batch_size: int, cfg: LocalConfig) -> int:
-    """Peak CUDA memory of one client's batched gradient on a batch of ``batch_size`` training samples,
-    plus :data:`~fedbench.engine.executor.STATE_ROWS` ``[P]`` rows: what each client of a chunk adds.
-    Draws nothing from the run's streams (its generators are forked)."""
+    """Peak CUDA memory per client of a two-client batched gradient on batches of ``batch_size``
+    training samples, plus :data:`~fedbench.engine.executor.STATE_ROWS` ``[P]`` rows: what each
+    client of a chunk adds (a chunk of one runs as two rows). Draws nothing from the run's streams
+    (its generators are forked)."""
     device = train.y.device
     torch.cuda.synchronize(device)
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     with torch.random.fork_rng(devices=[device]):
-        idx = torch.arange(min(batch_size, len(train.y)), device=device).unsqueeze(0)
-        stacked = {n: v.unsqueeze(0).clone() for n, v in buffers.items()}
-        mask = torch.ones_like(idx, dtype=train.x.dtype)
+        idx = torch.arange(min(batch_size, len(train.y)), device=device).expand(2, -1)
+        stacked = {n: v.unsqueeze(0).expand(2, *v.shape).clone() for n, v in buffers.items()}
+        mask = torch.ones(idx.shape, dtype=train.x.dtype, device=device)
         oracle = BatchedOracle(RowLayers(model), stacked, train.x[idx], train.y[idx], mask, cfg)
-        oracle(model.flatten().unsqueeze(0))
+        oracle(model.flatten().unsqueeze(0).expand(2, -1))
         del oracle
     torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - base + STATE_ROWS * model.dim * 4
+    return (torch.cuda.max_memory_allocated(device) - base) // 2 + STATE_ROWS * model.dim * 4
