@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_clients [--device cpu|cuda] [--cases mlp,cnn,resnet18gn]
         [--clients 10,50] [--rounds 3] [--min-seconds 5] [--warmup 1] [--threads N]
-        [--max-round-tflop X] [--out table.md]
+        [--chunk N] [--tf32 on|off] [--max-round-tflop X] [--out table.md]
 
 For every model case and every S, runs the same FedAvg rounds (benchmarks/workload.py) with
 fedbench's sequential executor, its batched executor and Flower's Simulation Engine (needs
@@ -15,7 +15,10 @@ samples/s) against the measured float32 matmul peak, and peak host memory (resid
 process tree, Flower's Ray processes included) and device memory. fedbench uses ``--threads``
 intra-op threads; Flower gets ``--threads`` CPUs for Ray, ``--flower-cpus-per-client`` per
 ClientApp actor (so threads / that many clients train at once, each with that many torch
-threads) and ``--flower-gpus-per-client`` GPUs each on CUDA.
+threads) and ``--flower-gpus-per-client`` GPUs each on CUDA. On CUDA every harness and the matmul
+peak run with TF32 on (``--tf32 off``: IEEE float32), as fedbench's engine does by default
+(``local.tf32``); fedbench's batched executor trains ``--chunk`` clients at a time (default: the
+engine's memory-probed choice on CUDA, the whole round on a CPU).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_client
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.workload import CASES, DEFAULT_CASES, case_named, flops_per_sample, matmul_peak
+from fedbench.engine.precision import gpu_precision
 
 EXECUTORS = ("sequential", "batched", "flower")
 
@@ -51,7 +55,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(spec["device"])
     case = case_named(spec["case"])
     extra: dict[str, Any] = {}
-    with HostMemory() as host:
+    with HostMemory() as host, gpu_precision(spec["tf32"], device):
         if spec["executor"] == "flower":
             import logging
 
@@ -60,14 +64,15 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             logging.getLogger("flwr").setLevel(logging.WARNING)
             rounds, seconds, out = time_flower(
                 case, spec["case"], spec["clients"], spec["rounds"], spec["warmup"], spec["min_seconds"], device,
-                spec["cpus_per_client"], spec["gpus_per_client"], spec["threads"],
+                spec["cpus_per_client"], spec["gpus_per_client"], spec["threads"], spec["tf32"],
             )
             extra["device_peak"] = max((m.get("peak-device-bytes", 0) for m in out["metrics"].values()), default=0)
         else:
             from benchmarks.fedbench_harness import time_fedbench
 
             rounds, seconds = time_fedbench(
-                case, spec["clients"], spec["rounds"], spec["warmup"], spec["min_seconds"], device, spec["executor"]
+                case, spec["clients"], spec["rounds"], spec["warmup"], spec["min_seconds"], device, spec["executor"],
+                spec["chunk"],
             )
             extra["device_peak"] = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     return {"rounds": rounds / seconds, "timed_rounds": rounds, "seconds": seconds, "host_peak": host.peak, **extra}
@@ -106,6 +111,9 @@ def main() -> None:
     parser.add_argument("--no-flower", action="store_true", help="skip Flower")
     parser.add_argument("--flower-cpus-per-client", type=float, default=None, help="default 1 (CPU), threads/4 (CUDA)")
     parser.add_argument("--flower-gpus-per-client", type=float, default=None, help="default 0.25 on CUDA")
+    parser.add_argument("--chunk", type=int, default=None, help="fedbench batched: clients per chunk (default: "
+                        "the engine's choice on CUDA, the whole round on a CPU)")
+    parser.add_argument("--tf32", choices=("on", "off"), default="on", help="CUDA: TF32 matmuls/convolutions (as local.tf32)")
     parser.add_argument("--max-round-tflop", type=float, default=None, help="skip (model, S) whose round needs more")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     parser.add_argument("--out", help="also write the Markdown table here")
@@ -129,7 +137,9 @@ def main() -> None:
     gpus_per_client = args.flower_gpus_per_client if args.flower_gpus_per_client is not None else (0.25 if cuda else 0.0)
 
     torch.set_num_threads(args.threads)
-    peak = matmul_peak(device, repeats=10)
+    tf32 = args.tf32 == "on"
+    with gpu_precision(tf32, device):
+        peak = matmul_peak(device, repeats=10)
     load_before = os.getloadavg()
     lines = [
         f"device: {device_name(device, args.threads)}",
@@ -137,6 +147,7 @@ def main() -> None:
         + (f"; flwr {importlib.metadata.version('flwr')}" if "flower" in executors else ""),
         "command: python -m benchmarks.bench_clients " + " ".join(sys.argv[1:]),
         f"Flower: Ray with {args.threads} CPUs, {cpus_per_client:g} CPU(s) and {gpus_per_client:g} GPU(s) per ClientApp",
+        *([f"TF32 {args.tf32}; fedbench batched chunk: {args.chunk or 'engine default'}"] if cuda else []),
         "",
         "| model | S | executor | rounds/s | client-samples/s | vs sequential | fedbench / Flower | GFLOP/s (% of peak) | peak host MiB | peak device MiB |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -156,7 +167,8 @@ def main() -> None:
                 spec = {
                     "case": name, "clients": clients, "rounds": args.rounds, "warmup": args.warmup,
                     "min_seconds": args.min_seconds, "device": str(device), "executor": executor, "threads": args.threads,
-                    "cpus_per_client": cpus_per_client, "gpus_per_client": gpus_per_client,
+                    "cpus_per_client": cpus_per_client, "gpus_per_client": gpus_per_client, "chunk": args.chunk,
+                    "tf32": tf32,
                 }
                 results[executor] = spawn(spec, args.timeout)
             rows = _rows(case.label, clients, case.samples_per_client, flops, peak, results, cuda)
@@ -165,7 +177,7 @@ def main() -> None:
     load_after = os.getloadavg()
     footer = (
         f"\nfloat32 matmul peak {peak / 1e9:,.1f} GFLOP/s (measured before the runs; "
-        f"{matmul_peak(device, repeats=10) / 1e9:,.1f} after); load average (1 min) {load_before[0]:.2f} before, "
+        f"{_peak(device, tf32) / 1e9:,.1f} after); load average (1 min) {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after"
     )
     lines.append(footer)
@@ -173,6 +185,11 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def _peak(device: torch.device, tf32: bool) -> float:
+    with gpu_precision(tf32, device):
+        return matmul_peak(device, repeats=10)
 
 
 def _rows(

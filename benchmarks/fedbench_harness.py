@@ -1,4 +1,9 @@
-"""fedbench's side of the benchmark: FedAvg rounds through the engine's two client executors."""
+"""fedbench's side of the benchmark: FedAvg rounds through the engine's two client executors.
+
+The batched executor trains ``chunk`` clients at a time: by default the engine's own choice on
+CUDA (a one-client memory probe, :mod:`fedbench.engine.executor`) and the whole round on a CPU (as
+the CPU tables in benchmarks/README.md were measured). BatchNorm buffers are averaged as the
+engine averages them."""
 
 from __future__ import annotations
 
@@ -12,9 +17,10 @@ from fedbench.algorithms import ALGORITHMS, AlgorithmContext
 from fedbench.algorithms.base import RoundContext
 from fedbench.compress import Compressor
 from fedbench.data.base import ArraySplit
-from fedbench.engine.batched import run_clients_batched
+from fedbench.engine.batched import probe_client_bytes, run_clients_batched
+from fedbench.engine.executor import choose_executor
 from fedbench.engine.batches import ClientBatcher
-from fedbench.models.flat import FlatModel
+from fedbench.models.flat import FlatModel, average_buffers
 from fedbench.engine.local import LocalConfig, run_clients_sequential
 from fedbench.engine.uploads import decoded
 from fedbench.optim.server import ServerOptimizer
@@ -24,11 +30,19 @@ from fedbench.scenario import AugmentSpec, ServerSpec
 EXECUTORS = ("sequential", "batched")
 
 
+def batched_chunk(model: FlatModel, data: ArraySplit, case: Case, device: torch.device, cfg: LocalConfig) -> int | None:
+    """Clients per batched chunk by default: the engine's choice on CUDA, the whole round on a CPU."""
+    if device.type != "cuda":
+        return None
+    return choose_executor("batched", device, probe=lambda: probe_client_bytes(model, model.buffers(), data, case.batch, cfg)).chunk
+
+
 def fedavg_rounds(
-    case: Case, clients: int, device: torch.device, executor: str
+    case: Case, clients: int, device: torch.device, executor: str, chunk: int | None = None
 ) -> tuple[Callable[[int], None], Callable[[], torch.Tensor]]:
     """``(one_round(t), params())``: round t of FedAvg over all ``clients`` clients run by
-    ``executor``, and the current global model as a flat vector ``[P]``."""
+    ``executor`` (batched: ``chunk`` clients at a time, default :func:`batched_chunk`), and the
+    current global model as a flat vector ``[P]``."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
     parts = [client_data(case, i) for i in range(clients)]
@@ -44,24 +58,29 @@ def fedavg_rounds(
     chosen = torch.arange(clients, device=device)
     steps = torch.full((clients,), float(case.steps), device=device)
     weights = torch.full((clients,), 1 / clients, device=device)
+    buffers = [model.buffers()]
+    if executor == "batched" and chunk is None:
+        chunk = batched_chunk(model, data, case, device, cfg)
 
     def one_round(t: int) -> None:
         rc = RoundContext(chosen, LR, steps, algo.broadcast(state, chosen), {}, t)
         if executor == "batched":
-            res = run_clients_batched(algo, rc, [case.steps] * clients, model, data, batcher, cfg)
+            res = run_clients_batched(algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg, chunk)
         else:
-            res = run_clients_sequential(algo, rc, [case.steps] * clients, model, {}, data, batcher, cfg)
+            res = run_clients_sequential(algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg)
         algo.server_update(state, rc, decoded(res.uploads), weights)
+        buffers[0] = average_buffers(res.buffers, weights)
 
     return one_round, lambda: state["x"]
 
 
 def time_fedbench(
-    case: Case, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device, executor: str
+    case: Case, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device, executor: str,
+    chunk: int | None = None,
 ) -> tuple[int, float]:
     """``(timed rounds, seconds)``: after ``warmup`` untimed FedAvg rounds, at least ``rounds``
     more, continuing until ``min_seconds`` have passed."""
-    one_round, _ = fedavg_rounds(case, clients, device, executor)
+    one_round, _ = fedavg_rounds(case, clients, device, executor, chunk)
     for t in range(warmup):
         one_round(t)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None

@@ -24,6 +24,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from benchmarks.workload import LR, Case, case_named, client_data, initial_model
+from fedbench.engine.precision import gpu_precision
 from fedbench.seeding import torch_stream
 
 _WORKER_CACHE: dict[tuple[Any, ...], Any] = {}  # per Ray worker process: models and partitions
@@ -51,11 +52,12 @@ def train(msg: Message, context: Context) -> Message:
     optimizer = torch.optim.SGD(model.parameters(), lr=float(config["lr"]))
     epoch = int(config["server-round"]) - 1  # one local epoch per round, as in fedbench's batcher
     order = torch.randperm(case.samples_per_client, generator=torch_stream(0, "batches", partition, epoch)).to(device)
-    for s in range(case.steps):
-        idx = order[s * case.batch : (s + 1) * case.batch]
-        optimizer.zero_grad()
-        F.cross_entropy(model(x[idx]), y[idx]).backward()
-        optimizer.step()
+    with gpu_precision(bool(config["tf32"]), device):  # as fedbench's engine: TF32 on a GPU unless switched off
+        for s in range(case.steps):
+            idx = order[s * case.batch : (s + 1) * case.batch]
+            optimizer.zero_grad()
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            optimizer.step()
     metrics = {"num-examples": case.samples_per_client}
     if device.type == "cuda":
         metrics["peak-device-bytes"] = torch.cuda.max_memory_allocated(device)
@@ -63,9 +65,9 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
-def train_config(case_name: str, device: torch.device, threads: int) -> ConfigRecord:
+def train_config(case_name: str, device: torch.device, threads: int, tf32: bool = True) -> ConfigRecord:
     """What the server sends each client with the global model."""
-    return ConfigRecord({"case": case_name, "device": str(device), "threads": threads, "lr": LR})
+    return ConfigRecord({"case": case_name, "device": str(device), "threads": threads, "lr": LR, "tf32": tf32})
 
 
 def _max_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
@@ -88,7 +90,7 @@ def fedavg_strategy(clients: int) -> FedAvg:
 
 def server_app(
     case_name: str, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device, threads: int,
-    out: dict[str, Any],
+    out: dict[str, Any], tf32: bool = True,
 ) -> ServerApp:
     """A ServerApp driving Flower's FedAvg round by round — ``configure_train`` →
     ``Grid.send_and_receive`` → ``aggregate_train``, what ``Strategy.start`` does per round less
@@ -105,7 +107,7 @@ def server_app(
         server_round = 0
         while server_round < warmup + rounds or stamps[-1] - stamps[warmup] < min_seconds:
             server_round += 1
-            messages = strategy.configure_train(server_round, arrays, train_config(case_name, device, threads), grid)
+            messages = strategy.configure_train(server_round, arrays, train_config(case_name, device, threads, tf32), grid)
             replies = list(grid.send_and_receive(messages=messages, timeout=3600))
             new_arrays, metrics[server_round] = strategy.aggregate_train(server_round, replies)
             if new_arrays is None:
@@ -130,7 +132,7 @@ def backend_config(cpus_per_client: float, gpus_per_client: float, total_cpus: i
 
 def time_flower(
     case: Case, case_name: str, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device,
-    cpus_per_client: float, gpus_per_client: float, total_cpus: int,
+    cpus_per_client: float, gpus_per_client: float, total_cpus: int, tf32: bool = True,
 ) -> tuple[int, float, dict[str, Any]]:
     """``(timed rounds, seconds, outputs of server_app)`` for Flower's simulation (Ray
     start-up and the first round's model building and data generation fall in the warm-up)."""
@@ -138,7 +140,7 @@ def time_flower(
 
     out: dict[str, Any] = {}
     run_simulation(
-        server_app=server_app(case_name, clients, rounds, warmup, min_seconds, device, max(1, int(cpus_per_client)), out),
+        server_app=server_app(case_name, clients, rounds, warmup, min_seconds, device, max(1, int(cpus_per_client)), out, tf32),
         client_app=client_app,
         num_supernodes=clients,
         backend_config=backend_config(cpus_per_client, gpus_per_client, total_cpus),

@@ -47,6 +47,7 @@ CASES = {
     "mlp": Case("MNIST MLP 784-200-200-10", "mlp", {}, (1, 28, 28), 10, 50),
     "cnn": Case("CIFAR CNN (lenet5)", "lenet5", {}, (3, 32, 32), 10, 50),
     "resnet18gn": Case("ResNet-18-GN (CIFAR)", "resnet18", {"norm": "group"}, (3, 32, 32), 2, 50),
+    "resnet18bn": Case("ResNet-18-BN (CIFAR)", "resnet18", {"norm": "batch"}, (3, 32, 32), 2, 50),
     "mlp-tiny": Case("MLP 64-200-100-10 (GradMA tiny)", "mlp", {"hidden": [200, 100]}, (1, 8, 8), 10, 64),
 }
 DEFAULT_CASES = ("mlp", "cnn", "resnet18gn")

@@ -74,6 +74,7 @@ def run(
     executor: str = "auto",
     client_state: str = "device",
     threads: int = DEFAULT_THREADS,
+    chunk: int | None = None,
     console: Console | None = None,
 ) -> Results:
     """Run every (algorithm, seed) of ``scenario`` (a :class:`Scenario` or a file, read at ``scale`` with
@@ -88,13 +89,15 @@ def run(
     sc = _as_scenario(scenario, scale, overrides)
     _choice("executor", executor, EXECUTORS)
     _choice("client_state", client_state, CLIENT_STATES)
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk: expected a positive number of clients, got {chunk}")
     seed_list = None if seeds is None else _seed_list(seeds)
     check_device(device)
     check_out(Path(out))
     labels = only.split(",") if isinstance(only, str) else (list(only) if only is not None else None)
     run_scenario(
         sc, Path(out), device=device, data_dir=Path(data_dir), download=download, seeds=seed_list, only=labels,
-        console=console, executor=executor, quiet=quiet, client_state=client_state, threads=threads,
+        console=console, executor=executor, quiet=quiet, client_state=client_state, threads=threads, chunk=chunk,
     )
     return Results(out, sc.name)
 

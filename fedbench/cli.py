@@ -141,9 +141,11 @@ def run(
     only: Optional[str] = typer.Option(None, help="comma-separated algorithm labels or names to run"),
     scale: Optional[str] = SCALE,
     executor: str = typer.Option(
-        "auto", help="client training: batched (all S clients in one vmapped step), sequential (reference), "
-        "or auto (batched on a GPU unless the model has BatchNorm buffers, else sequential)"
+        "auto", help="client training: batched (the S clients in vmapped chunks), sequential (reference), "
+        "or auto (batched on a GPU, chunks sized to its free memory; sequential on a CPU)"
     ),
+    chunk: Optional[int] = typer.Option(None, "--chunk", min=1, help="batched: clients per vmapped chunk (default: "
+                                        "sized to free GPU memory, 16 on a CPU); same numbers for every size"),
     overrides: Optional[list[str]] = SETS,
     quiet: bool = typer.Option(False, "--quiet", help="one line per finished run, no progress bars or summary "
                                "(for several `fedbench run` processes sharing a terminal)"),
@@ -168,7 +170,7 @@ def run(
         outcomes = run_scenario(
             sc, out, device=device, data_dir=data_dir, download=download,
             seeds=seed_list, only=only.split(",") if only else None, console=console, executor=executor,
-            quiet=quiet, client_state=client_state, threads=threads,
+            quiet=quiet, client_state=client_state, threads=threads, chunk=chunk,
         )
         if not quiet:
             _print_summary(ResultsStore(out), sc.name)
@@ -291,6 +293,7 @@ def sweep(
     data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     client_executor: str = typer.Option("auto", help="client training path, as `run --executor`: auto, sequential, batched"),
+    chunk: Optional[int] = typer.Option(None, "--chunk", min=1, help="clients per batched chunk, as `run --chunk`"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"),
     strict: bool = typer.Option(False, "--strict", help="refuse the whole sweep when a grid point is invalid (default: "
                                 "report and skip it, run the valid points, exit 1 at the end)"),
@@ -313,7 +316,7 @@ def sweep(
             raise typer.Exit(1 if skipped else 0)
         _or_exit(check_device, device)
         _or_exit(check_out, out)
-        settings = worker.WorkerSettings(device, data_dir, download, client_executor)
+        settings = worker.WorkerSettings(device, data_dir, download, client_executor, chunk=chunk)
         with _interrupts():
             summary = _or_exit(lambda: driver.run_sweep(
                 runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))

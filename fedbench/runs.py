@@ -68,6 +68,7 @@ class RunSettings:
     executor: str = "auto"
     client_state: str = "device"
     threads: int = DEFAULT_THREADS
+    chunk: int | None = None  # clients per batched chunk (None: by device)
     lines: bool = False  # plain lines (quiet, or stdout is not a terminal) instead of progress bars
     heartbeat_s: float = HEARTBEAT_S
 
@@ -85,6 +86,7 @@ def run_scenario(
     quiet: bool = False,
     client_state: str = "device",
     threads: int = DEFAULT_THREADS,
+    chunk: int | None = None,
 ) -> list[RunOutcome]:
     """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``.
     ``quiet`` (or an output that is not a terminal, e.g. a log file) prints one plain line per finished
@@ -97,7 +99,8 @@ def run_scenario(
     store, cache = ResultsStore(out), DataCache(data_dir, download, resolve_device(device))
     store.ask([run_id_of(spec, seed) for spec in specs for seed in scenario.seeds])
     lines = quiet or not console.is_terminal
-    settings, shash = RunSettings(executor, client_state, threads, lines, HEARTBEAT_S), scenario_hash(scenario)
+    settings = RunSettings(executor, client_state, threads, chunk, lines, HEARTBEAT_S)
+    shash = scenario_hash(scenario)
     columns = [
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
@@ -131,7 +134,8 @@ def _one_run(
 
     try:
         outcome = execute_run(
-            spec, seed, store, cache, shash, on_round, settings.executor, settings.client_state, settings.threads
+            spec, seed, store, cache, shash, on_round, settings.executor, settings.client_state, settings.threads,
+            settings.chunk,
         )
     except KeyboardInterrupt:
         raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1) from None

@@ -3,6 +3,8 @@
 Fixtures: ``tiny_raw`` (a fresh raw scenario dict of the tests' tiny federation) and ``tiny_run_spec``
 (its resolved FedAvg run), from :mod:`tests.factories`, which module-level constants import directly.
 
+Marker ``gpu``: the test needs a CUDA device; where torch sees none it is skipped with that reason.
+
 Guard: a GradMA QP projection that falls back (a block left unprojected, counted in
 ``fedbench.algorithms.projection.fallbacks``) fails the test that caused it, unless the test is
 marked ``allow_qp_fallback`` because it exercises the fallback path on purpose. Fallbacks are
@@ -46,3 +48,17 @@ def pytest_runtest_call(item: pytest.Item):
             pytrace=False,
         )
     return result
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the ``gpu``-marked tests, with the reason, where torch sees no CUDA device."""
+    marked = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not marked:
+        return
+    import torch  # only when a gpu test was collected
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu); torch sees none here")
+    for item in marked:
+        item.add_marker(skip)

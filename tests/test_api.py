@@ -131,7 +131,8 @@ def test_bad_input_raises_before_anything_is_written(tmp_path: Path) -> None:
     sc, out = fb.scenario(TWO), tmp_path / "out"
     for kwargs, message in (({"seeds": [0, 0]}, "seeds: expected distinct"), ({"seeds": [-1]}, "seeds"),
                             ({"device": "gpu"}, "--device gpu"), ({"only": "nope"}, "matches no algorithm"),
-                            ({"executor": "fast"}, "executor: expected one of"), ({"scale": "tiny"}, "scenario file")):
+                            ({"executor": "fast"}, "executor: expected one of"), ({"scale": "tiny"}, "scenario file"),
+                            ({"chunk": 0}, "chunk: expected a positive")):
         with pytest.raises(ValueError, match=message):
             fb.run(sc, out=out, **kwargs)
         assert not out.exists(), kwargs

@@ -242,7 +242,7 @@ class Algorithm:
 
 def weighted_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Σ_i w_i rows_i for ``rows`` [S, P] and weights [S] that sum to one."""
-    return weights @ rows
+    return weights.to(rows.dtype) @ rows
 
 
 class AlgorithmRegistry(Registry[type[Algorithm]]):

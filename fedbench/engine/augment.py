@@ -2,7 +2,9 @@
 crops, drawn per batch from the stream ``("augment", client, position)`` — no per-sample Python.
 
 The papers that augment (FedMIM, FedDyn, FL-Simulator) flip with probability ½ and take a random
-H×W crop of the image zero-padded by ``crop_padding`` pixels on every side.
+H×W crop of the image zero-padded by ``crop_padding`` pixels on every side. The draws
+(:func:`augment_draws`) and their application (:func:`apply_augment`) are apart so that the
+batched executor can draw a whole round up front and augment all S clients' batches at once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,37 @@ import torch.nn.functional as F
 from fedbench.seeding import torch_seed
 
 
+def augment_draws(
+    size: int, flip: bool, crop_padding: int, seed: int, client: int, position: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample crop offsets ``dy``, ``dx`` and flips ``[size]`` (CPU) of the batch of ``size``
+    samples at the client's ``position``: the stream's draws in the order :func:`augment_batch` uses."""
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(torch_seed(seed, "augment", client, position))
+    zero = torch.zeros(size, dtype=torch.int64)
+    dy = torch.randint(0, 2 * crop_padding + 1, (size,), generator=gen) if crop_padding else zero
+    dx = torch.randint(0, 2 * crop_padding + 1, (size,), generator=gen) if crop_padding else zero
+    flips = torch.rand(size, generator=gen) < 0.5 if flip else torch.zeros(size, dtype=torch.bool)
+    return dy, dx, flips
+
+
+def apply_augment(
+    x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flips: torch.Tensor, crop_padding: int
+) -> torch.Tensor:
+    """Images ``x`` ``[B, C, H, W]`` cropped at (dy, dx) of their zero-padded copy, then flipped where
+    ``flips`` (all ``[B]``, on x's device); pure indexing, so exact."""
+    b, c, h, w = x.shape
+    if crop_padding:
+        p = crop_padding
+        padded = F.pad(x, (p, p, p, p))
+        rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]  # [B, 1, H, 1]
+        cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]  # [B, 1, 1, W]
+        batch = torch.arange(b, device=x.device)[:, None, None, None]
+        chans = torch.arange(c, device=x.device)[None, :, None, None]
+        x = padded[batch, chans, rows, cols]
+    return torch.where(flips[:, None, None, None], x.flip(-1), x)
+
+
 def augment_batch(
     x: torch.Tensor, flip: bool, crop_padding: int, seed: int, client: int, position: int
 ) -> torch.Tensor:
@@ -21,20 +54,5 @@ def augment_batch(
         return x
     if x.dim() != 4:
         raise ValueError(f"local.augment needs image batches [B, C, H, W], got shape {tuple(x.shape)}")
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(torch_seed(seed, "augment", client, position))
-    b, _, h, w = x.shape
-    if crop_padding:
-        p = crop_padding
-        padded = F.pad(x, (p, p, p, p))
-        dy = torch.randint(0, 2 * p + 1, (b,), generator=gen).to(x.device)
-        dx = torch.randint(0, 2 * p + 1, (b,), generator=gen).to(x.device)
-        rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]  # [B, 1, H, 1]
-        cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]  # [B, 1, 1, W]
-        batch = torch.arange(b, device=x.device)[:, None, None, None]
-        chans = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
-        x = padded[batch, chans, rows, cols]
-    if flip:
-        mask = (torch.rand(b, generator=gen) < 0.5).to(x.device)[:, None, None, None]
-        x = torch.where(mask, x.flip(-1), x)
-    return x
+    dy, dx, flips = augment_draws(x.shape[0], flip, crop_padding, seed, client, position)
+    return apply_augment(x, dy.to(x.device), dx.to(x.device), flips.to(x.device), crop_padding)

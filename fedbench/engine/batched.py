@@ -1,15 +1,23 @@
 """Local work of all S sampled clients as one batched computation (the fast path).
 
-Client parameters are stacked ``[S, P]``; every local step draws each active client's minibatch
-by indexing the device-resident data, pads the batches to a common size with a mask, and takes
-all S gradients in one ``torch.func.vmap``-ed forward/backward. Clients that have finished
-their K_i steps are frozen by masking, so heterogeneous step counts cost nothing extra but
-idle rows. The algorithm's hooks already work on ``[S, P]`` rows, so they run unchanged.
+Client parameters are stacked ``[S, P]``. The round's minibatches are drawn up front into a
+:class:`~fedbench.engine.plan.RoundPlan`; each local step is then one gather of ``[S, B]``
+sample indices from the device-resident data and one ``torch.func.vmap``-ed forward/backward of
+all S clients, with no per-client Python. Clients that have finished their K_i steps are frozen
+by masking, so heterogeneous step counts cost nothing extra but idle rows. The algorithm's hooks
+already work on ``[S, P]`` rows, so they run unchanged.
 
-Batches, their order and the clipping/weight-decay convention are those of the sequential
-path (:mod:`fedbench.engine.local`), which stays the reference: a test runs every registered
-algorithm both ways and requires the same numbers to float tolerance. Models with buffers
-(BatchNorm) need per-client running statistics and take the sequential path.
+BatchNorm running statistics are kept per client, stacked ``[S, …]``, and move only with the
+step's first gradient evaluation, as in the sequential path; BatchNorm normalises over each
+client's real samples and dropout masks are hashed from each client's key
+(:mod:`fedbench.engine.batched_layers`). ``chunk`` splits the S clients into groups trained one
+after another (device memory); every row's numbers are independent of the others', so a chunked
+round equals an unchunked one.
+
+Batches, their order and the clipping/weight-decay convention are those of the sequential path
+(:mod:`fedbench.engine.local`), which stays the reference: a test runs every registered
+algorithm, and every BatchNorm model, both ways and requires the same numbers to float tolerance
+(dropout masks differ between the two paths by construction).
 """
 
 from __future__ import annotations
@@ -18,89 +26,159 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from fedbench.algorithms.base import Algorithm, RoundContext
+from fedbench.compress import Compressed
 from fedbench.data.base import ArraySplit
+from fedbench.engine.batched_layers import RowLayers, mix32
 from fedbench.engine.batches import ClientBatcher
-from fedbench.models.flat import FlatModel
+from fedbench.engine.executor import STATE_ROWS
 from fedbench.engine.local import LocalConfig, LocalResult
+from fedbench.engine.plan import RoundPlan, draw_plan
+from fedbench.models.flat import Buffers, FlatModel
+from fedbench.seeding import torch_seed
+
+
+def _twice(t: torch.Tensor) -> torch.Tensor:
+    return torch.cat([t, t])
 
 
 class BatchedOracle:
-    """Minibatch gradients of all rows at once: row i on client i's padded, masked batch; with a
-    ``memory_mask`` (``replay_apart``) the masked samples are the step's replay draw, left out of
-    ``grad`` and differentiated by ``memory`` (as the sequential oracle)."""
+    """Minibatch gradients of all rows at once: row i on client i's padded, masked batch with its
+    own BatchNorm buffers ``[S, …]``; with a ``memory_mask`` (``replay_apart``) the masked samples
+    are the step's replay draw, left out of ``grad`` and differentiated by ``memory`` (as the
+    sequential oracle). ``keys`` ``[S]`` seed each row's dropout masks (default zeros). ``updated``
+    holds the buffers after the step's first ``grad`` call."""
 
     def __init__(
-        self, model: FlatModel, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, cfg: LocalConfig,
-        memory_mask: torch.Tensor | None = None,
+        self, layers: RowLayers, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+        cfg: LocalConfig, memory_mask: torch.Tensor | None = None, keys: torch.Tensor | None = None,
     ):
-        self.model, self.x, self.y, self.cfg = model, x, y, cfg
+        self.layers, self.buffers, self.x, self.y, self.cfg = layers, buffers, x, y, cfg
+        self.keys = torch.zeros(len(y), dtype=torch.int64, device=y.device) if keys is None else keys
         self.mask = mask if memory_mask is None else mask - memory_mask
         self.memory_mask = memory_mask
         self.first_loss: torch.Tensor | None = None
-        self._grad = vmap(grad_and_value(self._loss), randomness="different")  # own dropout masks per client
+        self.updated: Buffers | None = None
+        self.calls = 0
+        self._grad = vmap(grad_and_value(self._loss, has_aux=True), randomness="different")
 
-    def _loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        logits = self.model.masked(self.model.logits(flat, {}, x), y)
+    def _loss(
+        self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, key: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]:
+        logits, updated = self.layers.logits(flat, buffers, x, mask, key)
+        logits = self.layers.model.masked(logits, y)
         per_sample = torch.nn.functional.cross_entropy(logits, y, reduction="none")
-        return (per_sample * mask).sum() / mask.sum().clamp(min=1)
+        loss = (per_sample * mask).sum() / mask.sum().clamp(min=1)
+        return loss, (loss.detach(), updated)
+
+    def _evaluate(self, points: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Buffers]:
+        """Raw gradients, losses and updated buffers of every row; each call its own dropout keys.
+        A single row is evaluated as two copies of itself: vmap over one row runs ungrouped
+        convolutions, whose float sums differ from the grouped ones of two or more rows, and a
+        chunk of one client must give the numbers of a larger chunk."""
+        self.layers.model.module.train()
+        self.calls += 1
+        keys = mix32(self.keys ^ mix32(torch.full_like(self.keys, self.calls)))
+        one = len(points) == 1
+        rows = _twice if one else (lambda t: t)
+        buffers = {n: rows(v) for n, v in self.buffers.items()}
+        grads, (_, (losses, updated)) = self._grad(rows(points), buffers, rows(self.x), rows(self.y), rows(mask), rows(keys))
+        if one:
+            grads, losses, updated = grads[:1], losses[:1], {n: v[:1] for n, v in updated.items()}
+        return grads, losses, updated
 
     def __call__(self, points: torch.Tensor) -> torch.Tensor:
-        self.model.module.train()
-        grads, losses = self._grad(points, self.x, self.y, self.mask)
+        grads, losses, updated = self._evaluate(points, self.mask)
         if self.first_loss is None:
-            self.first_loss = losses.detach()
+            self.first_loss, self.updated = losses, updated
         return self.cfg.finish(grads, points)
 
     def memory(self, points: torch.Tensor) -> torch.Tensor:
         """∇f_I(z) of every row on its replay draw; exact zero rows for rows without one."""
         if self.memory_mask is None:
             return torch.zeros_like(points)
-        self.model.module.train()
-        grads, _ = self._grad(points, self.x, self.y, self.memory_mask)
+        grads, _, _ = self._evaluate(points, self.memory_mask)
         drawn = (self.memory_mask.sum(1) > 0).unsqueeze(1)
         return torch.where(drawn, self.cfg.finish(grads, points), torch.zeros_like(points))
 
 
-def padded_batches(
-    train: ArraySplit, batcher: ClientBatcher, clients: list[int], active: list[bool], cfg: LocalConfig
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Each active client's next minibatch, zero-padded to a common size: x [S, B, …], y [S, B],
-    mask [S, B], and under ``cfg.replay_apart`` the mask [S, B] of the replay-draw samples (else None)."""
-    batches = [cfg.batch_parts(train, batcher, c) if on else None for c, on in zip(clients, active)]
-    size = max(len(b[1]) for b in batches if b is not None)
-    x = train.x.new_zeros((len(clients), size, *train.x.shape[1:]))
-    y = train.y.new_zeros((len(clients), size))
-    mask = train.x.new_zeros((len(clients), size))
-    memory = train.x.new_zeros((len(clients), size)) if cfg.replay_apart else None
-    for row, b in enumerate(batches):
-        if b is not None:
-            n = len(b[1])
-            x[row, :n], y[row, :n], mask[row, :n] = b[0], b[1], 1.0
-            if memory is not None:
-                memory[row, b[2] : n] = 1.0
-    return x, y, mask, memory
+def dropout_keys(seed: int, round_: int, clients: list[int], device: torch.device) -> torch.Tensor:
+    """Each client's 32-bit dropout key of the round, from its ``("dropout", t, i)`` stream."""
+    return torch.tensor([torch_seed(seed, "dropout", round_, c) & 0xFFFFFFFF for c in clients], device=device)
+
+
+def _where_rows(on: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """Rows of ``new`` where ``on`` ``[S]``, else rows of ``old``."""
+    return torch.where(on.view(-1, *[1] * (new.dim() - 1)), new, old)
+
+
+def train_rows(
+    algo: Algorithm, ctx: RoundContext, steps: torch.Tensor, plan: RoundPlan, layers: RowLayers, buffers: Buffers,
+    train: ArraySplit, cfg: LocalConfig, keys: torch.Tensor,
+) -> tuple[torch.Tensor, Buffers, torch.Tensor]:
+    """The K_i local steps (``steps`` ``[s]``) of one chunk of clients: final iterates ``[s, P]``,
+    buffers ``[s, …]`` and mean minibatch losses ``[s]``."""
+    x = ctx.start
+    loss_sum = x.new_zeros(len(ctx.clients))
+    for k in range(int(steps.max())):
+        xb, yb, mask, memory = plan.batch(k, train)
+        step_keys = mix32(keys ^ mix32(torch.full_like(keys, 0x10000 + k)))
+        oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys)
+        moved = algo.local_step(ctx, x, oracle)
+        on = steps > k
+        x = _where_rows(on, moved, x)
+        loss_sum += torch.where(on, oracle.first_loss, 0.0)
+        if oracle.updated:
+            buffers = {n: _where_rows(on, oracle.updated[n], v) for n, v in buffers.items()}
+    return x, buffers, loss_sum / steps.to(loss_sum.dtype)
+
+
+def chunks(total: int, size: int | None) -> list[slice]:
+    """Consecutive row slices of at most ``size`` rows (one slice of all rows when None)."""
+    step = total if size is None else max(1, size)
+    return [slice(i, min(i + step, total)) for i in range(0, total, step)]
 
 
 def run_clients_batched(
-    algo: Algorithm,
-    ctx: RoundContext,
-    steps: list[int],
-    model: FlatModel,
-    train: ArraySplit,
-    batcher: ClientBatcher,
-    cfg: LocalConfig,
+    algo: Algorithm, ctx: RoundContext, steps: list[int], model: FlatModel, global_buffers: Buffers,
+    train: ArraySplit, batcher: ClientBatcher, cfg: LocalConfig, chunk: int | None = None,
 ) -> LocalResult:
-    """Train the round's S clients together from ``ctx.start``; client i stops after ``steps[i]`` steps."""
-    clients = ctx.clients.tolist()
-    x = ctx.start
-    loss_sum = x.new_zeros(len(clients))
-    k_of = torch.tensor(steps, device=x.device)
-    for k in range(max(steps)):
-        active = [k < s for s in steps]
-        xb, yb, mask, memory = padded_batches(train, batcher, clients, active, cfg)
-        oracle = BatchedOracle(model, xb, yb, mask, cfg, memory)
-        moved = algo.local_step(ctx, x, oracle)
-        on = (k_of > k).unsqueeze(1)
-        x = torch.where(on, moved, x)
-        loss_sum += torch.where(on.squeeze(1), oracle.first_loss, 0.0)
-    return LocalResult(algo.upload(ctx, x), x, [{} for _ in clients], loss_sum / k_of.to(loss_sum.dtype))
+    """Train the round's S clients from ``ctx.start``, ``chunk`` clients at a time (all when None);
+    client i stops after ``steps[i]`` steps."""
+    clients, device = ctx.clients.tolist(), ctx.start.device
+    plan = draw_plan(train, batcher, clients, steps, cfg)
+    layers = RowLayers(model)
+    keys = dropout_keys(cfg.seed, ctx.round, clients, device) if layers.has_dropout else torch.zeros_like(ctx.clients)
+    k_of = torch.tensor(steps, device=device)
+    uploads: dict[str, list] = {}
+    finals, per_client, losses = [], [], []
+    for rows in chunks(len(clients), chunk):
+        sub, size = ctx.select(rows), rows.stop - rows.start
+        buffers = {n: v.unsqueeze(0).expand(size, *v.shape).clone() for n, v in global_buffers.items()}
+        x, buffers, loss = train_rows(algo, sub, k_of[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows])
+        for name, value in algo.upload(sub, x).items():
+            uploads.setdefault(name, []).append(value)
+        finals.append(x)
+        per_client += [{n: v[i] for n, v in buffers.items()} for i in range(size)]
+        losses.append(loss)
+    merged = {k: Compressed.cat(v) if isinstance(v[0], Compressed) else torch.cat(v) for k, v in uploads.items()}
+    return LocalResult(merged, torch.cat(finals), per_client, torch.cat(losses))
+
+
+def probe_client_bytes(model: FlatModel, buffers: Buffers, train: ArraySplit, batch_size: int, cfg: LocalConfig) -> int:
+    """Peak CUDA memory per client of a two-client batched gradient on batches of ``batch_size``
+    training samples, plus :data:`~fedbench.engine.executor.STATE_ROWS` ``[P]`` rows: what each
+    client of a chunk adds (a chunk of one runs as two rows). Draws nothing from the run's streams
+    (its generators are forked)."""
+    device = train.y.device
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    with torch.random.fork_rng(devices=[device]):
+        idx = torch.arange(min(batch_size, len(train.y)), device=device).expand(2, -1)
+        stacked = {n: v.unsqueeze(0).expand(2, *v.shape).clone() for n, v in buffers.items()}
+        mask = torch.ones(idx.shape, dtype=train.x.dtype, device=device)
+        oracle = BatchedOracle(RowLayers(model), stacked, train.x[idx], train.y[idx], mask, cfg)
+        oracle(model.flatten().unsqueeze(0).expand(2, -1))
+        del oracle
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - base) // 2 + STATE_ROWS * model.dim * 4

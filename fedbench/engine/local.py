@@ -44,6 +44,14 @@ class LocalConfig:
     def batch_parts(self, train: ArraySplit, batcher: ClientBatcher, client: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """:meth:`batch` and the number of its leading samples that are the current minibatch (the
         rest, if any, is the replay draw)."""
+        idx, current, position = self.batch_indices(batcher, client)
+        x = augment_batch(train.x[idx], self.augment.flip, self.augment.crop_padding, self.seed, client, position)
+        return x, train.y[idx], current
+
+    def batch_indices(self, batcher: ClientBatcher, client: int) -> tuple[torch.Tensor, int, int]:
+        """The client's next minibatch as indices into the training set (the replay draw joined
+        after the current minibatch), the count of current samples, and the batcher position it
+        was drawn at (the augmentation key)."""
         position = int(batcher.cursor[client])
         idx = batcher.next(client)
         current = len(idx)
@@ -51,8 +59,12 @@ class LocalConfig:
             memory = self.replay(client, position)
             if memory is not None and len(memory):
                 idx = torch.cat([idx, memory])
-        x = augment_batch(train.x[idx], self.augment.flip, self.augment.crop_padding, self.seed, client, position)
-        return x, train.y[idx], current
+        return idx, current, position
+
+    @property
+    def augments(self) -> bool:
+        """Whether ``local.augment`` flips or crops."""
+        return self.augment.flip or self.augment.crop_padding > 0
 
     def finish(self, grads: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
         """Rows of raw minibatch gradients → clip(g) + λ·z, each row clipped to its own norm."""

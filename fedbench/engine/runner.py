@@ -27,11 +27,13 @@ from fedbench.algorithms.base import RoundContext
 from fedbench.algorithms.client_table import from_checkpoint, to_checkpoint
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
-from fedbench.engine.batched import run_clients_batched
+from fedbench.engine.batched import probe_client_bytes, run_clients_batched
 from fedbench.engine.checkpoint import resume_point, save_checkpoint
+from fedbench.engine.executor import EXECUTORS, ClientExecutor, choose_executor
 from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, full_local_gradients, run_clients_sequential
 from fedbench.engine.plugins import Received, RoundPlugin
+from fedbench.engine.precision import gpu_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
 from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
 from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
@@ -65,23 +67,7 @@ def local_consistency(final: torch.Tensor) -> float:
     return float(((final - final.mean(0)) ** 2).sum(1).mean())
 
 
-EXECUTORS = ("auto", "sequential", "batched")
 CLIENT_STATES = ("device", "host")
-
-
-def choose_executor(executor: str, has_buffers: bool, on_gpu: bool, batchable: bool = True) -> bool:
-    """True for the batched client path: ``batched``, or ``auto`` on a GPU with a model without
-    buffers. BatchNorm's per-client running statistics take the sequential path; so does ``auto``
-    on a CPU, where the vmapped step measured slower than the per-client loop (README, Speed).
-    Algorithms with ``batchable = False`` (their own local loss: MOON, FedMLB) always run
-    sequentially, even under ``batched``, so that one suite can mix them with the others."""
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if not batchable:
-        return False
-    if executor == "batched" and has_buffers:
-        raise ValueError("the batched executor needs a model without buffers (BatchNorm); use sequential or auto")
-    return executor == "batched" or (executor == "auto" and on_gpu and not has_buffers)
 
 
 T = TypeVar("T", bound=RoundPlugin)
@@ -117,7 +103,7 @@ class RoundLoop:
     """Executes the rounds of one run on a prepared :class:`RunSetup`, with the round plug-ins of
     the spec's blocks (:func:`~fedbench.engine.axes.build_plugins`) around the plain round."""
 
-    def __init__(self, spec: RunSpec, seed: int, setup: RunSetup, executor: str = "auto"):
+    def __init__(self, spec: RunSpec, seed: int, setup: RunSetup, executor: str = "auto", chunk: int | None = None):
         self.spec, self.seed, self.s = spec, seed, setup
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
@@ -128,7 +114,16 @@ class RoundLoop:
         for plugin in self.plugins:
             cfg = plugin.local_config(cfg)
         self.local_cfg = cfg
-        self.batched = choose_executor(executor, bool(setup.buffers0), setup.x0.device.type == "cuda", caps.batchable)
+        self.executor = self.client_executor(executor, chunk)
+
+    def client_executor(self, executor: str, chunk: int | None) -> ClientExecutor:
+        """The run's client executor and chunk size (:mod:`fedbench.engine.executor`)."""
+        s = self.s
+
+        def probe() -> int:
+            return probe_client_bytes(s.model, s.buffers0, s.data.train, self.spec.local.batch_size, self.local_cfg)
+
+        return choose_executor(executor, s.x0.device, s.algorithm.caps.batchable, chunk, probe)
 
     def plugin(self, kind: type[T]) -> T:
         """The attached plug-in of type ``kind``."""
@@ -203,8 +198,10 @@ class RoundLoop:
     def local_work(self, ctx: RoundContext, steps: list[int]) -> LocalResult:
         """The clients' local training on the batched or the sequential executor."""
         s, algo = self.s, self.s.algorithm
-        if self.batched:
-            return run_clients_batched(algo, ctx, steps, s.model, s.data.train, s.batcher, self.local_cfg)
+        if self.executor.batched:
+            return run_clients_batched(
+                algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg, self.executor.chunk
+            )
         return run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
 
     def aggregate(self, ctx: RoundContext, result: LocalResult) -> dict:
@@ -255,7 +252,7 @@ class RoundLoop:
         executor and threads, then the plug-ins' own."""
         state_mb = sum(v.numel() * v.element_size() for v in self.state.values()) / 2**20
         own = {
-            "partition": self.s.partition_info, "server_state_mb": state_mb, "executor": self.executor_note(),
+            "partition": self.s.partition_info, "server_state_mb": state_mb, "executor": self.executor.note,
             "threads": torch.get_num_threads(),
         }
         return {**own, **self.logs(lambda p: p.run_logs())}
@@ -266,16 +263,6 @@ class RoundLoop:
         for plugin in self.plugins:
             merged.update(hook(plugin))
         return merged
-
-    def executor_note(self) -> str:
-        """Which client executor ran, and why the batched one did not when it was not used."""
-        if self.batched:
-            return "batched"
-        if not self.s.algorithm.caps.batchable:
-            return "sequential (the algorithm's local loss runs client by client)"
-        if self.s.buffers0:
-            return "sequential (BatchNorm running statistics are per client)"
-        return "sequential"
 
     def client_accuracy_spread(self) -> float:
         """Std over all N clients of the global model's accuracy on each client's training data."""
@@ -322,10 +309,12 @@ def execute_run(
     executor: str = "auto",
     client_state: str = "device",
     threads: int = DEFAULT_THREADS,
+    chunk: int | None = None,
 ) -> RunOutcome:
     """Run (or resume, or skip) one (spec, seed); never raises for a failing run: records it.
     ``client_state: host`` keeps per-client ``[N, P]`` tables in (pinned) host memory (same numbers);
-    the run trains with ``threads`` torch threads (:mod:`fedbench.engine.threads`)."""
+    the run trains with ``threads`` torch threads (:mod:`fedbench.engine.threads`); ``chunk`` clients
+    per batched chunk (:mod:`fedbench.engine.executor`; same numbers)."""
     run_id = run_id_of(spec, seed)
     if store.status(run_id) in DONE:
         return RunOutcome(run_id, "skipped")
@@ -334,22 +323,24 @@ def execute_run(
             return RunOutcome(run_id, "busy", f"being trained by {other}")
         if store.status(run_id) in DONE:  # finished by another process between the two looks
             return RunOutcome(run_id, "skipped")
-        with pinned_threads(threads):
-            return _train(spec, seed, store, cache, scenario_hash, on_round, executor, client_state, run_id)
+        with pinned_threads(threads), gpu_precision(spec.local.tf32, cache.device):
+            how = (executor, chunk, client_state)
+            return _train(spec, seed, store, cache, scenario_hash, on_round, how, run_id)
 
 
 def _train(
     spec: RunSpec, seed: int, store: ResultsStore, cache: DataCache, scenario_hash: str,
-    on_round: RoundCallback | None, executor: str, client_state: str, run_id: str,
+    on_round: RoundCallback | None, how: tuple[str, int | None, str], run_id: str,
 ) -> RunOutcome:
-    """The body of :func:`execute_run` for a run that is not done yet."""
+    """The body of :func:`execute_run` for a run that is not done yet (``how``: executor, chunk, client state)."""
+    executor, chunk, client_state = how
     record = run_record(spec, seed, scenario_hash)
     store.start_run(record)
     ckpt_path = store.checkpoint_path(run_id)
     try:
         if client_state not in CLIENT_STATES:
             raise ValueError(f"client_state must be one of {', '.join(CLIENT_STATES)}, got {client_state!r}")
-        loop = RoundLoop(spec, seed, build_run(spec, seed, cache, client_state == "host"), executor)
+        loop = RoundLoop(spec, seed, build_run(spec, seed, cache, client_state == "host"), executor, chunk)
         payload = resume_point(ckpt_path, cache.device, store, run_id)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)

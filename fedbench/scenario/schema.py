@@ -93,6 +93,10 @@ class LocalSpec(Strict):
     precision: Literal["fp32", "bf16"] = Field(
         default="fp32", description="bf16: forward passes under torch.autocast(bfloat16), float32 parameters (mixed precision)"
     )
+    tf32: bool = Field(
+        default=True, description="on a GPU, float32 matmuls and convolutions in TensorFloat-32 (training and evaluation); "
+        "false: full float32 (IEEE). No effect on a CPU"
+    )
     optimizer: Literal["sgd", "adam"] = Field(
         default="sgd",
         description="local optimizer: sgd (x − η_l·d) or adam (Adam on the algorithm's direction d, reset every round; "
@@ -116,7 +120,7 @@ class LocalSpec(Strict):
     def _omit_sgd_keys(self, handler: Any) -> dict[str, Any]:
         """Keys added after the first release are left out while they hold their default (the
         Adam keys with ``optimizer: sgd``, no ``random_epochs``, ``drop_singleton_batch: false``,
-        ``precision: fp32``),
+        ``precision: fp32``, ``tf32: true``),
         so specs written before they existed keep their JSON and their hash."""
         data = handler(self)
         if self.optimizer == "sgd":
@@ -128,6 +132,8 @@ class LocalSpec(Strict):
             data.pop("drop_singleton_batch", None)
         if self.precision == "fp32":
             data.pop("precision", None)
+        if self.tf32:
+            data.pop("tf32", None)
         return data
 
 

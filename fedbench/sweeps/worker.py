@@ -32,6 +32,7 @@ class WorkerSettings:
     download: bool = False
     client_executor: str = "auto"
     threads: int = DEFAULT_THREADS  # torch intra-op threads per run (fedbench.engine.threads)
+    chunk: int | None = None  # clients per batched chunk (fedbench.engine.executor); None: by device
 
 
 _CACHES: dict[tuple[str, bool, str], DataCache] = {}  # per process: datasets stay loaded between runs
@@ -49,7 +50,8 @@ def execute(run: SweepRun, store: Any, settings: WorkerSettings, device: str | N
     :class:`RecordingStore`) with ``settings.threads`` torch threads; never raises for a failing run."""
     cache = data_cache(settings, device or settings.device)
     return execute_run(
-        run.spec, run.seed, store, cache, run.scenario_hash, None, settings.client_executor, threads=settings.threads
+        run.spec, run.seed, store, cache, run.scenario_hash, None, settings.client_executor, threads=settings.threads,
+        chunk=settings.chunk,
     )
 
 

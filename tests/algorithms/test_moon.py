@@ -17,7 +17,8 @@ from fedbench.algorithms import ALGORITHMS, RoundContext
 from fedbench.algorithms.moon import MoonObjective
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
-from fedbench.engine.runner import RoundLoop, choose_executor, execute_run
+from fedbench.engine.executor import choose_executor
+from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.uploads import decoded
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.models import build_model
@@ -131,11 +132,12 @@ def test_previous_model_is_the_global_model_until_a_client_has_trained():
 
 
 def test_non_batchable_algorithms_take_the_sequential_executor():
-    assert not choose_executor("batched", has_buffers=False, on_gpu=True, batchable=False)
-    assert not choose_executor("auto", has_buffers=False, on_gpu=True, batchable=False)
-    assert choose_executor("auto", has_buffers=False, on_gpu=True)
+    cuda = torch.device("cuda")
+    assert not choose_executor("batched", cuda, batchable=False, chunk=4).batched
+    assert not choose_executor("auto", cuda, batchable=False, chunk=4).batched
+    assert choose_executor("auto", cuda, chunk=4).batched
     with pytest.raises(ValueError, match="executor must be one of"):
-        choose_executor("fast", False, False, batchable=False)
+        choose_executor("fast", cuda, batchable=False)
 
 
 # -- engine runs ----------------------------------------------------------------------------

@@ -234,10 +234,12 @@ def test_round_one_logs_the_executor_and_why(tmp_path):
     import json
 
     _, _, m = run(tmp_path, scenario(), "seq")
-    assert json.loads(m["extra"].iloc[0])["executor"] == "sequential"
-    bn = scenario(model={"name": "tinynn"})
-    _, _, m = run(tmp_path, bn, "bn")
-    assert json.loads(m["extra"].iloc[0])["executor"] == "sequential (BatchNorm running statistics are per client)"
+    assert json.loads(m["extra"].iloc[0])["executor"] == "sequential (auto on cpu: the per-client loop measured faster)"
+    spec = resolve_runs(scenario(model={"name": "tinynn"}))[0]  # BatchNorm trains batched too
+    store = ResultsStore(tmp_path / "bn")
+    out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h", executor="batched", chunk=2)
+    note = json.loads(store.metrics([out.run_id])["extra"].iloc[0])["executor"]
+    assert note == "batched, chunks of 2 clients (asked for; --chunk)"
 
 
 @pytest.mark.parametrize("algo", [

@@ -1,0 +1,134 @@
+"""BatchNorm and dropout of one client row inside the batched executor's vmapped step.
+
+Inside ``torch.func.vmap`` every row is one client training on its padded minibatch ``[B, …]``
+with a sample mask ``[B]``. Two layers need that row's context, so :class:`RowLayers` swaps their
+``forward`` for the duration of one functional forward pass:
+
+- BatchNorm (``nn.modules.batchnorm._BatchNorm``, train mode): batch statistics over the row's
+  real samples only (mask 1), which are exactly the samples the sequential path normalises
+  over; the running statistics move as ``torch.nn.BatchNorm`` moves them (momentum, or the
+  cumulative average when ``momentum=None``; unbiased variance with n = samples × spatial
+  size) and come back as the row's new buffers instead of being written in place, so the caller
+  keeps them per client ``[S, …]``. Padded samples leave the layer as zeros, so rows that have
+  finished their K_i steps (all padding) stay finite. The statistics are the same sums in
+  another order than ATen's kernel: equal to float tolerance, not bit for bit.
+- Dropout (``nn.Dropout``, train mode): the keep mask of element e is a counter-based hash of
+  (the row's key, the layer, e) — no draw from torch's global generator — so a client's masks
+  depend on its own key only, never on which clients share its chunk (chunked rounds equal
+  unchunked ones).
+
+In eval mode both layers run their own ``forward``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from torch import nn
+
+from fedbench.models.flat import Buffers, FlatModel
+
+MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """x·c mod 2³² for x in [0, 2³²), in int64 without overflow (16-bit halves)."""
+    low, high = x & 0xFFFF, x >> 16
+    return (low * c + (((high * c) & 0xFFFF) << 16)) & MASK32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit integer hash (lowbias32, C. Wellons) on int64 tensors holding 32-bit values."""
+    x = x & MASK32
+    x = _mul32(x ^ (x >> 16), 0x7FEB352D)
+    x = _mul32(x ^ (x >> 15), 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def hash_uniform(key: torch.Tensor, layer: int, shape: torch.Size) -> torch.Tensor:
+    """Uniform [0, 1) float32 values of ``shape``, a function of (key, layer, element index) only."""
+    count = torch.arange(math.prod(shape), dtype=torch.int64, device=key.device).view(shape)
+    salt = mix32(key ^ mix32(torch.full_like(key, layer + 1)))
+    bits = mix32(mix32(count ^ salt) + salt)
+    return (bits >> 8).to(torch.float32) * 2.0**-24
+
+
+class _Row:
+    """One row's context during a forward pass: its mask, dropout key and updated buffers."""
+
+    def __init__(self, mask: torch.Tensor, key: torch.Tensor):
+        self.mask, self.key = mask, key
+        self.updated: Buffers = {}
+
+
+def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, x: torch.Tensor) -> torch.Tensor:
+    """``module``'s train-mode forward over the row's real samples (see the module docstring)."""
+    if not module.training:
+        return type(module).forward(module, x)
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))  # bf16 activations: statistics in float32
+    m = row.mask.to(xf.dtype).view(-1, *[1] * (x.dim() - 1))
+    dims = [0, *range(2, x.dim())]
+    n = row.mask.sum() * math.prod(x.shape[2:])
+    mean = (xf * m).sum(dims) / n.clamp(min=1)
+    shape = [1, -1, *[1] * (x.dim() - 2)]
+    centered = xf - mean.view(shape)
+    var = (centered * centered * m).sum(dims) / n.clamp(min=1)
+    out = centered * torch.rsqrt(var + module.eps).view(shape)
+    if module.affine:
+        out = out * module.weight.view(shape) + module.bias.view(shape)
+    if module.track_running_stats and module.running_mean is not None:
+        _update_running(module, name, row, mean.detach(), var.detach() * n / (n - 1).clamp(min=1))
+    return (out * m).to(x.dtype)
+
+
+def _update_running(module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, mean: torch.Tensor, var: torch.Tensor) -> None:
+    """The running statistics torch's BatchNorm would hold after this batch, into ``row.updated``."""
+    tracked = module.num_batches_tracked + 1
+    factor = 1.0 / tracked.to(torch.float32) if module.momentum is None else module.momentum
+    prefix = f"{name}." if name else ""
+    row.updated[prefix + "running_mean"] = (1 - factor) * module.running_mean + factor * mean
+    row.updated[prefix + "running_var"] = (1 - factor) * module.running_var + factor * var
+    row.updated[prefix + "num_batches_tracked"] = tracked
+
+
+def _keyed_dropout(module: nn.Dropout, layer: int, row: _Row, x: torch.Tensor) -> torch.Tensor:
+    """Inverted dropout with the row's hashed keep mask."""
+    if not module.training or module.p == 0:
+        return x
+    keep = hash_uniform(row.key, layer, x.shape) >= module.p
+    return x * keep.to(x.dtype) / (1 - module.p)
+
+
+class RowLayers:
+    """The model's BatchNorm and dropout layers, swapped for their per-row versions in :meth:`logits`."""
+
+    def __init__(self, model: FlatModel):
+        self.model = model
+        modules = list(model.module.named_modules())
+        self.norms = [(n, m) for n, m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        self.drops = [m for _, m in modules if type(m) is nn.Dropout]
+        self.norm_names = {n for n, _ in self.norms}
+
+    @property
+    def has_dropout(self) -> bool:
+        return bool(self.drops)
+
+    def logits(
+        self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, mask: torch.Tensor, key: torch.Tensor
+    ) -> tuple[torch.Tensor, Buffers]:
+        """The row's output and its BatchNorm buffers after this forward (train mode)."""
+        row = _Row(mask, key)
+        for name, m in self.norms:
+            m.forward = partial(_masked_batch_norm, m, name, row)
+        for layer, m in enumerate(self.drops):
+            m.forward = partial(_keyed_dropout, m, layer, row)
+        try:
+            out = self.model.logits(flat, buffers, x)
+        finally:
+            for _, m in self.norms:
+                del m.forward
+            for m in self.drops:
+                del m.forward
+        return out, row.updated

@@ -1,0 +1,64 @@
+"""Which client executor a run uses, and how many clients each batched chunk holds.
+
+``sequential`` trains the sampled clients one after another (the reference path,
+:mod:`fedbench.engine.local`); ``batched`` trains them together in chunks of ``chunk`` clients
+(:mod:`fedbench.engine.batched`); ``auto`` takes the batched path on a GPU and the sequential one
+on a CPU, where the vmapped step measured slower than the per-client loop (benchmarks/README.md).
+Without a chunk size the batched path sizes its chunks from free device memory on CUDA (a
+one-client probe of the step's peak memory, :func:`probe_client_bytes`) and holds
+:data:`DEFAULT_CPU_CHUNK` clients on a CPU. Algorithms with ``batchable = False`` (their own local
+loss: MOON, FedMLB) always run sequentially. The choice and its reason are one line of the run log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+EXECUTORS = ("auto", "sequential", "batched")
+DEFAULT_CPU_CHUNK = 16  # clients per vmapped chunk on a CPU unless --chunk says otherwise (bounds host memory)
+MEMORY_FRACTION = 0.7  # of the free CUDA memory that chunks may fill
+STATE_ROWS = 16  # [P] float rows per client besides the probed step (iterates, uploads, algorithm scratch)
+
+
+@dataclass(frozen=True)
+class ClientExecutor:
+    """The executor chosen for a run: ``batched``, its ``chunk`` (clients per vmapped chunk; None:
+    all S at once) and ``note``, the one-line reason for the run log."""
+
+    batched: bool
+    chunk: int | None
+    note: str
+
+
+def choose_executor(
+    executor: str, device: torch.device, batchable: bool = True, chunk: int | None = None,
+    probe: Callable[[], int] | None = None,
+) -> ClientExecutor:
+    """The executor for ``--executor`` on ``device`` (``chunk``: ``--chunk``; ``probe``: bytes one
+    client's batched step needs on CUDA)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be a positive number of clients, got {chunk}")
+    if not batchable:
+        return ClientExecutor(False, None, "sequential (the algorithm's local loss runs client by client)")
+    if executor == "sequential":
+        return ClientExecutor(False, None, "sequential (asked for)")
+    if executor == "auto" and device.type != "cuda":
+        return ClientExecutor(False, None, f"sequential (auto on {device.type}: the per-client loop measured faster)")
+    why = "asked for" if executor == "batched" else f"auto on {device.type}"
+    if chunk is not None:
+        return ClientExecutor(True, chunk, f"batched, chunks of {chunk} clients ({why}; --chunk)")
+    if device.type != "cuda" or probe is None:
+        return ClientExecutor(True, DEFAULT_CPU_CHUNK, f"batched, chunks of {DEFAULT_CPU_CHUNK} clients ({why}; {device.type} default)")
+    per_client = max(1, probe())
+    free, _ = torch.cuda.mem_get_info(device)
+    fitted = int(MEMORY_FRACTION * free // per_client)
+    sizes = f"one client's step {per_client / 2**20:.0f} MiB, {free / 2**30:.1f} GiB free"
+    if fitted < 2 and executor == "auto":
+        return ClientExecutor(False, None, f"sequential (auto on cuda: no room for two clients at once; {sizes})")
+    fitted = max(fitted, 1)
+    return ClientExecutor(True, fitted, f"batched, chunks of {fitted} clients ({why}; {sizes})")

@@ -1,0 +1,109 @@
+"""A round plan: every minibatch of the round's S sampled clients for all their K_i local steps,
+drawn up front, so that the batched executor's step loop is one gather per step.
+
+The draws are those of the sequential path, from the same named streams and in the same order
+per client: client i's k-th minibatch is the batcher's k-th ``next(i)`` of the round (the
+``("batches", i, e)`` permutations; :mod:`fedbench.engine.batches`), followed by its replay draw
+(``("replay_step", task, i, position)``) and augmented from ``("augment", i, position)``. Clients
+draw independently of each other and of training, so drawing a whole round before its first
+step gives the same batches as drawing them step by step.
+
+The plan is ``[K, S, B]`` index and mask tensors on the data's device (K = max_i K_i, B the
+largest batch of the round); step k uses the first ``width[k]`` columns (its largest batch, as
+the batched executor padded each step before plans), so a row's numbers do not depend on which
+other rows share its chunk. Padded places hold sample 0 with mask 0; rows past their K_i are all
+padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from fedbench.data.base import ArraySplit
+from fedbench.engine.augment import apply_augment, augment_draws
+from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.local import LocalConfig
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """Sample indices ``index`` ``[K, S, B]`` (int64), ``mask`` ``[K, S, B]`` (1 on real samples),
+    ``memory`` ``[K, S, B]`` (1 on the replay draw, ``replay_apart`` only), the per-step widths,
+    and under ``local.augment`` each sample's crop offsets and flip ``[K, S, B]``."""
+
+    index: torch.Tensor
+    mask: torch.Tensor
+    width: tuple[int, ...]
+    memory: torch.Tensor | None = None
+    crops: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    crop_padding: int = 0
+
+    @property
+    def steps(self) -> int:
+        return self.index.shape[0]
+
+    def rows(self, rows: slice) -> "RoundPlan":
+        """The plan of a subset of the clients (a chunk), with the round's widths."""
+        pick = None if self.crops is None else tuple(c[:, rows] for c in self.crops)
+        memory = None if self.memory is None else self.memory[:, rows]
+        return replace(self, index=self.index[:, rows], mask=self.mask[:, rows], memory=memory, crops=pick)
+
+    def batch(self, k: int, train: ArraySplit) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Step k's x ``[S, W, …]``, y ``[S, W]``, mask ``[S, W]`` and replay mask (or None): one gather."""
+        w = self.width[k]
+        idx = self.index[k, :, :w]
+        x, y = train.x[idx], train.y[idx]
+        if self.crops is not None:
+            dy, dx, flips = (c[k, :, :w].reshape(-1) for c in self.crops)
+            x = apply_augment(x.flatten(0, 1), dy, dx, flips, self.crop_padding).view_as(x)
+        memory = None if self.memory is None else self.memory[k, :, :w]
+        return x, y, self.mask[k, :, :w], memory
+
+
+def draw_plan(
+    train: ArraySplit, batcher: ClientBatcher, clients: list[int], steps: list[int], cfg: LocalConfig
+) -> RoundPlan:
+    """Draw every client's K_i minibatches (advancing the batcher as K_i ``next`` calls would) and
+    lay them out as a :class:`RoundPlan`."""
+    drawn = [(k, row, c, *cfg.batch_indices(batcher, c)) for row, c in enumerate(clients) for k in range(steps[row])]
+    lengths = torch.tensor([len(d[3]) for d in drawn])
+    shape = (max(steps), len(clients), int(lengths.max()))
+    widths = [0] * shape[0]
+    for k, _, _, idx, _, _ in drawn:
+        widths[k] = max(widths[k], len(idx))
+    slot = torch.tensor([k * shape[1] + row for k, row, *_ in drawn])
+    within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
+    dest = torch.repeat_interleave(slot * shape[2], lengths) + within
+    device, size = train.y.device, shape[0] * shape[1] * shape[2]
+    dest_d = dest.to(device)
+    index = torch.zeros(size, dtype=torch.int64, device=device)
+    index[dest_d] = torch.cat([d[3] for d in drawn]).to(device)
+    mask = train.x.new_zeros(size)
+    mask[dest_d] = 1.0
+    memory = None
+    if cfg.replay_apart:  # the samples after a batch's current ones are its replay draw
+        current = torch.repeat_interleave(torch.tensor([d[4] for d in drawn]), lengths)
+        memory = train.x.new_zeros(size)
+        memory[dest_d[(within >= current).to(device)]] = 1.0
+        memory = memory.view(shape)
+    if cfg.augments and train.x.dim() != 4:
+        raise ValueError(f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}")
+    crops = _augment_plan(drawn, dest, shape, cfg, device) if cfg.augments else None
+    return RoundPlan(index.view(shape), mask.view(shape), tuple(widths), memory, crops, cfg.augment.crop_padding)
+
+
+def _augment_plan(
+    drawn: list, dest: torch.Tensor, shape: tuple[int, int, int], cfg: LocalConfig, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each planned sample's crop offsets and flip from its batch's ``("augment", client, position)``
+    stream (padding: no crop shift, no flip)."""
+    a = cfg.augment
+    draws = [augment_draws(len(idx), a.flip, a.crop_padding, cfg.seed, c, position) for _, _, c, idx, _, position in drawn]
+    out = []
+    for part, dtype in zip(zip(*draws), (torch.int64, torch.int64, torch.bool)):
+        full = torch.zeros(shape[0] * shape[1] * shape[2], dtype=dtype)
+        full[dest] = torch.cat(part)
+        out.append(full.view(shape).to(device))
+    return out[0], out[1], out[2]

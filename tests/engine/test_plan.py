@@ -1,0 +1,47 @@
+"""The round plan draws exactly the minibatches, replay draws and augmentations of the sequential path."""
+
+import torch
+
+from fedbench.data.base import ArraySplit
+from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.local import LocalConfig
+from fedbench.engine.plan import draw_plan
+from fedbench.scenario import AugmentSpec
+
+
+def setup(replay_apart=False, augment=AugmentSpec(flip=True, crop_padding=1)):
+    gen = torch.Generator().manual_seed(0)
+    train = ArraySplit(torch.randn(60, 1, 4, 4, generator=gen), torch.randint(0, 3, (60,), generator=gen))
+    parts = [torch.arange(0, 7), torch.arange(7, 30), torch.arange(30, 33), torch.arange(33, 60)]
+    replay = lambda client, position: None if client == 2 else torch.tensor([client, position % 5])  # noqa: E731
+    cfg = LocalConfig(0.0, None, augment, seed=3, replay=replay, replay_apart=replay_apart)
+    return train, (lambda: ClientBatcher(parts, 5, seed=1, drop_singleton=True)), cfg
+
+
+def test_plan_batches_are_the_sequential_batches():
+    train, batcher, cfg = setup()
+    clients, steps = [0, 1, 2, 3], [2, 5, 3, 1]
+    a, b = batcher(), batcher()
+    plan = draw_plan(train, a, clients, steps, cfg)
+    for k in range(max(steps)):
+        x, y, mask, memory = plan.batch(k, train)
+        assert memory is None and x.shape[:2] == y.shape == mask.shape == (4, plan.width[k])
+        for row, client in enumerate(clients):
+            if k >= steps[row]:
+                assert mask[row].sum() == 0
+                continue
+            xs, ys = cfg.batch(train, b, client)
+            n = len(ys)
+            assert torch.equal(x[row, :n], xs) and torch.equal(y[row, :n], ys)
+            assert mask[row, :n].sum() == n and mask[row, n:].sum() == 0
+    assert torch.equal(a.cursor, b.cursor)  # the batcher moved as K_i next() calls move it
+
+
+def test_plan_rows_and_replay_apart():
+    train, batcher, cfg = setup(replay_apart=True, augment=AugmentSpec())
+    plan = draw_plan(train, batcher(), [1, 2], [2, 2], cfg)
+    _, y, mask, memory = plan.batch(0, train)
+    assert memory[0].sum() == 2 and memory[1].sum() == 0  # client 2 has no replay draw
+    assert torch.equal(memory[0, 5:7], torch.ones(2)) and torch.equal(mask[0, :7], torch.ones(7))
+    part = plan.rows(slice(1, 2))
+    assert part.width == plan.width and torch.equal(part.batch(0, train)[1], y[1:])
