@@ -207,13 +207,15 @@ def test_report_files_name_the_committed_outputs(paper: str, monkeypatch) -> Non
     from rich.console import Console
 
     from fedbench.papers import paper_part
-    from fedbench.papers.targets import Context
+    from fedbench.papers.targets import Context, Tuning
 
     monkeypatch.chdir(REPO)
-    for target in paper_part(paper, "room").ROOM.targets:
-        ctx = Context(paper, "tiny", Path("unused"), Path("tables"), Path("figures"), Console(), target.runs)
+    room = paper_part(paper, "room").ROOM
+    for target in room.targets:
+        ctx = Context(paper, "tiny", Path("unused"), Path("tables"), Path("figures"), Console(), target.runs, room.run_files)
         for step in target.steps:
             files = step.report_files(ctx)
-            assert files and all(f.suffix in (".md", ".png") for f in files)
+            tuned_here = paper == "gradma"  # the only paper tuned at the tiny scale: its Tuning() step names a table
+            assert (files or (isinstance(step, Tuning) and not tuned_here)) and all(f.suffix in (".md", ".png") for f in files)
             missing = [str(f) for f in files if not f.is_file()]
             assert not missing, f"{paper} {target.name} {type(step).__name__}: {missing}"
