@@ -17,11 +17,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from fedbench import estimate
+from fedbench.estimate import Estimator
 from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
 from fedbench.store import DONE, ResultsStore, read_statuses
 from fedbench.sweeps.driver import EXECUTORS, run_sweep
 from fedbench.sweeps.grid import expand, sweep_runs
+from fedbench.sweeps.local import default_jobs
 from fedbench.sweeps.worker import WorkerSettings, record_of
 
 
@@ -109,6 +112,25 @@ def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
         lines += [f"  then fedbench {s.describe(ctx)}  (tables: {opts.tables_dir}/, figures: {opts.figures_dir}/)"
                   for s in t.steps]
     return lines
+
+
+def default_jobs_at(opts: Options) -> int:
+    """The worker processes :func:`reproduce` runs a target's runs with (local executor; Ray: one counted)."""
+    if opts.executor != "local":
+        return 1
+    return opts.jobs if opts.jobs is not None else default_jobs("auto") if opts.scale == "tiny" else 1
+
+
+def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: Estimator) -> list[str]:
+    """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`), then what was probed."""
+    lines = []
+    for t in targets:
+        runs = target_runs(t, opts.scale)
+        if runs:
+            est = estimator.estimate(runs, opts.out_dir, t.executor_at(opts.scale))
+            lines += [f"{paper} {t.name}: {line}" if i == 0 else line
+                      for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))]
+    return lines + [estimate.probe_note(estimator)]
 
 
 def _register_in_order(store: ResultsStore, runs: list) -> None:
