@@ -249,10 +249,13 @@ def lines(est: Estimate, estimator: Estimator, jobs: int = 1) -> list[str]:
     return out
 
 
-def probe_note(estimator: Estimator) -> str:
-    """What was probed: classes, rounds each, seconds spent, limits, failures."""
+def probe_note(estimator: Estimator) -> list[str]:
+    """What was probed (classes, rounds each, seconds spent, limits, failures) in one line; none when
+    nothing was (no runs to do, or a dataset missing)."""
+    if not estimator.costs and not estimator.failed:
+        return []
     failed = "".join(f"; probe of {k} failed: {v}" for k, v in estimator.failed.items())
     executors = "; ".join(sorted({c.executor for c in estimator.costs.values()}))
-    return (f"probe: {len(estimator.costs)} cost class(es) on {estimator.device}, {estimator.rounds} timed round(s) "
+    return [f"probe: {len(estimator.costs)} cost class(es) on {estimator.device}, {estimator.rounds} timed round(s) "
             f"each after a warm-up round, {estimator.spent:.1f} s (limits: {estimator.max_probes} classes, "
-            f"{estimator.budget_s:.0f} s)" + (f"; client executor {executors}" if executors else "") + failed)
+            f"{estimator.budget_s:.0f} s)" + (f"; client executor {executors}" if executors else "") + failed]

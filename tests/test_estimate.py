@@ -168,3 +168,17 @@ def test_reproduce_dry_run_estimate(tmp_path: Path, fake_clock: None, monkeypatc
     head = next(line for line in result.output.splitlines() if "estimate on cpu" in line)
     assert head.startswith("fedqvr fig5_mnist_tau0.08: estimate on cpu: ") and "wall with 2 parallel jobs" in head
     assert "probe: " in result.output and not out.exists()
+
+
+def test_a_tuned_scenario_counts_its_trials_then_its_final_runs(tmp_path: Path, fake_clock: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "probe_run", lambda spec, *a: RoundCost(1.0, 0.0, 2, "x"))
+    tune = {"space": {"local.lr": [0.01, 0.1]}, "trials": {"rounds": 2}}
+    sc = parse_scenario(tiny_scenario(rounds=5, seeds=[0, 1], tune=tune))
+    runs = estimate.scenario_runs(sc)
+    assert [r.spec.rounds for r in runs] == [2, 2, 2, 2, 5, 5]  # 2 trials × 2 seeds, then the 2 final runs
+    est = estimator(tmp_path)
+    result = est.estimate(runs)
+    # the lr changes no round's cost; the trials' validation split does: two classes
+    assert result.seconds == 4 * 2 + 2 * 5 and [len(c.runs) for c in result.classes] == [4, 2]
+    assert estimate.lines(result, est)[0].startswith("estimate on cpu: 6 run(s) to do (0 done) × 18 rounds in all ≈ ")

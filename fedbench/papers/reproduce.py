@@ -130,7 +130,7 @@ def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: 
             est = estimator.estimate(runs, opts.out_dir, t.executor_at(opts.scale))
             lines += [f"{paper} {t.name}: {line}" if i == 0 else line
                       for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))]
-    return lines + [estimate.probe_note(estimator)]
+    return lines + estimate.probe_note(estimator)
 
 
 def _register_in_order(store: ResultsStore, runs: list) -> None:
