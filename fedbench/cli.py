@@ -178,15 +178,39 @@ def run(
         raise typer.Exit(1)
 
 
+ESTIMATE = typer.Option(False, "--estimate/--no-estimate", help="time a few rounds of each kind of run on this "
+                        "device and print the hours of the runs to do (off by default: it trains, up to --probe-budget s)")
+PROBE_BUDGET = typer.Option(60.0, "--probe-budget", min=1.0, help="--estimate: seconds of probing at most "
+                            "(a probe begun is finished; kinds of run left out are scaled from a similar one)")
+
+
+def _estimator(on: bool, device: str, data_dir: Path, budget: float):
+    """The probe of ``--estimate`` (None without it); a bad ``--device`` exits 2."""
+    if not on:
+        return None
+    from fedbench.estimate import Estimator
+    from fedbench.runs import check_device
+
+    _or_exit(check_device, device)
+    return Estimator(device, data_dir, budget)
+
+
 @app.command()
 def validate(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     scale: Optional[str] = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
     overrides: Optional[list[str]] = SETS,
+    estimate: bool = ESTIMATE,
+    out: Path = typer.Option(Path("results"), "--out", help="--estimate: runs this store holds done count zero (read only)"),
+    device: str = typer.Option("auto", help="--estimate: the device probed (auto, cpu, cuda or cuda:N)"),
+    data_dir: Path = typer.Option(Path("data"), help="--estimate: where the datasets are (never downloaded)"),
+    probe_budget: float = PROBE_BUDGET,
 ) -> None:
-    """Check a scenario (at every scale it defines) without training; show the resolved runs."""
+    """Check a scenario (at every scale it defines) without training; show the resolved runs (and, with
+    --estimate, their hours on this device from a short timed probe)."""
     from fedbench.scenario import ScenarioError, read_yaml, scale_names
 
+    estimator = _estimator(estimate, device, data_dir, probe_budget)
     try:
         scales = [scale] if scale else scale_names(read_yaml(scenario))
     except ScenarioError as exc:
@@ -213,6 +237,13 @@ def validate(
             from fedbench.sweeps.tuning import plan, plan_lines
 
             console.print("\n".join(plan_lines(plan(sc))), highlight=False, markup=False, soft_wrap=True)
+        if estimator is not None:
+            from fedbench import estimate as est
+
+            lines = est.lines(estimator.estimate(est.scenario_runs(sc), out), estimator)
+            console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
+    for line in est.probe_note(estimator) if estimator is not None else []:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"[green]{scenario} is valid at scale(s): {', '.join(scales)}[/green]")
 
 
@@ -570,6 +601,8 @@ def reproduce(
     figures_dir: Path = typer.Option(Path("figures"), help="where the figures are written"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would run and be written; run and write nothing"),
     list_: bool = typer.Option(False, "--list", help="every paper's targets with run counts and how many are done"),
+    estimate: bool = ESTIMATE,
+    probe_budget: float = PROBE_BUDGET,
 ) -> None:
     """Reproduce a paper's tables and figures: run what is missing (sweep engine), then write its
     paper / ours tables, claims and figures. The paper rooms are in fedbench/papers/."""
@@ -587,8 +620,15 @@ def reproduce(
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
+    if estimate and not dry_run:
+        typer.echo("--estimate goes with --dry-run (it prints what would run and its hours; runs nothing)", err=True)
+        raise typer.Exit(2)
     if dry_run:
         console.print("\n".join(rp.plan_lines(paper, chosen, opts)), highlight=False, markup=False, soft_wrap=True)
+        estimator = _estimator(estimate, "auto", Path("data"), probe_budget)
+        if estimator is not None:
+            lines = rp.estimate_lines(paper, chosen, opts, estimator)
+            console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
         return
     raise typer.Exit(rp.reproduce(paper, chosen, opts, console))
 

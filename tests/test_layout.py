@@ -12,6 +12,7 @@ DATA_PATH = [
     *sorted((ROOT / "fedbench/scenario").glob("*.py")),
     ROOT / "fedbench/engine/runner.py", ROOT / "fedbench/engine/plugins.py", ROOT / "fedbench/engine/axes.py",
     ROOT / "fedbench/engine/continual.py", ROOT / "fedbench/wireless/plugin.py",
+    ROOT / "fedbench/engine/probe.py", ROOT / "fedbench/estimate.py",
 ]
 
 
@@ -25,6 +26,8 @@ def test_no_function_of_scenario_resolution_or_the_round_loop_is_over_50_lines(p
 
 @pytest.mark.parametrize("module, forbidden", [
     ("fedbench.engine.runner", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
+    ("fedbench.engine.probe", ("fedbench.report", "fedbench.papers", "fedbench.cli", "fedbench.sweeps")),
+    ("fedbench.estimate", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
     ("fedbench.optim.spec", ("torch",)),
     ("fedbench.sweeps.grid", ("fedbench.engine", "fedbench.report")),
     ("fedbench.sweeps.tuning", ("fedbench.engine", "fedbench.report")),

@@ -17,12 +17,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from fedbench import estimate
+from fedbench.estimate import Estimator
 from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
-from fedbench.store import DONE, ResultsStore, read_statuses
+from fedbench.store import DB_NAME, DONE, ResultsStore, read_statuses
 from fedbench.sweeps.driver import EXECUTORS, run_sweep
 from fedbench.sweeps import tuning
 from fedbench.sweeps.grid import SweepPoint, SweepRun, expand, sweep_runs
+from fedbench.sweeps.local import default_jobs
 from fedbench.sweeps.worker import WorkerSettings, record_of
 
 
@@ -156,6 +159,27 @@ def _tuning_lines(target: Target, opts: Options) -> list[str]:
     todo = [x for x in finals if status.get(x.run_id) not in DONE]
     return lines + [f"  then {len(finals)} run(s) of the chosen settings, {len(todo)} to run"] + [
         f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
+
+
+def default_jobs_at(opts: Options) -> int:
+    """The worker processes :func:`reproduce` runs a target's runs with (local executor; Ray: one counted)."""
+    if opts.executor != "local":
+        return 1
+    return opts.jobs if opts.jobs is not None else default_jobs("auto") if opts.scale == "tiny" else 1
+
+
+def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: Estimator) -> list[str]:
+    """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`), then what was probed."""
+    lines = []
+    store = ResultsStore(opts.out_dir, read_only=True) if (Path(opts.out_dir) / DB_NAME).is_file() else None
+    for t in targets:
+        tuned = [tuning.plan(p.scenario) for p in target_points(t, opts.scale) if p.scenario.tuned]
+        runs = target_runs(t, opts.scale) + [r for plan in tuned for r in tuning.projected_final_runs(plan, store)]
+        if runs:
+            est = estimator.estimate(runs, opts.out_dir, t.executor_at(opts.scale))
+            lines += [f"{paper} {t.name}: {line}" if i == 0 else line
+                      for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))]
+    return lines + estimate.probe_note(estimator)
 
 
 def _register_in_order(store: ResultsStore, runs: list) -> None:

@@ -260,6 +260,20 @@ def final_runs(tuning: TuningPlan, choices: list[Choice]) -> list[SweepRun]:
     return [SweepRun(spec, seed, shash) for spec in specs for seed in sc.seeds]
 
 
+def projected_final_runs(tuning: TuningPlan, store: ResultsStore | None) -> list[SweepRun]:
+    """The final runs for a cost estimate: the chosen settings' when ``store`` holds every trial done,
+    else each tuned entry as written, marked tuned (a run id no store holds: still to do; the chosen
+    values change no round's cost)."""
+    if store is not None:
+        try:
+            return final_runs(tuning, select(store, tuning))
+        except TuningError:
+            pass
+    choices = [Choice(e, e.trials[0] if e.trials else None, tuple(0.0 for _ in e.trials)) for e in tuning.entries]
+    projected = [dataclasses.replace(c, best=dataclasses.replace(c.best, values={})) if c.best else c for c in choices]
+    return final_runs(tuning, projected)
+
+
 def plan_lines(tuning: TuningPlan) -> list[str]:
     """The trials and the runs they imply (``fedbench validate`` and ``fedbench tune --dry-run``)."""
     sc = tuning.scenario

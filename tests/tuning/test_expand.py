@@ -152,3 +152,14 @@ def test_a_tuned_run_is_a_run_of_its_own_even_at_the_written_values():
     runs = final_runs(tuning, [Choice(tuning.entries[0], tuning.entries[0].trials[0], (0.9, 0.1))])
     assert [r.run_id for r in runs] != [run_id_of(sc.runs[0], s) for s in (0, 1)]
     assert runs[0].spec.model_copy(update={"tuned": None}).spec_hash() == sc.runs[0].spec_hash()
+
+
+def test_projected_final_runs_are_still_to_do_before_the_trials():
+    """A cost estimate counts a tuned entry's final runs as written but never as the untuned runs a store may hold."""
+    from fedbench.sweeps.tuning import projected_final_runs
+
+    sc = parse_scenario(tuned(GRID, seeds=[0, 1], algorithms=[{"name": "fedavg"}, {"name": "fedprox", "tune": False}]))
+    runs = projected_final_runs(plan(sc), None)
+    untuned = [run_id_of(s, seed) for s in sc.runs for seed in (0, 1)]
+    assert [r.run_id for r in runs][2:] == untuned[2:] and not set(r.run_id for r in runs[:2]) & set(untuned)
+    assert [r.spec.rounds for r in runs] == [s.rounds for s in sc.runs for _ in (0, 1)]

@@ -1,0 +1,263 @@
+"""Know the cost before starting: a set of runs' hours on this device, from a short timed probe.
+
+Runs are grouped into cost classes: the same workload (dataset, model, clients, local work, batch,
+evaluation, compression, continual and wireless blocks; the learning rates and server settings
+never change a round's cost), algorithm and clients per round S. Runs the store holds done count
+zero. The classes are probed (:func:`fedbench.engine.probe.probe_run`) in the order that covers
+most with fewest probes: first one per workload, then one per algorithm, then the rest by rounds,
+until :attr:`Estimator.max_probes` probes or :attr:`Estimator.budget_s` seconds are spent. A class
+not probed borrows the probe of its workload (its algorithm's if probed, else any), its round time
+scaled by S and, from another algorithm, by the two algorithms' ratio where a workload has both; a
+workload never probed leaves its runs out of the total, which is then a lower bound.
+
+A class's run of T rounds with E evaluations costs ``T·round_s + E·eval_s``. The hours are those
+of one run after another; with J parallel jobs the wall time is about hours/J. Datasets are read
+offline only: a dataset not on disk gives one line instead of an estimate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedbench.data import DatasetNotFoundError
+from fedbench.engine import probe
+from fedbench.engine.probe import RoundCost, evaluations
+from fedbench.engine.setup import DataCache, resolve_device
+from fedbench.scenario import RunSpec, Scenario, scenario_hash
+from fedbench.store import DONE, read_statuses
+from fedbench.sweeps.grid import SweepRun
+
+MAX_PROBES = 24  # cost classes probed at most per command
+BUDGET_S = 60.0  # seconds of probing at most per command (a probe begun is finished)
+PROBE_ROUNDS = 2  # steady-state rounds timed per class, after one warm-up round
+
+
+def workload(spec: RunSpec) -> str:
+    """What a round's cost depends on besides the algorithm and S (canonical JSON)."""
+    local = spec.local.model_dump(mode="json", exclude={"lr", "lr_decay", "weight_decay"})
+    blocks = {k: getattr(spec, k) is not None for k in ("wireless", "validation")}
+    continual = spec.continual.model_dump(mode="json") if spec.continual else None
+    what = {"dataset": spec.dataset, "model": spec.model, "clients": spec.clients.num, "local": local,
+            "eval": [spec.eval.batch_size, spec.eval.client_spread], "compression": spec.compression,
+            "continual": continual, **blocks}
+    return json.dumps(what, sort_keys=True, default=str)
+
+
+@dataclass
+class CostClass:
+    """Runs that cost the same per round: their workload, algorithm, S and the runs still to do."""
+
+    workload: str
+    algorithm: str
+    per_round: int
+    executor: str
+    runs: list[SweepRun] = field(default_factory=list)
+    cost: RoundCost | None = None
+    source: str = ""  # "probed", or what the cost was scaled from
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return self.workload, self.algorithm, self.per_round, self.executor
+
+    @property
+    def rounds(self) -> int:
+        return sum(r.spec.rounds for r in self.runs)
+
+    @property
+    def seconds(self) -> float | None:
+        if self.cost is None:
+            return None
+        return sum(r.spec.rounds * self.cost.round_s + evaluations(r.spec) * self.cost.eval_s for r in self.runs)
+
+    def describe(self) -> str:
+        spec = self.runs[0].spec
+        return f"{spec.dataset['name']} {spec.model['name']} S={self.per_round} {self.algorithm}"
+
+
+def classes_of(runs: Iterable[SweepRun], executor: str) -> list[CostClass]:
+    """The runs grouped into cost classes, in order of first appearance."""
+    found: dict[tuple[str, str, int, str], CostClass] = {}
+    for run in runs:
+        spec = run.spec
+        c = CostClass(workload(spec), spec.algorithm["name"], spec.clients.per_round, executor)
+        found.setdefault(c.key, c).runs.append(run)
+    return list(found.values())
+
+
+def probe_order(classes: Sequence[CostClass]) -> list[CostClass]:
+    """One class per workload (its largest), then one per algorithm, then the rest, largest first."""
+    largest = sorted(classes, key=lambda c: -c.rounds)
+    per_workload = list({c.workload: c for c in reversed(largest)}.values())
+    per_algorithm = list({c.algorithm: c for c in reversed(largest)}.values())
+    order: dict[tuple, CostClass] = {}
+    for c in [*sorted(per_workload, key=lambda c: -c.rounds), *sorted(per_algorithm, key=lambda c: -c.rounds), *largest]:
+        order.setdefault(c.key, c)
+    return list(order.values())
+
+
+def algorithm_ratio(algorithm: str, other: str, probed: Sequence[CostClass]) -> float:
+    """Round time of ``algorithm`` over ``other``'s where both were probed on one workload and S (else 1)."""
+    seen = {(p.workload, p.per_round, p.algorithm): p.cost.round_s for p in probed if p.cost is not None}
+    for (w, s, a), round_s in seen.items():
+        if a == other and (w, s, algorithm) in seen and round_s > 0:
+            return seen[(w, s, algorithm)] / round_s
+    return 1.0
+
+
+def borrow(c: CostClass, probed: Sequence[CostClass]) -> None:
+    """Give an unprobed class the cost of a probed one of its workload (its algorithm's, nearest S,
+    first): the round time scaled by S and, for another algorithm, by :func:`algorithm_ratio`."""
+    same = [p for p in probed if p.workload == c.workload and p.executor == c.executor and p.cost is not None]
+    if not same:
+        return
+    src = min(same, key=lambda p: (p.algorithm != c.algorithm, abs(p.per_round - c.per_round)))
+    assert src.cost is not None
+    round_s = src.cost.round_s * c.per_round / src.per_round * algorithm_ratio(c.algorithm, src.algorithm, probed)
+    c.cost = RoundCost(round_s, src.cost.eval_s, 0, src.cost.executor)
+    c.source = f"scaled from {src.describe()}"
+
+
+def scenario_runs(sc: Scenario) -> list[SweepRun]:
+    """A scenario's runs, a tuned one's trial runs first (:func:`fedbench.sweeps.tuning.plan`), then its
+    final runs as its entries are written, marked tuned (the chosen values change no round's cost)."""
+    from fedbench.sweeps.tuning import plan, projected_final_runs
+
+    if sc.tuned:
+        tuning = plan(sc)
+        return tuning.trial_runs() + projected_final_runs(tuning, None)
+    shash = scenario_hash(sc)
+    return [SweepRun(spec, seed, shash) for spec in sc.runs for seed in sc.seeds]
+
+
+@dataclass
+class Estimate:
+    """One set of runs: how many, how many done, the cost classes of the others, missing datasets."""
+
+    runs: int
+    done: int
+    classes: list[CostClass]
+    missing: list[str]
+
+    @property
+    def todo(self) -> list[SweepRun]:
+        return [r for c in self.classes for r in c.runs]
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of the runs to do that have a cost (see :attr:`unknown`)."""
+        return sum(c.seconds or 0.0 for c in self.classes)
+
+    @property
+    def unknown(self) -> list[CostClass]:
+        return [c for c in self.classes if c.cost is None]
+
+
+class Estimator:
+    """Probes shared by every estimate of one command (a class is probed once), under one budget.
+    Datasets are loaded offline from ``data_dir`` onto ``device``; nothing is written."""
+
+    def __init__(self, device: str = "auto", data_dir: Path = Path("data"), budget_s: float = BUDGET_S,
+                 max_probes: int = MAX_PROBES, rounds: int = PROBE_ROUNDS):
+        self.cache = DataCache(data_dir, False, resolve_device(device))
+        self.data_dir, self.budget_s, self.max_probes, self.rounds = data_dir, budget_s, max_probes, rounds
+        self.spent = 0.0
+        self.costs: dict[tuple, RoundCost] = {}
+        self.probed: list[CostClass] = []  # the classes probed, each once, in order
+        self.failed: dict[str, str] = {}  # class → why its probe failed
+        self.missing: set[str] = set()  # datasets not on disk
+
+    @property
+    def device(self) -> str:
+        return str(self.cache.device)
+
+    def estimate(self, runs: Sequence[SweepRun], out_dir: Path | None = None, executor: str = "auto") -> Estimate:
+        """The runs' estimate; those ``out_dir``'s store holds done count zero (read only)."""
+        status = read_statuses(out_dir, [r.run_id for r in runs]) if out_dir is not None else {}
+        classes = classes_of([r for r in runs if status.get(r.run_id) not in DONE], executor)
+        for c in probe_order(classes):
+            self.probe(c)
+        for c in classes:
+            if c.cost is None:
+                borrow(c, self.probed)
+        missing = sorted({c.runs[0].spec.dataset["name"] for c in classes} & self.missing)
+        return Estimate(len(runs), sum(status.get(r.run_id) in DONE for r in runs), classes, missing)
+
+    def probe(self, c: CostClass) -> None:
+        """Time the class's first run, unless probed already, its dataset is missing, or the budget is spent."""
+        if c.key in self.costs:
+            c.cost, c.source = self.costs[c.key], "probed"
+            return
+        run, name = c.runs[0], c.runs[0].spec.dataset["name"]
+        if name in self.missing or len(self.costs) >= self.max_probes or self.spent >= self.budget_s:
+            return
+        start = probe.CLOCK()
+        try:
+            c.cost = probe.probe_run(run.spec, run.seed, self.cache, c.executor, self.rounds)
+        except DatasetNotFoundError:
+            self.missing.add(name)
+        except Exception as exc:  # a probe never stops the command: the class is left unestimated
+            self.failed[c.describe()] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        self.spent += probe.CLOCK() - start
+        if c.cost is not None:
+            self.costs[c.key], c.source = c.cost, "probed"
+            self.probed.append(c)
+
+
+def duration(seconds: float) -> str:
+    """``3.1 h``, ``0.42 h (25 min)``, ``4 min``, ``36 s``."""
+    hours = seconds / 3600
+    if hours >= 1:
+        return f"{hours:.1f} h"
+    near = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    return f"{hours:.2f} h ({near})" if hours >= 0.05 else near
+
+
+def _rounds_text(runs: Sequence[SweepRun]) -> str:
+    rounds = {r.spec.rounds for r in runs}
+    return f"{rounds.pop()} rounds" if len(rounds) == 1 else f"{sum(r.spec.rounds for r in runs)} rounds in all"
+
+
+def lines(est: Estimate, estimator: Estimator, jobs: int = 1) -> list[str]:
+    """The estimate's first line (``estimate on cpu: 16 run(s) to do (4 done) × 40 rounds ≈ 0.42 h``),
+    then each probed class with its timings; or one line saying why there is none."""
+    if est.missing:
+        return [f"no estimate: dataset {', '.join(est.missing)} not on disk under {estimator.data_dir}/ "
+                "(fetch it with --download on fedbench run, or point --data-dir at it)"]
+    todo = est.todo
+    if not todo:
+        return [f"estimate on {estimator.device}: nothing to run ({est.done} of {est.runs} run(s) done)"]
+    bound = "≥ " if est.unknown else "≈ "
+    head = (f"estimate on {estimator.device}: {len(todo)} run(s) to do ({est.done} done) × {_rounds_text(todo)} "
+            f"{bound}{duration(est.seconds)}")
+    if jobs > 1:
+        head += f", {bound}{duration(est.seconds / jobs)} wall with {jobs} parallel jobs"
+    out = [head]
+    probed = [c for c in est.classes if c.source == "probed"]
+    for c in probed:
+        assert c.cost is not None
+        out.append(f"  probe {c.describe()}: {c.cost.round_s:.3g} s/round + {c.cost.eval_s:.3g} s/evaluation "
+                   f"({len(c.runs)} run(s) to do)")
+    borrowed = [c for c in est.classes if c.cost is not None and c.source != "probed"]
+    if borrowed:
+        out.append(f"  {len(borrowed)} more class(es) ({sum(len(c.runs) for c in borrowed)} run(s)) scaled from a "
+                   "probe of the same data and model (by S, and by the algorithms' ratio on another workload)")
+    if est.unknown:
+        names = ", ".join(c.describe() for c in est.unknown[:3]) + (", …" if len(est.unknown) > 3 else "")
+        out.append(f"  not estimated ({sum(len(c.runs) for c in est.unknown)} run(s); probe budget spent or probe "
+                   f"failed): {names}")
+    return out
+
+
+def probe_note(estimator: Estimator) -> list[str]:
+    """What was probed (classes, rounds each, seconds spent, limits, failures) in one line; none when
+    nothing was (no runs to do, or a dataset missing)."""
+    if not estimator.costs and not estimator.failed:
+        return []
+    failed = "".join(f"; probe of {k} failed: {v}" for k, v in estimator.failed.items())
+    executors = "; ".join(sorted({c.executor for c in estimator.costs.values()}))
+    return [f"probe: {len(estimator.costs)} cost class(es) on {estimator.device}, {estimator.rounds} timed round(s) "
+            f"each after a warm-up round, {estimator.spent:.1f} s (limits: {estimator.max_probes} classes, "
+            f"{estimator.budget_s:.0f} s)" + (f"; client executor {executors}" if executors else "") + failed]

@@ -1,0 +1,184 @@
+"""`--estimate`: cost classes, the probe on a fake clock (never real timings), done runs, missing
+datasets, the probe's limits, and the commands' flags."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from fedbench import estimate
+from fedbench.cli import app
+from fedbench.engine import probe
+from fedbench.engine.probe import RoundCost, evaluations
+from fedbench.engine.setup import DataCache
+from fedbench.scenario import parse_scenario, run_record
+from fedbench.store import ResultsStore
+from tests.factories import tiny_scenario, tiny_spec
+
+runner = CliRunner()
+TWO = [{"name": "fedavg"}, {"name": "scaffold"}]
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of the probe's clock is one second after the last: each timed span is 1 s."""
+    ticks = itertools.count()
+    monkeypatch.setattr(probe, "CLOCK", lambda: float(next(ticks)))
+
+
+def estimator(tmp_path: Path, **kw) -> estimate.Estimator:
+    return estimate.Estimator("cpu", tmp_path / "data", **kw)
+
+
+def test_probe_times_one_span_per_round_and_per_evaluation(tmp_path: Path, fake_clock: None) -> None:
+    cost = probe.probe_run(tiny_spec(), 0, DataCache(tmp_path, False, torch.device("cpu")), rounds=2)
+    assert (cost.round_s, cost.eval_s, cost.rounds) == (1.0, 1.0, 2)
+    assert cost.executor.startswith("sequential")
+
+
+def test_evaluations_follow_the_schedule_and_the_last_round() -> None:
+    assert evaluations(tiny_spec(rounds=10)) == 10
+    assert evaluations(tiny_spec({"eval.every": 4}, rounds=10)) == 3  # rounds 4, 8 and 10
+
+
+@pytest.mark.parametrize("rounds, seeds", [(4, [0]), (8, [0]), (4, [0, 1, 2])])
+def test_estimate_is_linear_in_rounds_and_runs(tmp_path: Path, fake_clock: None, rounds: int, seeds: list) -> None:
+    sc = parse_scenario(tiny_scenario(rounds=rounds, seeds=seeds, algorithms=TWO))
+    est = estimator(tmp_path).estimate(estimate.scenario_runs(sc))
+    runs = 2 * len(seeds)
+    assert (est.runs, est.done, len(est.todo)) == (runs, 0, runs)
+    assert est.seconds == runs * (rounds * 1.0 + rounds * 1.0)  # a round and an evaluation per round, 1 s each
+    line = estimate.lines(est, estimator(tmp_path))[0]
+    assert line.startswith(f"estimate on cpu: {runs} run(s) to do (0 done) × {rounds} rounds ≈ ")
+
+
+def test_a_class_is_probed_once_per_command(tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(probe, "probe_run", lambda spec, *a: calls.append(spec.label) or RoundCost(1.0, 0.0, 2, "x"))
+    est = estimator(tmp_path)
+    sc = parse_scenario(tiny_scenario(seeds=[0, 1, 2], algorithms=TWO))
+    est.estimate(estimate.scenario_runs(sc))
+    est.estimate(estimate.scenario_runs(sc))
+    assert calls == ["FedAvg", "SCAFFOLD"]
+
+
+def test_done_runs_count_zero(tmp_path: Path, fake_clock: None) -> None:
+    sc = parse_scenario(tiny_scenario(rounds=4, seeds=[0, 1], algorithms=TWO))
+    runs = estimate.scenario_runs(sc)
+    store = ResultsStore(tmp_path / "results")
+    for run in runs[:3]:
+        store.start_run(run_record(run.spec, run.seed, run.scenario_hash))
+    store.finish_run(runs[0].run_id, "finished")
+    store.finish_run(runs[1].run_id, "diverged")  # runs[2] is unfinished: still to do
+    est = estimator(tmp_path).estimate(runs, tmp_path / "results")
+    assert (est.runs, est.done, [r.run_id for r in est.todo]) == (4, 2, [r.run_id for r in runs[2:]])
+    assert est.seconds == 2 * 8.0
+    assert estimate.lines(est, estimator(tmp_path))[0].startswith("estimate on cpu: 2 run(s) to do (2 done)")
+
+
+def test_nothing_to_run_is_one_line(tmp_path: Path, fake_clock: None) -> None:
+    sc = parse_scenario(tiny_scenario())
+    runs = estimate.scenario_runs(sc)
+    store = ResultsStore(tmp_path)
+    store.start_run(run_record(runs[0].spec, 0, runs[0].scenario_hash))
+    store.finish_run(runs[0].run_id, "finished")
+    est = estimator(tmp_path)
+    assert estimate.lines(est.estimate(runs, tmp_path), est) == ["estimate on cpu: nothing to run (1 of 1 run(s) done)"]
+
+
+def test_a_dataset_not_on_disk_gives_one_line(tmp_path: Path) -> None:
+    sc = parse_scenario(tiny_scenario(dataset={"name": "mnist"}, model={"name": "mlp", "hidden": [8]}))
+    est = estimator(tmp_path)
+    lines = estimate.lines(est.estimate(estimate.scenario_runs(sc)), est)
+    assert len(lines) == 1 and lines[0].startswith(f"no estimate: dataset mnist not on disk under {tmp_path / 'data'}/")
+    assert "--download" in lines[0]
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.gz"))  # nothing downloaded
+
+
+def test_classes_beyond_the_limit_are_scaled_from_a_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    costs = {"fedavg": 1.0, "scaffold": 3.0}
+    monkeypatch.setattr(probe, "probe_run", lambda spec, *a: RoundCost(costs[spec.algorithm["name"]], 0.5, 2, "x"))
+    raw = tiny_scenario(rounds=10, algorithms=TWO, clients={"num": 8, "per_round": 2})
+    narrow = parse_scenario(raw)
+    wide = parse_scenario({**raw, "name": "wide", "model": {"name": "mlp", "hidden": [32]}})
+    wide4 = parse_scenario({**raw, "name": "wide4", "model": {"name": "mlp", "hidden": [32]},
+                            "clients": {"num": 8, "per_round": 4}})
+    est = estimator(tmp_path, max_probes=3)
+    est.estimate(estimate.scenario_runs(narrow))  # both algorithms probed on the narrow model
+    result = est.estimate([*estimate.scenario_runs(wide), *estimate.scenario_runs(wide4)])
+    by = {(c.algorithm, c.per_round): c for c in result.classes}
+    assert by["fedavg", 2].source == "probed" and by["fedavg", 2].cost.round_s == 1.0  # the third and last probe
+    # another algorithm: × its ratio on the narrow model (3.0 / 1.0); another S: × S / S'
+    assert by["scaffold", 2].cost.round_s == pytest.approx(3.0)
+    assert by["scaffold", 2].source == "scaled from digits mlp S=2 fedavg"
+    assert by["scaffold", 4].cost.round_s == pytest.approx(6.0) and by["fedavg", 4].cost.round_s == pytest.approx(2.0)
+    assert by["scaffold", 4].cost.eval_s == 0.5  # evaluation does not depend on S or the algorithm
+    assert result.seconds == pytest.approx(10 * (1.0 + 3.0 + 2.0 + 6.0) + 4 * 10 * 0.5)
+    assert "3 more class(es) (3 run(s)) scaled" in "\n".join(estimate.lines(result, est))
+
+
+def test_a_workload_never_probed_makes_the_total_a_lower_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "probe_run", lambda spec, *a: RoundCost(1.0, 0.0, 2, "x"))
+    one = parse_scenario(tiny_scenario(rounds=10))
+    other = parse_scenario(tiny_scenario(rounds=10, name="wide", model={"name": "mlp", "hidden": [32]}))
+    est = estimator(tmp_path, max_probes=1)
+    result = est.estimate([*estimate.scenario_runs(one), *estimate.scenario_runs(other)])
+    lines = estimate.lines(result, est)
+    assert result.seconds == 10.0 and "≥ " in lines[0]
+    assert lines[-1].startswith("  not estimated (1 run(s); probe budget spent or probe failed): digits mlp S=3 fedavg")
+
+
+def test_validate_estimate_writes_nothing(tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(rounds=6, algorithms=TWO)))
+    result = runner.invoke(app, ["validate", str(path), "--estimate", "--device", "cpu"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    assert "estimate on cpu: 2 run(s) to do (0 done) × 6 rounds ≈ 24 s" in result.output
+    assert "probe: 2 cost class(es) on cpu, 2 timed round(s) each after a warm-up round" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]  # no results/, no data/
+    assert "estimate on" not in runner.invoke(app, ["validate", str(path)], terminal_width=250).output
+
+
+@pytest.mark.parametrize("args", [
+    ["validate", "{path}", "--estimate", "--device", "tpu"],
+    ["validate", "{path}", "--estimate", "--probe-budget", "0"],
+    ["validate", "{path}", "--estimate", "--probe-budget", "soon"],
+    ["reproduce", "gradma", "table1", "--scale", "tiny", "--estimate"],  # --estimate goes with --dry-run
+])
+def test_bad_estimate_flags_exit_2(tmp_path: Path, args: list[str]) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario()))
+    result = runner.invoke(app, [a.format(path=path) for a in args])
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "results").exists()
+
+
+def test_reproduce_dry_run_estimate(tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "probe_run", lambda spec, *a: RoundCost(0.5, 0.0, 2, "sequential"))
+    out = tmp_path / "store"
+    result = runner.invoke(app, ["reproduce", "fedqvr", "fig5_mnist_tau0.08", "--scale", "tiny", "--dry-run",
+                                 "--estimate", "--jobs", "2", "--out", str(out)], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    head = next(line for line in result.output.splitlines() if "estimate on cpu" in line)
+    assert head.startswith("fedqvr fig5_mnist_tau0.08: estimate on cpu: ") and "wall with 2 parallel jobs" in head
+    assert "probe: " in result.output and not out.exists()
+
+
+def test_a_tuned_scenario_counts_its_trials_then_its_final_runs(tmp_path: Path, fake_clock: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "probe_run", lambda spec, *a: RoundCost(1.0, 0.0, 2, "x"))
+    tune = {"space": {"local.lr": [0.01, 0.1]}, "trials": {"rounds": 2}}
+    sc = parse_scenario(tiny_scenario(rounds=5, seeds=[0, 1], tune=tune))
+    runs = estimate.scenario_runs(sc)
+    assert [r.spec.rounds for r in runs] == [2, 2, 2, 2, 5, 5]  # 2 trials × 2 seeds, then the 2 final runs
+    est = estimator(tmp_path)
+    result = est.estimate(runs)
+    # the lr changes no round's cost; the trials' validation split does: two classes
+    assert result.seconds == 4 * 2 + 2 * 5 and [len(c.runs) for c in result.classes] == [4, 2]
+    assert estimate.lines(result, est)[0].startswith("estimate on cpu: 6 run(s) to do (0 done) × 18 rounds in all ≈ ")
