@@ -482,7 +482,7 @@ def compare(
     from fedbench.report import paper as report
 
     store = _read_store(out)
-    for t in report.rich_comparison(_or_exit(report.compare, store, paper, table, scale), paper, table):
+    for t in report.rich_comparison(_or_exit(report.compare, store, paper, table, scale), paper, table, store):
         console.print(t)
     paths = report.write_comparison(store, paper, table, tables_dir, scale)
     console.print("\n".join(f"wrote {p}" for p in paths) or "[yellow]no runs of this table in the store: nothing written[/]")

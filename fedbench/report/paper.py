@@ -250,16 +250,22 @@ def comparison_note(paper: str, table: str, scale: str | None) -> str:
     return note
 
 
-def rich_comparison(frame: pd.DataFrame, paper: str, table: str) -> list[Table]:
+def rich_comparison(frame: pd.DataFrame, paper: str, table: str, store=None) -> list[Table]:
     """One ``rich`` table per scale in the frame, for the terminal: only the columns with runs
-    (every column when none has any); the written files keep the paper's whole layout."""
+    (every column when none has any); the written files keep the paper's whole layout. With the
+    ``store``, tuned rows are marked † as in the files."""
+    runs = paper_runs(store, paper, str(reference_table(paper, table).get("runs_from", table))) if store else None
     tables = []
     for scale in dict.fromkeys(frame["scale"]):
         part = frame[frame["scale"].isna()] if scale is None else frame[frame["scale"] == scale]
         run = part.groupby("column", sort=False)["seeds"].sum()
         if (run > 0).any():
             part = part[part["column"].isin(run.index[run > 0])]
-        headers, rows = _grid(part, *table_display(paper, table))
+        marks, never = table_display(paper, table)
+        if runs is not None:
+            tuned = tuned_labels(runs[runs["scale"] == scale])
+            marks = {**marks, **{r: f"{MARK} {marks.get(r, '')}".strip() for r in tuned}}
+        headers, rows = _grid(part, marks, never)
         caption = "paper / ours" + ("" if scale in (None, PAPER_SCALE) else f"; {scale} scale: compare orderings only")
         t = Table(title=comparison_title(paper, table, scale), caption=caption)
         for i, h in enumerate(headers):
