@@ -320,10 +320,9 @@ class ResultsStore:
         asked = frame.pop("asked")
         if include_stale or frame.empty:
             return frame
-        order = asked.rank(method="first").astype(int)  # ties (one command's runs): store order
-        newest = frame.assign(_order=order).sort_values("_order").groupby(["scenario", "algorithm"])["spec_hash"].last()
-        keep = [newest[(s, a)] == h for s, a, h in zip(frame["scenario"], frame["algorithm"], frame["spec_hash"])]
-        return frame[keep].reset_index(drop=True)
+        by_asked = frame.iloc[asked.argsort(kind="stable")]  # ties (one command's runs): store order
+        newest = by_asked.groupby(["scenario", "algorithm"], sort=False)["spec_hash"].transform("last")
+        return frame[frame["spec_hash"] == newest.reindex(frame.index)].reset_index(drop=True)
 
     def ask(self, run_ids: Iterable[str]) -> None:
         """Mark the runs as the ones a command asked for now: for each (scenario, label), the runs

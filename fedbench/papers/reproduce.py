@@ -10,7 +10,7 @@ starts first (reports keep the order of :func:`fedbench.store.ResultsStore.runs`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,30 +78,31 @@ def target_points(target: Target, scale: str) -> list[SweepPoint]:
     return expand(list(target.runs), scale) if target.runs else []
 
 
-def target_runs(target: Target, scale: str) -> list[SweepRun]:
-    """The target's runs at ``scale`` known before any training, in file order: an untuned
-    scenario's runs, a tuned one's trial runs (its final runs follow from them, :func:`final_runs_of`)."""
+def _unique_runs(points: list[SweepPoint], listed: Callable[[SweepPoint], list[SweepRun]]) -> list[SweepRun]:
+    """Each point's ``listed`` runs in file order, a run listed twice kept once."""
     runs: dict[str, SweepRun] = {}
-    for p in target_points(target, scale):
-        listed = tuning.plan(p.scenario).trial_runs() if p.scenario.tuned else sweep_runs([p])
-        for run in listed:
+    for p in points:
+        for run in listed(p):
             runs.setdefault(run.run_id, run)
     return list(runs.values())
+
+
+def known_runs(points: list[SweepPoint]) -> list[SweepRun]:
+    """The runs known before any training, in file order: an untuned scenario's runs, a tuned one's
+    trial runs (its final runs follow from them, :func:`final_runs_of`)."""
+    return _unique_runs(points, lambda p: tuning.plan(p.scenario).trial_runs() if p.scenario.tuned else sweep_runs([p]))
 
 
 def final_runs_of(points: list[SweepPoint], store: ResultsStore) -> list[SweepRun]:
     """Every scenario's runs in file order, a tuned scenario's being its chosen settings' (raises
     :class:`~fedbench.sweeps.tuning.TuningError` while a trial is not done)."""
-    runs: dict[str, SweepRun] = {}
-    for p in points:
-        if p.scenario.tuned:
-            plan = tuning.plan(p.scenario)
-            listed = tuning.final_runs(plan, tuning.select(store, plan))
-        else:
-            listed = sweep_runs([p])
-        for run in listed:
-            runs.setdefault(run.run_id, run)
-    return list(runs.values())
+    def listed(p: SweepPoint) -> list[SweepRun]:
+        if not p.scenario.tuned:
+            return sweep_runs([p])
+        plan = tuning.plan(p.scenario)
+        return tuning.final_runs(plan, tuning.select(store, plan))
+
+    return _unique_runs(points, listed)
 
 
 def list_lines(opts: Options) -> list[str]:
@@ -112,11 +113,12 @@ def list_lines(opts: Options) -> list[str]:
         r = room(paper)
         lines.append(f"{paper}: {r.title}")
         for t in r.targets:
-            runs = target_runs(t, opts.scale)
+            points = target_points(t, opts.scale)
+            runs = known_runs(points)
             status = read_statuses(opts.out_dir, [x.run_id for x in runs])
             done = sum(s in DONE for s in status.values())
             count = f"{len(runs)} runs, {done} done" if runs else "no runs"
-            if any(p.scenario.tuned for p in target_points(t, opts.scale)):
+            if any(p.scenario.tuned for p in points):
                 count += " (trials; + the chosen settings' runs)"
             needs = f" (needs {', '.join(t.needs)})" if t.needs else ""
             lines.append(f"  {t.name:<20} {count:<22} {t.help}{needs}")
@@ -132,22 +134,22 @@ def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
     """What :func:`reproduce` would run and write (``--dry-run``); reads the store, writes nothing."""
     lines = []
     for t in targets:
-        runs = target_runs(t, opts.scale)
+        points = target_points(t, opts.scale)
+        runs = known_runs(points)
         status = read_statuses(opts.out_dir, [x.run_id for x in runs])
         todo = [x for x in runs if status.get(x.run_id) not in DONE]
         lines.append(f"{paper} {t.name}: {len(runs)} run(s), {len(todo)} to run "
                      f"(client executor {t.executor_at(opts.scale)}) into {opts.out_dir}/")
         lines += [f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
-        lines += _tuning_lines(t, opts)
+        lines += _tuning_lines([p for p in points if p.scenario.tuned], opts)
         ctx = _context(paper, t, opts, Console())
         lines += [f"  then fedbench {s.describe(ctx)}  (tables: {opts.tables_dir}/, figures: {opts.figures_dir}/)"
                   for s in t.steps]
     return lines
 
 
-def _tuning_lines(target: Target, opts: Options) -> list[str]:
-    """A tuned target's trial plan and, once its trials are done, the chosen settings' runs to do."""
-    points = [p for p in target_points(target, opts.scale) if p.scenario.tuned]
+def _tuning_lines(points: list[SweepPoint], opts: Options) -> list[str]:
+    """The tuned scenarios' trial plans and, once their trials are done, the chosen settings' runs to do."""
     if not points:
         return []
     lines = [f"  {p.scenario.name}: {line}" for p in points for line in tuning.plan_lines(tuning.plan(p.scenario))[:1]]
@@ -173,8 +175,9 @@ def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: 
     lines = []
     store = ResultsStore(opts.out_dir, read_only=True) if (Path(opts.out_dir) / DB_NAME).is_file() else None
     for t in targets:
-        tuned = [tuning.plan(p.scenario) for p in target_points(t, opts.scale) if p.scenario.tuned]
-        runs = target_runs(t, opts.scale) + [r for plan in tuned for r in tuning.projected_final_runs(plan, store)]
+        points = target_points(t, opts.scale)
+        tuned = [tuning.plan(p.scenario) for p in points if p.scenario.tuned]
+        runs = known_runs(points) + [r for plan in tuned for r in tuning.projected_final_runs(plan, store)]
         if runs:
             est = estimator.estimate(runs, opts.out_dir, t.executor_at(opts.scale))
             lines += [f"{paper} {t.name}: {line}" if i == 0 else line
@@ -206,7 +209,7 @@ def _run(target: Target, opts: Options, console: Console) -> bool:
     points = target_points(target, opts.scale)
     if any(p.scenario.tuned for p in points):
         console.print(f"the trials of {sum(p.scenario.tuned for p in points)} tuned scenario(s) (docs/tuning.md):")
-        if not _sweep(target_runs(target, opts.scale), target, opts, console):
+        if not _sweep(known_runs(points), target, opts, console):
             return False
         console.print("the chosen settings:")
     try:

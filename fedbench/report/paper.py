@@ -26,7 +26,7 @@ from fedbench.report.reference import (
 from fedbench.report.tables import (
     _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, footnotes, latex_escape, markdown_grid, summarize, summary_notes,
 )
-from fedbench.report.tuned import MARK, tuned_labels
+from fedbench.report.tuned import tuned_labels, with_marks
 from fedbench.store import PAPER_SCALE
 
 _COUNTS = ("seeds", "finished", "diverged", "failed", "running")
@@ -263,8 +263,7 @@ def rich_comparison(frame: pd.DataFrame, paper: str, table: str, store=None) -> 
             part = part[part["column"].isin(run.index[run > 0])]
         marks, never = table_display(paper, table)
         if runs is not None:
-            tuned = tuned_labels(runs[runs["scale"] == scale])
-            marks = {**marks, **{r: f"{MARK} {marks.get(r, '')}".strip() for r in tuned}}
+            marks = with_marks(marks, tuned_labels(runs[runs["scale"] == scale]))
         headers, rows = _grid(part, marks, never)
         caption = "paper / ours" + ("" if scale in (None, PAPER_SCALE) else f"; {scale} scale: compare orderings only")
         t = Table(title=comparison_title(paper, table, scale), caption=caption)
@@ -296,8 +295,7 @@ def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | 
         part = frame[frame["scale"] == sc]
         heading, note = comparison_title(paper, table, sc), comparison_note(paper, table, sc)
         at_scale = runs[runs["scale"] == sc]
-        tuned = tuned_labels(at_scale)
-        marks = {**table_marks, **{r: f"{MARK} {table_marks.get(r, '')}".strip() for r in tuned}}
+        marks = with_marks(table_marks, tuned_labels(at_scale))
         md_notes, tex_notes = footnotes(summary_notes(at_scale, metrics))  # "GradMA-S: 3 QP … fell back", "FedQVR seed 0: blow-up flagged, …"
         texts = {
             ".md": f"## {heading}\n\n{title}, Table {table}: _{caption}_\n\n"

@@ -41,6 +41,6 @@ def tuning_notes(runs: pd.DataFrame) -> list[str]:
     return lines
 
 
-def mark(label: str, tuned: set[str]) -> str:
-    """``label`` with :data:`MARK` when it is tuned."""
-    return f"{label} {MARK}" if label in tuned else label
+def with_marks(marks: dict[str, str], tuned: set[str]) -> dict[str, str]:
+    """A table's row marks (``{"SCAFFOLD": "(2×)"}``) with :data:`MARK` put first on each tuned row."""
+    return {**marks, **{r: f"{MARK} {marks.get(r, '')}".strip() for r in tuned}}

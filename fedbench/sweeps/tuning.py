@@ -269,9 +269,9 @@ def projected_final_runs(tuning: TuningPlan, store: ResultsStore | None) -> list
             return final_runs(tuning, select(store, tuning))
         except TuningError:
             pass
-    choices = [Choice(e, e.trials[0] if e.trials else None, tuple(0.0 for _ in e.trials)) for e in tuning.entries]
-    projected = [dataclasses.replace(c, best=dataclasses.replace(c.best, values={})) if c.best else c for c in choices]
-    return final_runs(tuning, projected)
+    as_written = [Choice(e, dataclasses.replace(e.trials[0], values={}) if e.trials else None, (0.0,) * len(e.trials))
+                  for e in tuning.entries]
+    return final_runs(tuning, as_written)
 
 
 def plan_lines(tuning: TuningPlan) -> list[str]:
