@@ -1,15 +1,16 @@
-"""fedbench sequential vs batched vs Flower's simulation engine: one FedAvg workload, side by side.
+"""fedbench sequential vs batched (eager, compiled) vs Flower's simulation engine: one FedAvg workload.
 
     python -m benchmarks.bench_clients [--device cpu|cuda] [--cases mlp,cnn,resnet18gn]
         [--clients 10,50] [--rounds 3] [--min-seconds 5] [--warmup 1] [--threads N]
         [--chunk N] [--tf32 on|off] [--max-round-tflop X] [--out table.md]
 
 For every model case and every S, runs the same FedAvg rounds (benchmarks/workload.py) with
-fedbench's sequential executor, its batched executor and Flower's Simulation Engine (needs
+fedbench's sequential executor, its batched executor with an eager and a compiled step
+(``torch.compile``, as ``fedbench run --compile on``) and Flower's Simulation Engine (needs
 ``pip install -e .[bench]``; left out with a note when flwr is missing or ``--no-flower``), each
 in a fresh subprocess so that peak memory is per configuration: ``--warmup`` untimed rounds, then
 at least ``--rounds`` timed rounds and at least ``--min-seconds``. Prints a Markdown table:
-rounds/s, client-samples/s (S × steps × batch per round), the speed-up over fedbench sequential
+the warm-up (set-up and first round: model building, compilation, Ray's start), rounds/s, client-samples/s (S × steps × batch per round), the speed-up over fedbench sequential
 and the ratio to Flower, achieved FLOP/s (FlopCounterMode's forward+backward FLOPs per sample ×
 samples/s) against the measured float32 matmul peak, and peak host memory (resident set of the
 process tree, Flower's Ray processes included) and device memory. fedbench uses ``--threads``
@@ -32,6 +33,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_client
 from benchmarks.workload import CASES, DEFAULT_CASES, case_named, flops_per_sample, matmul_peak
 from fedbench.engine.precision import gpu_precision
 
-EXECUTORS = ("sequential", "batched", "flower")
+EXECUTORS = ("sequential", "batched", "compiled", "flower")
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -62,15 +64,17 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             from benchmarks.flower_harness import time_flower
 
             logging.getLogger("flwr").setLevel(logging.WARNING)
+            start = time.perf_counter()
             rounds, seconds, out = time_flower(
                 case, spec["case"], spec["clients"], spec["rounds"], spec["warmup"], spec["min_seconds"], device,
                 spec["cpus_per_client"], spec["gpus_per_client"], spec["threads"], spec["tf32"],
             )
             extra["device_peak"] = max((m.get("peak-device-bytes", 0) for m in out["metrics"].values()), default=0)
+            extra["warmup_s"] = time.perf_counter() - start - seconds  # all but the timed rounds
         else:
             from benchmarks.fedbench_harness import time_fedbench
 
-            rounds, seconds = time_fedbench(
+            rounds, seconds, extra["warmup_s"] = time_fedbench(
                 case, spec["clients"], spec["rounds"], spec["warmup"], spec["min_seconds"], device, spec["executor"],
                 spec["chunk"],
             )
@@ -149,8 +153,9 @@ def main() -> None:
         f"Flower: Ray with {args.threads} CPUs, {cpus_per_client:g} CPU(s) and {gpus_per_client:g} GPU(s) per ClientApp",
         *([f"TF32 {args.tf32}; fedbench batched chunk: {args.chunk or 'engine default'}"] if cuda else []),
         "",
-        "| model | S | executor | rounds/s | client-samples/s | vs sequential | fedbench / Flower | GFLOP/s (% of peak) | peak host MiB | peak device MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | S | executor | warm-up s | rounds/s | client-samples/s | vs sequential | fedbench / Flower | "
+        "GFLOP/s (% of peak) | peak host MiB | peak device MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for name, case in cases:
@@ -158,7 +163,7 @@ def main() -> None:
         for clients in (int(c) for c in args.clients.split(",")):
             tflop = flops * clients * case.samples_per_client / 1e12
             if args.max_round_tflop is not None and tflop > args.max_round_tflop:
-                row = f"| {case.label} | {clients} | all | skipped: {tflop:.1f} TFLOP a round > --max-round-tflop | | | | | | |"
+                row = f"| {case.label} | {clients} | all | skipped: {tflop:.1f} TFLOP a round > --max-round-tflop | | | | | | | |"
                 lines.append(row)
                 print(row, flush=True)
                 continue
@@ -201,7 +206,7 @@ def _rows(
     rows = []
     for executor, r in results.items():
         if isinstance(r, str):
-            rows.append(f"| {label} | {clients} | {executor} | {r} | | | | | | |")
+            rows.append(f"| {label} | {clients} | {executor} | {r} | | | | | | | |")
             continue
         rounds_s = r["rounds"]
         samples_s = rounds_s * clients * per_client
@@ -210,7 +215,7 @@ def _rows(
         achieved = flops * samples_s
         dev = f"{r['device_peak'] / 2**20:,.0f}" if cuda else "–"
         rows.append(
-            f"| {label} | {clients} | {executor} | {rounds_s:.3g} | {samples_s:,.0f} | {vs_seq} | {vs_flower} | "
+            f"| {label} | {clients} | {executor} | {r['warmup_s']:.1f} | {rounds_s:.3g} | {samples_s:,.0f} | {vs_seq} | {vs_flower} | "
             f"{achieved / 1e9:,.1f} ({100 * achieved / peak:.0f}%) | {r['host_peak'] / 2**20:,.0f} | {dev} |"
         )
     return rows

@@ -1,5 +1,6 @@
 """fedbench's side of the benchmark: FedAvg rounds through the engine's two client executors.
 
+``compiled`` is the batched executor with its step through ``torch.compile`` (``--compile on``).
 The batched executor trains ``chunk`` clients at a time: by default the engine's own choice on
 CUDA (a one-client memory probe, :mod:`fedbench.engine.executor`) and the whole round on a CPU (as
 the CPU tables in benchmarks/README.md were measured). BatchNorm buffers are averaged as the
@@ -27,7 +28,7 @@ from fedbench.optim.server import ServerOptimizer
 from fedbench.registry import NoParams
 from fedbench.scenario import AugmentSpec, ServerSpec
 
-EXECUTORS = ("sequential", "batched")
+EXECUTORS = ("sequential", "batched", "compiled")
 
 
 def batched_chunk(model: FlatModel, data: ArraySplit, case: Case, device: torch.device, cfg: LocalConfig) -> int | None:
@@ -59,13 +60,16 @@ def fedavg_rounds(
     steps = torch.full((clients,), float(case.steps), device=device)
     weights = torch.full((clients,), 1 / clients, device=device)
     buffers = [model.buffers()]
-    if executor == "batched" and chunk is None:
+    batched = executor != "sequential"
+    if batched and chunk is None:
         chunk = batched_chunk(model, data, case, device, cfg)
 
     def one_round(t: int) -> None:
         rc = RoundContext(chosen, LR, steps, algo.broadcast(state, chosen), {}, t)
-        if executor == "batched":
-            res = run_clients_batched(algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg, chunk)
+        if batched:
+            res = run_clients_batched(
+                algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg, chunk, executor == "compiled"
+            )
         else:
             res = run_clients_sequential(algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg)
         algo.server_update(state, rc, decoded(res.uploads), weights)
@@ -77,17 +81,19 @@ def fedavg_rounds(
 def time_fedbench(
     case: Case, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device, executor: str,
     chunk: int | None = None,
-) -> tuple[int, float]:
-    """``(timed rounds, seconds)``: after ``warmup`` untimed FedAvg rounds, at least ``rounds``
-    more, continuing until ``min_seconds`` have passed."""
+) -> tuple[int, float, float]:
+    """``(timed rounds, seconds, warm-up seconds)``: after ``warmup`` untimed FedAvg rounds (the
+    compiled step compiles in the first), at least ``rounds`` more, continuing until ``min_seconds``
+    have passed."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    begin = time.perf_counter()
     one_round, _ = fedavg_rounds(case, clients, device, executor, chunk)
     for t in range(warmup):
         one_round(t)
-    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     sync()
     start, t = time.perf_counter(), warmup
     while t < warmup + rounds or time.perf_counter() - start < min_seconds:
         one_round(t)
         t += 1
         sync()
-    return t - warmup, time.perf_counter() - start
+    return t - warmup, time.perf_counter() - start, start - begin

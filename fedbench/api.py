@@ -75,6 +75,7 @@ def run(
     client_state: str = "device",
     threads: int = DEFAULT_THREADS,
     chunk: int | None = None,
+    compile_step: str = "auto",
     console: Console | None = None,
 ) -> Results:
     """Run every (algorithm, seed) of ``scenario`` (a :class:`Scenario` or a file, read at ``scale`` with
@@ -83,12 +84,14 @@ def run(
     replaces the scenario's seeds; ``only`` keeps these algorithm labels or names (a list or
     ``"a,b"``). A failed or diverged run is recorded with its status and error, as by the CLI.
     Returns the :class:`Results` of this scenario in that store."""
+    from fedbench.engine.compiled import COMPILE_CHOICES
     from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
     from fedbench.runs import check_device, check_out, run_scenario  # the CLI's own checks: both refuse the same input
 
     sc = _as_scenario(scenario, scale, overrides)
     _choice("executor", executor, EXECUTORS)
     _choice("client_state", client_state, CLIENT_STATES)
+    _choice("compile_step", compile_step, COMPILE_CHOICES)
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk: expected a positive number of clients, got {chunk}")
     seed_list = None if seeds is None else _seed_list(seeds)
@@ -98,6 +101,7 @@ def run(
     run_scenario(
         sc, Path(out), device=device, data_dir=Path(data_dir), download=download, seeds=seed_list, only=labels,
         console=console, executor=executor, quiet=quiet, client_state=client_state, threads=threads, chunk=chunk,
+        compile_step=compile_step,
     )
     return Results(out, sc.name)
 

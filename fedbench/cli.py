@@ -146,6 +146,8 @@ def run(
     ),
     chunk: Optional[int] = typer.Option(None, "--chunk", min=1, help="batched: clients per vmapped chunk (default: "
                                         "sized to free GPU memory, 16 on a CPU); same numbers for every size"),
+    compile_step: str = typer.Option("auto", "--compile", help="batched: run the vmapped step through torch.compile: "
+                                     "on, off, or auto (on for runs of ≥ 20,000 local steps); equal to float tolerance"),
     overrides: Optional[list[str]] = SETS,
     quiet: bool = typer.Option(False, "--quiet", help="one line per finished run, no progress bars or summary "
                                "(for several `fedbench run` processes sharing a terminal)"),
@@ -155,12 +157,14 @@ def run(
                                 "identical only for the same count (the committed outputs use the default)"),
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
+    from fedbench.engine.compiled import COMPILE_CHOICES
     from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
     from fedbench.runs import check_device, check_only, check_out, run_scenario
     from fedbench.store import ResultsStore
 
     _choice("--client-state", client_state, CLIENT_STATES)
     _choice("--executor", executor, EXECUTORS)
+    _choice("--compile", compile_step, COMPILE_CHOICES)
     sc = _load(scenario, overrides, scale)
     seed_list = _parse_seeds(seeds)
     _or_exit(check_only, sc, only.split(",") if only else None)
@@ -170,7 +174,7 @@ def run(
         outcomes = run_scenario(
             sc, out, device=device, data_dir=data_dir, download=download,
             seeds=seed_list, only=only.split(",") if only else None, console=console, executor=executor,
-            quiet=quiet, client_state=client_state, threads=threads, chunk=chunk,
+            quiet=quiet, client_state=client_state, threads=threads, chunk=chunk, compile_step=compile_step,
         )
         if not quiet:
             _print_summary(ResultsStore(out), sc.name)
@@ -325,17 +329,20 @@ def sweep(
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     client_executor: str = typer.Option("auto", help="client training path, as `run --executor`: auto, sequential, batched"),
     chunk: Optional[int] = typer.Option(None, "--chunk", min=1, help="clients per batched chunk, as `run --chunk`"),
+    compile_step: str = typer.Option("auto", "--compile", help="the batched step through torch.compile, as `run --compile`"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"),
     strict: bool = typer.Option(False, "--strict", help="refuse the whole sweep when a grid point is invalid (default: "
                                 "report and skip it, run the valid points, exit 1 at the end)"),
 ) -> None:
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
+    from fedbench.engine.compiled import COMPILE_CHOICES
     from fedbench.engine.runner import EXECUTORS
     from fedbench.runs import check_device, check_out
     from fedbench.sweeps import driver, grid, worker
 
     _choice("--executor", executor, driver.EXECUTORS)
     _choice("--client-executor", client_executor, EXECUTORS)
+    _choice("--compile", compile_step, COMPILE_CHOICES)
     skipped: Optional[list[str]] = None if strict else []
     points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds), skipped)
     for line in skipped or []:
@@ -347,7 +354,7 @@ def sweep(
             raise typer.Exit(1 if skipped else 0)
         _or_exit(check_device, device)
         _or_exit(check_out, out)
-        settings = worker.WorkerSettings(device, data_dir, download, client_executor, chunk=chunk)
+        settings = worker.WorkerSettings(device, data_dir, download, client_executor, chunk=chunk, compile_step=compile_step)
         with _interrupts():
             summary = _or_exit(lambda: driver.run_sweep(
                 runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))

@@ -69,6 +69,7 @@ class RunSettings:
     client_state: str = "device"
     threads: int = DEFAULT_THREADS
     chunk: int | None = None  # clients per batched chunk (None: by device)
+    compile_step: str = "auto"  # --compile: the batched step through torch.compile (fedbench.engine.compiled)
     lines: bool = False  # plain lines (quiet, or stdout is not a terminal) instead of progress bars
     heartbeat_s: float = HEARTBEAT_S
 
@@ -87,6 +88,7 @@ def run_scenario(
     client_state: str = "device",
     threads: int = DEFAULT_THREADS,
     chunk: int | None = None,
+    compile_step: str = "auto",
 ) -> list[RunOutcome]:
     """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``.
     ``quiet`` (or an output that is not a terminal, e.g. a log file) prints one plain line per finished
@@ -99,7 +101,7 @@ def run_scenario(
     store, cache = ResultsStore(out), DataCache(data_dir, download, resolve_device(device))
     store.ask([run_id_of(spec, seed) for spec in specs for seed in scenario.seeds])
     lines = quiet or not console.is_terminal
-    settings = RunSettings(executor, client_state, threads, chunk, lines, HEARTBEAT_S)
+    settings = RunSettings(executor, client_state, threads, chunk, compile_step, lines, HEARTBEAT_S)
     shash = scenario_hash(scenario)
     columns = [
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -135,7 +137,7 @@ def _one_run(
     try:
         outcome = execute_run(
             spec, seed, store, cache, shash, on_round, settings.executor, settings.client_state, settings.threads,
-            settings.chunk,
+            settings.chunk, settings.compile_step,
         )
     except KeyboardInterrupt:
         raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1) from None

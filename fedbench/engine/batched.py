@@ -23,13 +23,13 @@ algorithm, and every BatchNorm model, both ways and requires the same numbers to
 from __future__ import annotations
 
 import torch
-from torch.func import grad_and_value, vmap
 
 from fedbench.algorithms.base import Algorithm, RoundContext
 from fedbench.compress import Compressed
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched_layers import RowLayers, mix32
 from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.compiled import step_function
 from fedbench.engine.executor import STATE_ROWS
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.plan import RoundPlan, draw_plan
@@ -45,12 +45,14 @@ class BatchedOracle:
     """Minibatch gradients of all rows at once: row i on client i's padded, masked batch with its
     own BatchNorm buffers ``[S, …]``; with a ``memory_mask`` (``replay_apart``) the masked samples
     are the step's replay draw, left out of ``grad`` and differentiated by ``memory`` (as the
-    sequential oracle). ``keys`` ``[S]`` seed each row's dropout masks (default zeros). ``updated``
+    sequential oracle). ``keys`` ``[S]`` seed each row's dropout masks (default zeros); ``compiled``
+    evaluates through the model's compiled step (:mod:`fedbench.engine.compiled`). ``updated``
     holds the buffers after the step's first ``grad`` call."""
 
     def __init__(
         self, layers: RowLayers, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
         cfg: LocalConfig, memory_mask: torch.Tensor | None = None, keys: torch.Tensor | None = None,
+        compiled: bool = False,
     ):
         self.layers, self.buffers, self.x, self.y, self.cfg = layers, buffers, x, y, cfg
         self.keys = torch.zeros(len(y), dtype=torch.int64, device=y.device) if keys is None else keys
@@ -59,16 +61,7 @@ class BatchedOracle:
         self.first_loss: torch.Tensor | None = None
         self.updated: Buffers | None = None
         self.calls = 0
-        self._grad = vmap(grad_and_value(self._loss, has_aux=True), randomness="different")
-
-    def _loss(
-        self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, key: torch.Tensor
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]:
-        logits, updated = self.layers.logits(flat, buffers, x, mask, key)
-        logits = self.layers.model.masked(logits, y)
-        per_sample = torch.nn.functional.cross_entropy(logits, y, reduction="none")
-        loss = (per_sample * mask).sum() / mask.sum().clamp(min=1)
-        return loss, (loss.detach(), updated)
+        self._grad = step_function(layers, compiled)
 
     def _evaluate(self, points: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Buffers]:
         """Raw gradients, losses and updated buffers of every row; each call its own dropout keys.
@@ -113,7 +106,7 @@ def _where_rows(on: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch
 
 def train_rows(
     algo: Algorithm, ctx: RoundContext, steps: torch.Tensor, plan: RoundPlan, layers: RowLayers, buffers: Buffers,
-    train: ArraySplit, cfg: LocalConfig, keys: torch.Tensor,
+    train: ArraySplit, cfg: LocalConfig, keys: torch.Tensor, compiled: bool = False,
 ) -> tuple[torch.Tensor, Buffers, torch.Tensor]:
     """The K_i local steps (``steps`` ``[s]``) of one chunk of clients: final iterates ``[s, P]``,
     buffers ``[s, …]`` and mean minibatch losses ``[s]``."""
@@ -122,7 +115,7 @@ def train_rows(
     for k in range(int(steps.max())):
         xb, yb, mask, memory = plan.batch(k, train)
         step_keys = mix32(keys ^ mix32(torch.full_like(keys, 0x10000 + k)))
-        oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys)
+        oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys, compiled)
         moved = algo.local_step(ctx, x, oracle)
         on = steps > k
         x = _where_rows(on, moved, x)
@@ -140,13 +133,13 @@ def chunks(total: int, size: int | None) -> list[slice]:
 
 def run_clients_batched(
     algo: Algorithm, ctx: RoundContext, steps: list[int], model: FlatModel, global_buffers: Buffers,
-    train: ArraySplit, batcher: ClientBatcher, cfg: LocalConfig, chunk: int | None = None,
+    train: ArraySplit, batcher: ClientBatcher, cfg: LocalConfig, chunk: int | None = None, compiled: bool = False,
 ) -> LocalResult:
-    """Train the round's S clients from ``ctx.start``, ``chunk`` clients at a time (all when None);
-    client i stops after ``steps[i]`` steps."""
+    """Train the round's S clients from ``ctx.start``, ``chunk`` clients at a time (all when None),
+    through the compiled step when ``compiled``; client i stops after ``steps[i]`` steps."""
     clients, device = ctx.clients.tolist(), ctx.start.device
     plan = draw_plan(train, batcher, clients, steps, cfg)
-    layers = RowLayers(model)
+    layers = RowLayers.of(model)
     keys = dropout_keys(cfg.seed, ctx.round, clients, device) if layers.has_dropout else torch.zeros_like(ctx.clients)
     k_of = torch.tensor(steps, device=device)
     uploads: dict[str, list] = {}
@@ -154,7 +147,7 @@ def run_clients_batched(
     for rows in chunks(len(clients), chunk):
         sub, size = ctx.select(rows), rows.stop - rows.start
         buffers = {n: v.unsqueeze(0).expand(size, *v.shape).clone() for n, v in global_buffers.items()}
-        x, buffers, loss = train_rows(algo, sub, k_of[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows])
+        x, buffers, loss = train_rows(algo, sub, k_of[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows], compiled)
         for name, value in algo.upload(sub, x).items():
             uploads.setdefault(name, []).append(value)
         finals.append(x)
@@ -177,7 +170,7 @@ def probe_client_bytes(model: FlatModel, buffers: Buffers, train: ArraySplit, ba
         idx = torch.arange(min(batch_size, len(train.y)), device=device).expand(2, -1)
         stacked = {n: v.unsqueeze(0).expand(2, *v.shape).clone() for n, v in buffers.items()}
         mask = torch.ones(idx.shape, dtype=train.x.dtype, device=device)
-        oracle = BatchedOracle(RowLayers(model), stacked, train.x[idx], train.y[idx], mask, cfg)
+        oracle = BatchedOracle(RowLayers.of(model), stacked, train.x[idx], train.y[idx], mask, cfg)
         oracle(model.flatten().unsqueeze(0).expand(2, -1))
         del oracle
     torch.cuda.synchronize(device)

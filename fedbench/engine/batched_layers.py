@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Callable
 
 import torch
 from torch import nn
@@ -102,33 +103,60 @@ def _keyed_dropout(module: nn.Dropout, layer: int, row: _Row, x: torch.Tensor) -
 
 
 class RowLayers:
-    """The model's BatchNorm and dropout layers, swapped for their per-row versions in :meth:`logits`."""
+    """The model's BatchNorm and dropout layers in their per-row versions while :meth:`logits` runs;
+    ``steps`` holds the model's batched step functions (:func:`fedbench.engine.compiled.step_function`).
+
+    The per-row ``forward`` of each such layer is installed once, for the model's lifetime, and
+    reads the current row from :attr:`row`; outside :meth:`logits` (``row`` None: evaluation, the
+    sequential executor) it is the layer's own ``forward``. Installing them once, rather than
+    around every forward pass, leaves ``torch.compile`` a step without module surgery to trace."""
 
     def __init__(self, model: FlatModel):
         self.model = model
+        self.row: _Row | None = None
         modules = list(model.module.named_modules())
         self.norms = [(n, m) for n, m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         self.drops = [m for _, m in modules if type(m) is nn.Dropout]
         self.norm_names = {n for n, _ in self.norms}
+        self.steps: dict[bool, Callable] = {}
+        if any("forward" in m.__dict__ for _, m in [*self.norms, *[("", d) for d in self.drops]]):
+            raise RuntimeError("the model's layers already have per-row forwards: take its RowLayers.of(model)")
+        for name, m in self.norms:
+            m.forward = partial(self._norm, m, name)
+        for layer, m in enumerate(self.drops):
+            m.forward = partial(self._dropout, m, layer)
+
+    @classmethod
+    def of(cls, model: FlatModel) -> RowLayers:
+        """The model's one :class:`RowLayers`, kept in its ``engine_cache``: its step functions, and a
+        compiled one's traces, last across the run's rounds."""
+        if "row_layers" not in model.engine_cache:
+            model.engine_cache["row_layers"] = cls(model)
+        layers = model.engine_cache["row_layers"]
+        assert isinstance(layers, RowLayers)
+        return layers
 
     @property
     def has_dropout(self) -> bool:
         return bool(self.drops)
 
+    def _norm(self, module: nn.modules.batchnorm._BatchNorm, name: str, x: torch.Tensor) -> torch.Tensor:
+        if self.row is None:
+            return type(module).forward(module, x)
+        return _masked_batch_norm(module, name, self.row, x)
+
+    def _dropout(self, module: nn.Dropout, layer: int, x: torch.Tensor) -> torch.Tensor:
+        if self.row is None:
+            return type(module).forward(module, x)
+        return _keyed_dropout(module, layer, self.row, x)
+
     def logits(
         self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, mask: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, Buffers]:
         """The row's output and its BatchNorm buffers after this forward (train mode)."""
-        row = _Row(mask, key)
-        for name, m in self.norms:
-            m.forward = partial(_masked_batch_norm, m, name, row)
-        for layer, m in enumerate(self.drops):
-            m.forward = partial(_keyed_dropout, m, layer, row)
+        row = self.row = _Row(mask, key)
         try:
             out = self.model.logits(flat, buffers, x)
         finally:
-            for _, m in self.norms:
-                del m.forward
-            for m in self.drops:
-                del m.forward
+            self.row = None
         return out, row.updated

@@ -7,7 +7,9 @@ on a CPU, where the vmapped step measured slower than the per-client loop (bench
 Without a chunk size the batched path sizes its chunks from free device memory on CUDA (a
 one-client probe of the step's peak memory, :func:`probe_client_bytes`) and holds
 :data:`DEFAULT_CPU_CHUNK` clients on a CPU. Algorithms with ``batchable = False`` (their own local
-loss: MOON, FedMLB) always run sequentially. The choice and its reason are one line of the run log.
+loss: MOON, FedMLB) always run sequentially. A batched run compiles its step per ``--compile``
+(:func:`~fedbench.engine.compiled.compile_choice`). The choice and its reasons are one line of the
+run log.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from fedbench.engine.compiled import compile_choice
 
 EXECUTORS = ("auto", "sequential", "batched")
 DEFAULT_CPU_CHUNK = 16  # clients per vmapped chunk on a CPU unless --chunk says otherwise (bounds host memory)
@@ -26,19 +30,31 @@ STATE_ROWS = 16  # [P] float rows per client besides the probed step (iterates, 
 @dataclass(frozen=True)
 class ClientExecutor:
     """The executor chosen for a run: ``batched``, its ``chunk`` (clients per vmapped chunk; None:
-    all S at once) and ``note``, the one-line reason for the run log."""
+    all S at once), ``note``, the one-line reason for the run log, and whether the batched step is
+    ``compiled``."""
 
     batched: bool
     chunk: int | None
     note: str
+    compiled: bool = False
 
 
 def choose_executor(
     executor: str, device: torch.device, batchable: bool = True, chunk: int | None = None,
-    probe: Callable[[], int] | None = None,
+    probe: Callable[[], int] | None = None, compile_step: str = "auto", steps: int = 0,
 ) -> ClientExecutor:
     """The executor for ``--executor`` on ``device`` (``chunk``: ``--chunk``; ``probe``: bytes one
-    client's batched step needs on CUDA)."""
+    client's batched step needs on CUDA), its step compiled per ``--compile`` (``compile_step``) for
+    a run of ``steps`` local steps."""
+    chosen = _executor(executor, device, batchable, chunk, probe)
+    compiled, why = compile_choice(compile_step, chosen.batched, steps)
+    return ClientExecutor(chosen.batched, chosen.chunk, "; ".join(filter(None, [chosen.note, why])), compiled)
+
+
+def _executor(
+    executor: str, device: torch.device, batchable: bool, chunk: int | None, probe: Callable[[], int] | None
+) -> ClientExecutor:
+    """:func:`choose_executor` before the step's compilation."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if chunk is not None and chunk < 1:

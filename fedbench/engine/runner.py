@@ -103,7 +103,10 @@ class RoundLoop:
     """Executes the rounds of one run on a prepared :class:`RunSetup`, with the round plug-ins of
     the spec's blocks (:func:`~fedbench.engine.axes.build_plugins`) around the plain round."""
 
-    def __init__(self, spec: RunSpec, seed: int, setup: RunSetup, executor: str = "auto", chunk: int | None = None):
+    def __init__(
+        self, spec: RunSpec, seed: int, setup: RunSetup, executor: str = "auto", chunk: int | None = None,
+        compile_step: str = "auto",
+    ):
         self.spec, self.seed, self.s = spec, seed, setup
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
@@ -114,16 +117,25 @@ class RoundLoop:
         for plugin in self.plugins:
             cfg = plugin.local_config(cfg)
         self.local_cfg = cfg
-        self.executor = self.client_executor(executor, chunk)
+        self.executor = self.client_executor(executor, chunk, compile_step)
 
-    def client_executor(self, executor: str, chunk: int | None) -> ClientExecutor:
-        """The run's client executor and chunk size (:mod:`fedbench.engine.executor`)."""
+    def client_executor(self, executor: str, chunk: int | None, compile_step: str = "auto") -> ClientExecutor:
+        """The run's client executor, chunk size and compiled step (:mod:`fedbench.engine.executor`)."""
         s = self.s
 
         def probe() -> int:
             return probe_client_bytes(s.model, s.buffers0, s.data.train, self.spec.local.batch_size, self.local_cfg)
 
-        return choose_executor(executor, s.x0.device, s.algorithm.caps.batchable, chunk, probe)
+        batchable = s.algorithm.caps.batchable
+        return choose_executor(executor, s.x0.device, batchable, chunk, probe, compile_step, self.local_steps())
+
+    def local_steps(self) -> int:
+        """The run's local steps, rounds × the largest K_i any client can take in a round."""
+        local, clients = self.spec.local, range(self.spec.clients.num)
+        if local.iterations is not None:
+            return self.spec.rounds * local.iterations
+        epochs = local.epochs if local.random_epochs is None else local.random_epochs[1]
+        return self.spec.rounds * max(self.s.batcher.steps_for_epochs(c, epochs) for c in clients)
 
     def plugin(self, kind: type[T]) -> T:
         """The attached plug-in of type ``kind``."""
@@ -200,7 +212,8 @@ class RoundLoop:
         s, algo = self.s, self.s.algorithm
         if self.executor.batched:
             return run_clients_batched(
-                algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg, self.executor.chunk
+                algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg, self.executor.chunk,
+                self.executor.compiled,
             )
         return run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
 
@@ -310,11 +323,13 @@ def execute_run(
     client_state: str = "device",
     threads: int = DEFAULT_THREADS,
     chunk: int | None = None,
+    compile_step: str = "auto",
 ) -> RunOutcome:
     """Run (or resume, or skip) one (spec, seed); never raises for a failing run: records it.
     ``client_state: host`` keeps per-client ``[N, P]`` tables in (pinned) host memory (same numbers);
     the run trains with ``threads`` torch threads (:mod:`fedbench.engine.threads`); ``chunk`` clients
-    per batched chunk (:mod:`fedbench.engine.executor`; same numbers)."""
+    per batched chunk (:mod:`fedbench.engine.executor`; same numbers); ``compile_step``: ``--compile``
+    (:mod:`fedbench.engine.compiled`; equal to float tolerance)."""
     run_id = run_id_of(spec, seed)
     if store.status(run_id) in DONE:
         return RunOutcome(run_id, "skipped")
@@ -324,23 +339,24 @@ def execute_run(
         if store.status(run_id) in DONE:  # finished by another process between the two looks
             return RunOutcome(run_id, "skipped")
         with pinned_threads(threads), gpu_precision(spec.local.tf32, cache.device):
-            how = (executor, chunk, client_state)
+            how = (executor, chunk, client_state, compile_step)
             return _train(spec, seed, store, cache, scenario_hash, on_round, how, run_id)
 
 
 def _train(
     spec: RunSpec, seed: int, store: ResultsStore, cache: DataCache, scenario_hash: str,
-    on_round: RoundCallback | None, how: tuple[str, int | None, str], run_id: str,
+    on_round: RoundCallback | None, how: tuple[str, int | None, str, str], run_id: str,
 ) -> RunOutcome:
-    """The body of :func:`execute_run` for a run that is not done yet (``how``: executor, chunk, client state)."""
-    executor, chunk, client_state = how
+    """The body of :func:`execute_run` for a run that is not done yet (``how``: executor, chunk,
+    client state, compile)."""
+    executor, chunk, client_state, compile_step = how
     record = run_record(spec, seed, scenario_hash)
     store.start_run(record)
     ckpt_path = store.checkpoint_path(run_id)
     try:
         if client_state not in CLIENT_STATES:
             raise ValueError(f"client_state must be one of {', '.join(CLIENT_STATES)}, got {client_state!r}")
-        loop = RoundLoop(spec, seed, build_run(spec, seed, cache, client_state == "host"), executor, chunk)
+        loop = RoundLoop(spec, seed, build_run(spec, seed, cache, client_state == "host"), executor, chunk, compile_step)
         payload = resume_point(ckpt_path, cache.device, store, run_id)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)

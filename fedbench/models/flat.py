@@ -66,6 +66,7 @@ class FlatModel:
         self.dim = sum(self.numels)
         self.label_mask: torch.Tensor | None = None  # [K, K] bool set by the engine in continual runs
         self.autocast: torch.dtype | None = None  # local.precision bf16: forward passes under autocast
+        self.engine_cache: dict[str, object] = {}  # what the engine builds once per model (the batched step)
 
     def masked(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Continual heads: each sample's logits outside ``label_mask[y]`` (the classes its label may

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from fedbench.engine.compiled import COMPILE_CHOICES
 from fedbench.engine.runner import EXECUTORS as CLIENT_EXECUTORS
 from fedbench.engine.runner import RunOutcome
 from fedbench.store import DB_NAME, DONE, ResultsStore
@@ -41,6 +42,8 @@ def _check(executor: str, jobs: int | None, cpus_per_run: float, gpus_per_run: f
     problems, device = [], settings.device
     if settings.client_executor not in CLIENT_EXECUTORS:
         problems.append(f"--client-executor must be one of {', '.join(CLIENT_EXECUTORS)}, got {settings.client_executor!r}")
+    if settings.compile_step not in COMPILE_CHOICES:
+        problems.append(f"--compile must be one of {', '.join(COMPILE_CHOICES)}, got {settings.compile_step!r}")
     if executor == "ray" and device.startswith("cuda") and gpus_per_run == 0:
         problems.append(f"--device {device} with --executor ray needs --gpus-per-run > 0 (tasks without GPUs see none)")
     if executor not in EXECUTORS:

@@ -33,6 +33,7 @@ class WorkerSettings:
     client_executor: str = "auto"
     threads: int = DEFAULT_THREADS  # torch intra-op threads per run (fedbench.engine.threads)
     chunk: int | None = None  # clients per batched chunk (fedbench.engine.executor); None: by device
+    compile_step: str = "auto"  # --compile: the batched step through torch.compile (fedbench.engine.compiled)
 
 
 _CACHES: dict[tuple[str, bool, str], DataCache] = {}  # per process: datasets stay loaded between runs
@@ -51,7 +52,7 @@ def execute(run: SweepRun, store: Any, settings: WorkerSettings, device: str | N
     cache = data_cache(settings, device or settings.device)
     return execute_run(
         run.spec, run.seed, store, cache, run.scenario_hash, None, settings.client_executor, threads=settings.threads,
-        chunk=settings.chunk,
+        chunk=settings.chunk, compile_step=settings.compile_step,
     )
 
 

@@ -116,7 +116,7 @@ def test_the_batched_oracle_equals_the_sequential_one():
     x, y = torch.randn(2, 6, 1, 8, 8), torch.randint(0, 10, (2, 6))
     mask = torch.tensor([[1.0] * 6, [1.0] * 3 + [0.0] * 3])  # row 1: 3 current samples, no draw, padding
     memory = torch.tensor([[0.0] * 4 + [1.0] * 2, [0.0] * 6])
-    batched = BatchedOracle(RowLayers(model), {}, x, y, mask, cfg, memory)
+    batched = BatchedOracle(RowLayers.of(model), {}, x, y, mask, cfg, memory)
     got, got_memory = batched(points), batched.memory(points)
     rows = [GradientOracle(model, {}, x[0], y[0], cfg, 4), GradientOracle(model, {}, x[1, :3], y[1, :3], cfg, 3)]
     torch.testing.assert_close(got, torch.cat([o(points[r : r + 1]) for r, o in enumerate(rows)]), rtol=1e-5, atol=1e-6)

@@ -13,7 +13,8 @@ def test_masked_batchnorm_is_torch_batchnorm_on_the_real_samples(momentum):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3, momentum=momentum), nn.Flatten(), nn.Linear(12, 4),
                         nn.BatchNorm1d(4, momentum=momentum)).double()
-    model, layers = FlatModel(net), RowLayers(FlatModel(net))
+    model = FlatModel(net)
+    layers = RowLayers.of(model)
     flat, buffers = model.flatten(), model.buffers()
     x = torch.randn(7, 2, 4, 4, dtype=torch.float64)
     mask = torch.tensor([1.0] * 5 + [0.0] * 2, dtype=torch.float64)
@@ -36,7 +37,7 @@ def test_keyed_dropout_depends_on_key_and_layer_only_and_keeps_one_minus_p():
     assert not torch.equal(u, hash_uniform(torch.tensor(8), 0, torch.Size([200, 50])))
     assert not torch.equal(u, hash_uniform(torch.tensor(7), 1, torch.Size([200, 50])))
     net = nn.Sequential(nn.Linear(5, 400), nn.Dropout(0.25))
-    layers, x = RowLayers(FlatModel(net)), torch.randn(3, 5)
+    layers, x = RowLayers.of(FlatModel(net)), torch.randn(3, 5)
     flat = layers.model.flatten()
     net.train()
     out, _ = layers.logits(flat, {}, x, torch.ones(3), torch.tensor(1))
@@ -44,7 +45,13 @@ def test_keyed_dropout_depends_on_key_and_layer_only_and_keeps_one_minus_p():
     kept = out != 0
     assert abs(float(kept.float().mean()) - 0.75) < 0.05
     torch.testing.assert_close(out[kept], dense[kept] / 0.75)
-    assert type(net[1]).forward is net[1].forward.__func__  # the layer's own forward is back
+    hidden = torch.randn(3, 400)  # outside logits the layer is torch's dropout again, on torch's generator
+    torch.manual_seed(5)
+    own = net[1](hidden)
+    torch.manual_seed(5)
+    torch.testing.assert_close(own, nn.functional.dropout(hidden, 0.25), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="RowLayers.of"):  # one set of per-row forwards per model
+        RowLayers(FlatModel(net))
 
 
 def test_mix32_is_a_32_bit_bijection_without_overflow():

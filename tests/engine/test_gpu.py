@@ -1,7 +1,8 @@
 """The engine on CUDA (marker ``gpu``: skipped with a reason where torch sees no CUDA device).
 
 Executor equality, dropout and resume reproducibility, per-client tables in pinned host memory
-(``--client-state host``) and chunked against unchunked batched rounds, each on the GPU. Runs that
+(``--client-state host``), chunked against unchunked batched rounds and the compiled step against
+the eager one, each on the GPU. Runs that
 compare the two executors switch TF32 off (``local.tf32: false``): TF32 rounds every matmul input
 to 10 mantissa bits, more than the executors' float reassociation, and the comparison is of the
 executors, not of TF32.
@@ -26,14 +27,15 @@ CUDA = torch.device("cuda")
 ALGORITHMS = ["fedavg", "fedsam", "scaffold", "gradma", "fedcams", "mimelite", "fedqvr"]
 
 
-def run(tmp_path, raw, name, executor="batched", chunk=None, shape=None, on_round=None, client_state="device", global_seed=None):
+def run(tmp_path, raw, name, executor="batched", chunk=None, shape=None, on_round=None, client_state="device", global_seed=None,
+        compile_step="auto"):
     """One run on CUDA; its metrics (all rounds), or the exception ``on_round`` raised."""
     if global_seed is not None:  # what the caller left in torch's global generators must not matter
         torch.manual_seed(global_seed)
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / name)
     cache = DataCache(tmp_path / "data", False, CUDA) if shape is None else ImageCache(tmp_path, shape, CUDA)
-    out = execute_run(spec, 0, store, cache, "h", on_round, executor, client_state, chunk=chunk)
+    out = execute_run(spec, 0, store, cache, "h", on_round, executor, client_state, chunk=chunk, compile_step=compile_step)
     assert out.status == "finished", out
     return store.metrics([out.run_id])
 
@@ -120,3 +122,24 @@ def test_auto_sizes_chunks_from_a_memory_probe_and_logs_it(tmp_path):
     m = run(tmp_path, with_algorithm(BASE, "fedavg"), "auto", "auto")
     note = json.loads(m["extra"].iloc[0])["executor"]
     assert note.startswith("batched, chunks of ") and "GiB free" in note
+
+
+@pytest.mark.parametrize("model, shape", [(None, None), ({"name": "lenet5_bn", "dropout": 0.5}, (1, 16, 16))])
+def test_the_compiled_step_equals_the_eager_one_and_resumes_identically_on_cuda(tmp_path, model, shape):
+    """Triton kernels against eager CUDA ones (TF32 off); a compiled run cut in round 3 and resumed.
+    Three rounds at η_l = 0.01: later or faster, the BatchNorm scenario's batches of 2–7 samples
+    blow a client up on either path, and float differences then grow past any tolerance."""
+    raw = with_algorithm(BASE, "scaffold") if model is None else bn_scenario(model, batch_size=16, lr=0.01)
+    raw = {**raw, "rounds": 3, "checkpoint_every": 1, "local": {**raw["local"], "tf32": False}}
+    cols = ["round", *COLS]
+    eager = run(tmp_path, raw, "eager", shape=shape, compile_step="off")[cols]
+    whole = run(tmp_path, raw, "whole", shape=shape, compile_step="on")[cols]
+    pd.testing.assert_frame_equal(eager, whole, rtol=1e-3, atol=1e-5)
+
+    def stop_at_3(t, _):
+        if t == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, raw, "cut", shape=shape, on_round=stop_at_3, compile_step="on")
+    pd.testing.assert_frame_equal(whole, run(tmp_path, raw, "cut", shape=shape, compile_step="on")[cols])

@@ -239,7 +239,11 @@ def test_round_one_logs_the_executor_and_why(tmp_path):
     store = ResultsStore(tmp_path / "bn")
     out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h", executor="batched", chunk=2)
     note = json.loads(store.metrics([out.run_id])["extra"].iloc[0])["executor"]
-    assert note == "batched, chunks of 2 clients (asked for; --chunk)"
+    assert note == "batched, chunks of 2 clients (asked for; --chunk); step eager (auto: 15 local steps < 20,000, too few to repay compiling)"
+    on = execute_run(spec, 0, ResultsStore(tmp_path / "on"), DataCache(tmp_path / "data", False, torch.device("cpu")), "h",
+                     executor="batched", compile_step="on")
+    note = json.loads(ResultsStore(tmp_path / "on").metrics([on.run_id])["extra"].iloc[0])["executor"]
+    assert note == "batched, chunks of 16 clients (asked for; cpu default); step compiled (--compile on)"
 
 
 @pytest.mark.parametrize("algo", [

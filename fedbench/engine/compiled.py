@@ -1,0 +1,77 @@
+"""The batched executor's step function, eager or through ``torch.compile`` (``--compile``).
+
+The step function is the vmapped ∇ of every row's masked minibatch loss,
+``vmap(grad_and_value(row_loss))`` (:mod:`fedbench.engine.batched`): one forward/backward of
+all the chunk's clients. ``torch.compile`` traces it once per model and shape and fuses its
+elementwise work (activations, BatchNorm's masked sums, the hashed dropout masks, the loss)
+into a few kernels: fewer launches on a GPU, fewer passes over memory on a CPU. The compiled
+step computes the same sums in another order, so its numbers equal the eager ones to float
+tolerance, not bit for bit (as the batched and the sequential executors); a test runs
+every batchable algorithm and the BatchNorm and dropout models both ways.
+
+``--compile`` is ``on``, ``off`` or ``auto``. Compiling costs seconds per model and chunk shape
+(about 7–12 s on this project's 2-core CPU, more on a GPU, where Triton generates the kernels)
+and pays back a fixed time per local step, so ``auto`` compiles the batched step of runs of at
+least :data:`COMPILE_MIN_STEPS` local steps (rounds × the largest K_i), where the smallest win
+measured (benchmarks/README.md) repays it. The rule depends on the run's spec only, never on
+timing, so a run and its resume make the same choice. The sequential executor is never compiled.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+import torch
+from torch.func import grad_and_value, vmap
+
+from fedbench.engine.batched_layers import RowLayers
+from fedbench.models.flat import Buffers
+
+COMPILE_CHOICES = ("auto", "on", "off")
+# Local steps from which ``auto`` compiles: twice the break-even of the smallest win measured, GradMA's
+# tiny MLP at S = 4 on a CPU (1.3 ms a step saved against 13 s of compilation: about 10,000 steps).
+COMPILE_MIN_STEPS = 20_000
+
+StepFunction = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]]]
+
+
+def row_loss(
+    layers: RowLayers, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+    key: torch.Tensor,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]:
+    """One row's mean cross-entropy over its real samples (mask 1), with its loss and updated
+    BatchNorm buffers as auxiliary outputs."""
+    logits, updated = layers.logits(flat, buffers, x, mask, key)
+    logits = layers.model.masked(logits, y)
+    per_sample = torch.nn.functional.cross_entropy(logits, y, reduction="none")
+    loss = (per_sample * mask).sum() / mask.sum().clamp(min=1)
+    return loss, (loss.detach(), updated)
+
+
+def step_function(layers: RowLayers, compiled: bool) -> StepFunction:
+    """``vmap(grad_and_value(row_loss))`` over the rows of ``layers``' model, compiled or not;
+    built once per :class:`RowLayers` (one per model, :meth:`RowLayers.of`). A new compiled
+    model clears dynamo's caches first: each run compiles its own model afresh (from inductor's
+    on-disk cache when the graph was seen before) instead of piling guards on one code object
+    until dynamo gives up and runs eagerly."""
+    if compiled not in layers.steps:
+        step = vmap(grad_and_value(partial(row_loss, layers), has_aux=True), randomness="different")
+        if compiled:
+            torch.compiler.reset()
+            step = torch.compile(step)
+        layers.steps[compiled] = step
+    return layers.steps[compiled]
+
+
+def compile_choice(choice: str, batched: bool, steps: int) -> tuple[bool, str]:
+    """Whether a run compiles its step (``choice``: ``--compile``; ``steps``: its local steps), and why."""
+    if choice not in COMPILE_CHOICES:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {choice!r}")
+    if not batched:
+        return False, ""
+    if choice != "auto":
+        return choice == "on", f"step {'compiled' if choice == 'on' else 'eager'} (--compile {choice})"
+    if steps >= COMPILE_MIN_STEPS:
+        return True, f"step compiled (auto: {steps:,} local steps ≥ {COMPILE_MIN_STEPS:,})"
+    return False, f"step eager (auto: {steps:,} local steps < {COMPILE_MIN_STEPS:,}, too few to repay compiling)"
