@@ -41,6 +41,17 @@ def test_probe_times_one_span_per_round_and_per_evaluation(tmp_path: Path, fake_
     assert cost.executor.startswith("sequential")
 
 
+def test_the_probe_compiles_the_step_only_where_the_run_would(tmp_path: Path, monkeypatch) -> None:
+    """The probe's rounds never end (its spec has 10⁹ rounds), yet it keeps the real run's choice."""
+    from fedbench.engine import compiled
+
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    spec = tiny_spec(rounds=5)
+    assert probe.probe_run(spec, 0, cache, "batched", rounds=1).executor.endswith("step eager (--compile off)")
+    monkeypatch.setattr(compiled, "COMPILE_MIN_STEPS", 5 * spec.local.iterations)
+    assert probe.probe_run(spec, 0, cache, "batched", rounds=1).executor.endswith("step compiled (--compile on)")
+
+
 def test_evaluations_follow_the_schedule_and_the_last_round() -> None:
     assert evaluations(tiny_spec(rounds=10)) == 10
     assert evaluations(tiny_spec({"eval.every": 4}, rounds=10)) == 3  # rounds 4, 8 and 10

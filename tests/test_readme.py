@@ -56,3 +56,14 @@ def test_readme_tuning_example_validates_and_expands():
     fedavg, fedprox = plan(parse_scenario(yaml.safe_load(block), "README.md")).entries
     assert len(fedavg.trials) == 6 and len(fedprox.trials) == 18
     assert fedavg.tune.protocol == "validation" and all(t.spec.validation.fraction == 0.1 for t in fedavg.trials)
+
+
+def test_no_file_carries_merge_conflict_markers():
+    """A merge left half-done must not ship (README.md once carried one)."""
+    kinds = {".md", ".py", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".mk"}
+    skip = {".git", ".venv", "node_modules", "results", "data", "__pycache__"}
+    files = [p for p in ROOT.rglob("*") if p.is_file() and (p.suffix in kinds or p.name in {"Makefile", "run"})
+             and not skip & set(p.relative_to(ROOT).parts)]
+    marker = re.compile(r"^(<{7} |>{7} |={7}$)", re.M)
+    assert len(files) > 100
+    assert [str(p.relative_to(ROOT)) for p in files if marker.search(p.read_text(errors="ignore"))] == []

@@ -1,7 +1,7 @@
 """A run's cost on the current device, timed from its first rounds; nothing written where the user looks.
 
 :func:`probe_run` builds the run as :func:`~fedbench.engine.runner.execute_run` does (same setup,
-round plug-ins, client executor, torch threads and precision) and drives
+round plug-ins, client executor, compiled or eager step, torch threads and precision) and drives
 :class:`~fedbench.engine.runner.RoundLoop` with evaluation taken out of its rounds:
 
     load the data, build the run          not timed (done once per run, small against its rounds)
@@ -25,7 +25,8 @@ from tempfile import TemporaryDirectory
 from typing import Callable
 
 from fedbench.engine.precision import gpu_precision
-from fedbench.engine.runner import RoundLoop
+from fedbench.engine.compiled import compile_choice
+from fedbench.engine.runner import RoundLoop, local_steps
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
 from fedbench.scenario import RunSpec, run_id_of, run_record
@@ -73,7 +74,9 @@ def probe_run(spec: RunSpec, seed: int, cache: DataCache, executor: str = "auto"
     with pinned_threads(DEFAULT_THREADS), gpu_precision(spec.local.tf32, cache.device), TemporaryDirectory() as tmp:
         store, run_id = ResultsStore(Path(tmp)), run_id_of(quiet, seed)
         store.start_run(run_record(quiet, seed, "probe"))
-        loop = RoundLoop(quiet, seed, build_run(quiet, seed, cache), executor)
+        setup = build_run(quiet, seed, cache)
+        compiled, _ = compile_choice("auto", True, local_steps(spec, setup.batcher))  # as the run itself decides
+        loop = RoundLoop(quiet, seed, setup, executor, compile_step="on" if compiled else "off")
 
         def one_round(t: int) -> None:
             store.record_round(run_id, t, *loop.round(t))

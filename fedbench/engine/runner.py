@@ -28,6 +28,7 @@ from fedbench.algorithms.client_table import from_checkpoint, to_checkpoint
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
 from fedbench.engine.batched import probe_client_bytes, run_clients_batched
+from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import resume_point, save_checkpoint
 from fedbench.engine.executor import EXECUTORS, ClientExecutor, choose_executor
 from fedbench.engine.lease import leased
@@ -99,6 +100,15 @@ def idle_metrics() -> dict[str, float | None]:
     return {**nothing, "test_acc": None, "test_loss": None}
 
 
+def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:
+    """A run's local steps: rounds × the largest K_i any client can take in a round."""
+    local = spec.local
+    if local.iterations is not None:
+        return spec.rounds * local.iterations
+    epochs = local.epochs if local.random_epochs is None else local.random_epochs[1]
+    return spec.rounds * max(batcher.steps_for_epochs(c, epochs) for c in range(spec.clients.num))
+
+
 class RoundLoop:
     """Executes the rounds of one run on a prepared :class:`RunSetup`, with the round plug-ins of
     the spec's blocks (:func:`~fedbench.engine.axes.build_plugins`) around the plain round."""
@@ -127,15 +137,8 @@ class RoundLoop:
             return probe_client_bytes(s.model, s.buffers0, s.data.train, self.spec.local.batch_size, self.local_cfg)
 
         batchable = s.algorithm.caps.batchable
-        return choose_executor(executor, s.x0.device, batchable, chunk, probe, compile_step, self.local_steps())
-
-    def local_steps(self) -> int:
-        """The run's local steps, rounds × the largest K_i any client can take in a round."""
-        local, clients = self.spec.local, range(self.spec.clients.num)
-        if local.iterations is not None:
-            return self.spec.rounds * local.iterations
-        epochs = local.epochs if local.random_epochs is None else local.random_epochs[1]
-        return self.spec.rounds * max(self.s.batcher.steps_for_epochs(c, epochs) for c in clients)
+        steps = local_steps(self.spec, s.batcher)
+        return choose_executor(executor, s.x0.device, batchable, chunk, probe, compile_step, steps)
 
     def plugin(self, kind: type[T]) -> T:
         """The attached plug-in of type ``kind``."""

@@ -100,7 +100,7 @@ def test_auto_compiles_batched_runs_long_enough_to_repay_it():
     ({"random_epochs": [1, 3], "batch_size": 10}, None),  # the largest draw, 3 epochs
 ])
 def test_a_runs_local_steps_are_rounds_times_the_largest_k(tmp_path, local, expected):
-    from fedbench.engine.runner import RoundLoop
+    from fedbench.engine.runner import local_steps
     from fedbench.engine.setup import build_run
 
     raw = with_algorithm({**BASE, "rounds": 3, "local": {**BASE["local"], "epochs": None, **local}}, "fedavg")
@@ -109,4 +109,4 @@ def test_a_runs_local_steps_are_rounds_times_the_largest_k(tmp_path, local, expe
     epochs = local.get("epochs") or max(local.get("random_epochs", [0]))
     n_max = max(len(p) for p in setup.parts)
     want = expected if expected is not None else 3 * -(-int(epochs * n_max) // 10)
-    assert RoundLoop(spec, 0, setup, "batched").local_steps() == want
+    assert local_steps(spec, setup.batcher) == want
