@@ -40,6 +40,13 @@ class StrictModel(BaseModel):
         return value
 
 
+def check_order(block: BaseModel, low: str, high: str) -> None:
+    """A block's optional upper bound ``high`` (None: none) is not below its lower bound ``low``."""
+    lo, hi = getattr(block, low), getattr(block, high)
+    if hi is not None and hi < lo:
+        raise ValueError(f"{high} ({hi}) must be ≥ {low} ({lo})")
+
+
 def param_problems(schema: type[BaseModel], params: dict[str, Any], path: str) -> list[str]:
     """The same rules for a registered component's inline parameters (its schema is its own
     model): ``path.key: …`` for a boolean given for a number or a non-finite float."""

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedbench.algorithms.base import ALGORITHMS, RoundContext, State, weighted_mean
 from fedbench.algorithms.fedtrack import ACC, IAG, IAG_HELP, FedTrack
+from fedbench.strict import check_order
 
 KP = "cflag.kp"  # κ·p_i of Table 1 per client (set in prepare_round)
 
@@ -64,8 +65,7 @@ class AdapLRParams(BaseModel):
 
     @model_validator(mode="after")
     def _scales(self) -> "AdapLRParams":
-        if self.max_scale is not None and self.max_scale < self.min_scale:
-            raise ValueError(f"max_scale ({self.max_scale}) must be ≥ min_scale ({self.min_scale})")
+        check_order(self, "min_scale", "max_scale")
         return self
 
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
 from fedbench.algorithms.cflag import adaptive_rates
+from fedbench.strict import check_order
 
 STEP, STATS = "nccl.k", "nccl.stats"  # steps taken [S]; Σ over the client's steps of (interfering, transferring, β_H/α)
 
@@ -42,8 +43,7 @@ class NCCLParams(BaseModel):
 
     @model_validator(mode="after")
     def _scales(self) -> "NCCLParams":
-        if self.max_scale is not None and self.max_scale < self.min_scale:
-            raise ValueError(f"max_scale ({self.max_scale}) must be ≥ min_scale ({self.min_scale})")
+        check_order(self, "min_scale", "max_scale")
         return self
 
 

@@ -10,10 +10,10 @@ tolerance, not bit for bit (as the batched and the sequential executors); a test
 every batchable algorithm and the BatchNorm and dropout models both ways.
 
 ``--compile`` is ``on``, ``off`` or ``auto``. Compiling costs seconds per model and chunk shape
-(about 7–12 s on this project's 2-core CPU, more on a GPU, where Triton generates the kernels)
-and pays back a fixed time per local step, so ``auto`` compiles the batched step of runs of at
-least :data:`COMPILE_MIN_STEPS` local steps (rounds × the largest K_i), where the smallest win
-measured (benchmarks/README.md) repays it. The rule depends on the run's spec only, never on
+(5–35 s on this project's 2-core CPU from an empty cache, ResNet-18 the most; Triton's kernels on
+a GPU are still to be measured) and pays back a fixed time per local step, so ``auto`` compiles
+the batched step of runs of at least :data:`COMPILE_MIN_STEPS` local steps (rounds × the largest
+K_i), where the smallest win measured (benchmarks/README.md) repays it twice over. The rule depends on the run's spec only, never on
 timing, so a run and its resume make the same choice. The sequential executor is never compiled.
 """
 
@@ -30,7 +30,8 @@ from fedbench.models.flat import Buffers
 
 COMPILE_CHOICES = ("auto", "on", "off")
 # Local steps from which ``auto`` compiles: twice the break-even of the smallest win measured, GradMA's
-# tiny MLP at S = 4 on a CPU (1.3 ms a step saved against 13 s of compilation: about 10,000 steps).
+# tiny MLP at S = 4 on a CPU (1.4 ms a step saved against 13.5 s of compilation from an empty cache:
+# about 9,600 steps; benchmarks/README.md).
 COMPILE_MIN_STEPS = 20_000
 
 StepFunction = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]]]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.scenario.tuning import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
-from fedbench.strict import StrictModel
+from fedbench.strict import StrictModel, check_order
 
 if TYPE_CHECKING:
     from fedbench.scenario.runspec import RunSpec
@@ -174,8 +174,7 @@ class WirelessSpec(Strict):
 
     @model_validator(mode="after")
     def _bounds(self) -> "WirelessSpec":
-        if self.b_max is not None and self.b_max < self.b_min:
-            raise ValueError(f"b_max ({self.b_max}) must be ≥ b_min ({self.b_min})")
+        check_order(self, "b_min", "b_max")
         return self
 
 
