@@ -119,7 +119,7 @@ class RowLayers:
         self.drops = [m for _, m in modules if type(m) is nn.Dropout]
         self.norm_names = {n for n, _ in self.norms}
         self.steps: dict[bool, Callable] = {}
-        if any("forward" in m.__dict__ for _, m in [*self.norms, *[("", d) for d in self.drops]]):
+        if any("forward" in vars(m) for m in [*(m for _, m in self.norms), *self.drops]):
             raise RuntimeError("the model's layers already have per-row forwards: take its RowLayers.of(model)")
         for name, m in self.norms:
             m.forward = partial(self._norm, m, name)

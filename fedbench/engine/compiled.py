@@ -6,15 +6,18 @@ all the chunk's clients. ``torch.compile`` traces it once per model and shape an
 elementwise work (activations, BatchNorm's masked sums, the hashed dropout masks, the loss)
 into a few kernels: fewer launches on a GPU, fewer passes over memory on a CPU. The compiled
 step computes the same sums in another order, so its numbers equal the eager ones to float
-tolerance, not bit for bit (as the batched and the sequential executors); a test runs
-every batchable algorithm and the BatchNorm and dropout models both ways.
+tolerance, not bit for bit (as the batched and the sequential executors). The step does not
+depend on the algorithm, only on how the algorithm calls it, so the tests run both ways the
+four kinds of call (one evaluation a step, two, per-client state, a replay draw kept apart)
+and the BatchNorm and dropout models.
 
 ``--compile`` is ``on``, ``off`` or ``auto``. Compiling costs seconds per model and chunk shape
 (5–35 s on this project's 2-core CPU from an empty cache, ResNet-18 the most; Triton's kernels on
 a GPU are still to be measured) and pays back a fixed time per local step, so ``auto`` compiles
 the batched step of runs of at least :data:`COMPILE_MIN_STEPS` local steps (rounds × the largest
-K_i), where the smallest win measured (benchmarks/README.md) repays it twice over. The rule depends on the run's spec only, never on
-timing, so a run and its resume make the same choice. The sequential executor is never compiled.
+K_i), where the smallest win measured (benchmarks/README.md) repays it twice over. The rule
+reads the run's spec only, never a timing, so a run and its resume make the same choice. The
+sequential executor is never compiled.
 """
 
 from __future__ import annotations
