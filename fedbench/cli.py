@@ -246,8 +246,11 @@ def validate(
 
             lines = est.lines(estimator.estimate(est.scenario_runs(sc), out), estimator)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
-    for line in est.probe_note(estimator) if estimator is not None else []:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if estimator is not None:
+        from fedbench.estimate import probe_note
+
+        for line in probe_note(estimator):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"[green]{scenario} is valid at scale(s): {', '.join(scales)}[/green]")
 
 
