@@ -87,7 +87,7 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, name: str, row: 
 def _update_running(module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, mean: torch.Tensor, var: torch.Tensor) -> None:
     """The running statistics torch's BatchNorm would hold after this batch, into ``row.updated``."""
     tracked = module.num_batches_tracked + 1
-    factor = 1.0 / tracked.to(torch.float32) if module.momentum is None else module.momentum
+    factor = 1.0 / tracked.to(mean.dtype) if module.momentum is None else module.momentum
     prefix = f"{name}." if name else ""
     row.updated[prefix + "running_mean"] = (1 - factor) * module.running_mean + factor * mean
     row.updated[prefix + "running_var"] = (1 - factor) * module.running_var + factor * var

@@ -37,7 +37,8 @@ from fedbench.algorithms.base import Algorithm, RoundContext, State, TaskData
 from fedbench.continual.memory import ReplayMemory
 from fedbench.engine.batches import ClientBatcher
 from fedbench.models.flat import Buffers
-from fedbench.engine.local import LocalConfig, client_gradients, full_local_gradients
+from fedbench.engine.full_gradient import client_gradients, full_local_gradients
+from fedbench.engine.local import LocalConfig
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.seeding import numpy_stream
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Callable
 
-from fedbench.engine.precision import gpu_precision
+from fedbench.engine.precision import run_precision
 from fedbench.engine.compiled import compile_choice
 from fedbench.engine.runner import RoundLoop, local_steps
 from fedbench.engine.setup import DataCache, build_run
@@ -71,7 +71,7 @@ def probe_run(spec: RunSpec, seed: int, cache: DataCache, executor: str = "auto"
     (datasets as ``cache`` loads them; a missing one raises
     :class:`~fedbench.data.DatasetNotFoundError`)."""
     quiet = _unevaluated(spec)
-    with pinned_threads(DEFAULT_THREADS), gpu_precision(spec.local.tf32, cache.device), TemporaryDirectory() as tmp:
+    with pinned_threads(DEFAULT_THREADS), run_precision(spec.local, cache.device), TemporaryDirectory() as tmp:
         store, run_id = ResultsStore(Path(tmp)), run_id_of(quiet, seed)
         store.start_run(run_record(quiet, seed, "probe"))
         setup = build_run(quiet, seed, cache)

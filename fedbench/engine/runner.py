@@ -27,14 +27,15 @@ from fedbench.algorithms.base import RoundContext
 from fedbench.algorithms.client_table import from_checkpoint, to_checkpoint
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
-from fedbench.engine.batched import probe_client_bytes, run_clients_batched
+from fedbench.engine.batched import dropout_keys, probe_client_bytes, run_clients_batched
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import resume_point, save_checkpoint
 from fedbench.engine.executor import EXECUTORS, ClientExecutor, choose_executor
 from fedbench.engine.lease import leased
-from fedbench.engine.local import LocalConfig, LocalResult, full_local_gradients, run_clients_sequential
+from fedbench.engine.full_gradient import full_local_gradients
+from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
 from fedbench.engine.plugins import Received, RoundPlugin
-from fedbench.engine.precision import gpu_precision
+from fedbench.engine.precision import run_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
 from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
 from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
@@ -200,9 +201,10 @@ class RoundLoop:
             algo.broadcast(self.state, clients), algo.client_state(self.state, clients), t,
         )
         if algo.caps.full_gradient:
+            ids = clients.tolist()
             ctx.full_grad = full_local_gradients(
-                s.model, self.buffers, s.data.train, [s.parts[c] for c in clients.tolist()],
-                ctx.broadcast["x"], spec.local.batch_size, self.local_cfg,
+                s.model, self.buffers, s.data.train, [s.parts[c] for c in ids], ctx.broadcast["x"],
+                spec.local.batch_size, self.local_cfg, dropout_keys(self.seed, t, ids, s.x0.device),
             )
         for plugin in self.plugins:
             plugin.before_local_work(ctx, self.buffers, self.local_cfg)
@@ -341,7 +343,7 @@ def execute_run(
             return RunOutcome(run_id, "busy", f"being trained by {other}")
         if store.status(run_id) in DONE:  # finished by another process between the two looks
             return RunOutcome(run_id, "skipped")
-        with pinned_threads(threads), gpu_precision(spec.local.tf32, cache.device):
+        with pinned_threads(threads), run_precision(spec.local, cache.device):
             how = (executor, chunk, client_state, compile_step)
             return _train(spec, seed, store, cache, scenario_hash, on_round, how, run_id)
 

@@ -19,6 +19,7 @@ from fedbench.data import DatasetSplits, load_dataset
 from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.precision import default_dtype, train_dtype
 from fedbench.engine.validation import split_clients
 from fedbench.models.flat import Buffers, FlatModel
 from fedbench.models import build_model
@@ -44,11 +45,13 @@ class DataCache:
         self._loaded: dict[str, DatasetSplits] = {}
 
     def get(self, spec: RunSpec) -> DatasetSplits:
-        """The run's dataset (its resolved ``dataset`` block is the cache key)."""
-        key = json.dumps(spec.dataset, sort_keys=True)
+        """The run's dataset, inputs in its training dtype (the resolved ``dataset`` block and the
+        dtype are the cache key)."""
+        dtype = train_dtype(spec.local.precision)
+        key = json.dumps([spec.dataset, str(dtype)], sort_keys=True)
         if key not in self._loaded:
             data = load_dataset(spec.dataset["name"], spec.components.dataset, self.data_dir, self.download)
-            self._loaded[key] = data.to(self.device)
+            self._loaded[key] = data.to(self.device, dtype)
         return self._loaded[key]
 
 
@@ -129,7 +132,8 @@ def subsample(indices: np.ndarray, fraction: float, rng: np.random.Generator) ->
 
 
 def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: bool = False) -> RunSetup:
-    """Load data, split it (holding out each client's validation samples when the spec asks), initialise the model from the ``("init",)`` stream, build the algorithm."""
+    """Load data, split it (holding out each client's validation samples when the spec asks), initialise the
+    model from the ``("init",)`` stream in the run's dtype, build the algorithm."""
     device = cache.device
     data = cache.get(spec)
     tasks = None if spec.continual is None else task_setup(spec, data, seed)
@@ -137,12 +141,13 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: boo
     validation = None
     if spec.validation is not None:  # resolution refuses it with a task stream
         parts, validation = split_clients(parts, data.train.y, spec.validation.fraction, seed)
-    with torch.random.fork_rng(devices=[]):
+    dtype = train_dtype(spec.local.precision)
+    with torch.random.fork_rng(devices=[]), default_dtype(dtype):  # float64: drawn in float64 (see engine/precision.py)
         torch.manual_seed(torch_seed(seed, "init"))
         module = build_model(spec.model["name"], spec.components.model, data.input_shape, data.num_classes)
     model = FlatModel(module.to(device))
     model.autocast = torch.bfloat16 if spec.local.precision == "bf16" else None
-    sizes = torch.tensor([len(p) for p in parts], dtype=torch.float32, device=device)
+    sizes = torch.tensor([len(p) for p in parts], dtype=dtype, device=device)
     entry = ALGORITHMS.get(spec.algorithm["name"])
     compressor = build_compressor(spec.compression["kind"], spec.components.compression, tuple(model.numels))
     local = spec.local

@@ -117,9 +117,15 @@ def set_override(raw: dict[str, Any], assignment: str) -> None:
     apply_override(raw, key, parse_yaml(value, f"--set {assignment}"))
 
 
+# What a reduced scale sets unless a file's own ``scales[scale]`` overrides set it. The tiny scale trains
+# in float64 so that its committed tables are the same on every CPU (fedbench/engine/precision.py).
+SCALE_DEFAULTS: dict[str, dict[str, Any]] = {"tiny": {"local.precision": "fp64"}}
+
+
 def apply_scale(raw: dict[str, Any], scale: str | None, source: str = "scenario") -> dict[str, Any]:
-    """The raw scenario at ``scale``: its ``scales[scale]`` overrides applied, ``.scale`` appended
-    to the name, and the ``scales`` block removed. ``None`` or ``paper`` is the file as written."""
+    """The raw scenario at ``scale``: its ``scales[scale]`` overrides applied, then the keys of
+    :data:`SCALE_DEFAULTS` that the overrides do not set themselves, ``.scale`` appended to the name,
+    and the ``scales`` block removed. ``None`` or ``paper`` is the file as written."""
     raw = copy.deepcopy(raw)
     scales = raw.pop("scales", None) or {}
     if not isinstance(scales, dict) or not all(isinstance(v, dict) for v in scales.values()):
@@ -131,8 +137,24 @@ def apply_scale(raw: dict[str, Any], scale: str | None, source: str = "scenario"
         raise ScenarioError([f"--scale {scale!r}: unknown scale; this file has: {known}"], source)
     for key, value in scales[scale].items():
         apply_override(raw, key, value, origin=f"scales.{scale}")
+    for key, value in SCALE_DEFAULTS.get(scale, {}).items():
+        if not _names(scales[scale], key):
+            apply_override(raw, key, value, origin=f"scales.{scale}")
     raw["name"] = f"{raw.get('name')}.{scale}"
     return raw
+
+
+def _names(overlay: dict[str, Any], dotted: str) -> bool:
+    """Whether a scale's ``overlay`` sets ``dotted`` itself: as that key, or inside a mapping it gives
+    one of its parents (``local: {precision: fp32}``)."""
+    parts = dotted.split(".")
+    for i in range(1, len(parts) + 1):
+        node: Any = overlay.get(".".join(parts[:i]))
+        for part in parts[i:]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            return True
+    return False
 
 
 def scale_names(raw: dict[str, Any]) -> list[str]:

@@ -90,8 +90,10 @@ class LocalSpec(Strict):
     drop_singleton_batch: bool = Field(
         default=False, description="skip an epoch's last batch when it would hold one sample (BatchNorm; GradMA code)"
     )
-    precision: Literal["fp32", "bf16"] = Field(
-        default="fp32", description="bf16: forward passes under torch.autocast(bfloat16), float32 parameters (mixed precision)"
+    precision: Literal["fp32", "bf16", "fp64"] = Field(
+        default="fp32", description="bf16: forward passes under torch.autocast(bfloat16), float32 parameters (mixed precision); "
+        "fp64: data, parameters, algorithm state and every computation in float64 (the tiny scale: the same numbers on "
+        "every CPU)"
     )
     tf32: bool = Field(
         default=True, description="on a GPU, float32 matmuls and convolutions in TensorFloat-32 (training and evaluation); "

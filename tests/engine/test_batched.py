@@ -12,6 +12,7 @@ from torch import nn
 from fedbench.algorithms import ALGORITHMS
 from fedbench.data.base import ArraySplit, DatasetSplits
 from fedbench.engine.executor import DEFAULT_CPU_CHUNK, choose_executor
+from fedbench.engine.precision import train_dtype
 from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.models.registry import MODELS, build_model
@@ -51,7 +52,7 @@ class ImageCache(DataCache):
         self.images = DatasetSplits("images", split[0], split[1], 10, tuple(shape)).to(device)
 
     def get(self, spec):
-        return self.images
+        return self.images.to(self.device, train_dtype(spec.local.precision))
 
 
 def metrics(tmp_path, raw, executor, chunk=None, shape=None, name=None):
