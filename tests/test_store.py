@@ -46,6 +46,7 @@ def test_create_insert_read(tmp_path: Path) -> None:
     assert list(runs.columns) == [
         "run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed",
         "status", "error", "spec_json", "created", "updated", "scale", "paper", "paper_table", "paper_column",
+        "versions",
     ]
     row = runs.iloc[0]
     assert (row.run_id, row.scenario, row.algorithm, row.seed, row.status) == (rec.run_id, "toy", "FedAvg", 0, "running")
