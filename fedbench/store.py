@@ -37,6 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 RUN_STATUSES = ("running", "finished", "diverged", "failed")
 DONE = ("finished", "diverged")  # statuses a run is never trained again from
+# A finite train loss above this × ln C (C classes) makes a run diverged (fedbench.engine.runner), not a
+# blow-up: twelve orders of magnitude above an untrained model's loss (ln C, a uniform guess), its logits
+# exceed float32's 24-bit mantissa (2^24 ≈ 1.7e7) by about 1e5, so every softmax is exactly 0 or 1 and
+# training has no signal left (a first-round 4.6e29 at chance accuracy, issue 24). Runs that blow up yet
+# keep learning stay far below it: the committed tiny tables' largest flagged loss is a test loss of
+# 7.25e7 (FedAMS), and none of their train losses exceeds 1e3× its first value (the blow-up flag's rule).
+DIVERGED_LOSS_FACTOR = 1e12
 METRIC_COLUMNS = (
     "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "wall_s", "consistency", "client_acc_std",
 )

@@ -7,7 +7,7 @@ rounds, and commit the round's metrics to the store. A checkpoint every ``checkp
 rounds lets an interrupted run resume with identical numbers.
 
 A run diverges, and stops at once, when a round's train or test loss or the model is non-finite,
-or when its train loss exceeds :data:`DIVERGED_LOSS_FACTOR` × ln C (C classes; ln C is the
+or when its train loss exceeds :data:`~fedbench.store.DIVERGED_LOSS_FACTOR` × ln C (C classes; ln C is the
 cross-entropy of an untrained model's uniform guess). Smaller finite blow-ups finish and are
 flagged in the tables (:mod:`fedbench.report.health`).
 
@@ -48,17 +48,10 @@ from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
 from fedbench.models.flat import average_buffers
 from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
-from fedbench.store import DONE, ResultsStore
+from fedbench.store import DIVERGED_LOSS_FACTOR, DONE, ResultsStore
 from fedbench.versions import versions
 
 RoundCallback = Callable[[int, dict[str, float | None]], None]
-# A finite train loss above this × ln C is a divergence, not a blow-up: twelve orders of magnitude
-# above an untrained model's loss, its logits exceed float32's 24-bit mantissa (2^24 ≈ 1.7e7) by about
-# 1e5, so every softmax is exactly 0 or 1 and training has no signal left (a first-round 4.6e29 at chance
-# accuracy, issue 24). Runs that blow up yet keep learning stay far below it: the committed tiny tables'
-# largest flagged loss is a test loss of 7.25e7 (FedAMS), and none of their train losses exceeds 1e3×
-# its first value (the blow-up flag's rule).
-DIVERGED_LOSS_FACTOR = 1e12
 
 
 @dataclass(frozen=True)
