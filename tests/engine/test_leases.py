@@ -203,4 +203,4 @@ def test_a_killed_run_resumes_at_once_with_the_same_command(tmp_path, sig, unint
     assert again.returncode == 0 and "busy" not in again.stdout and " finished" in again.stdout, again.stdout + again.stderr
     cut = ResultsStore(out)
     assert set(cut.runs()["status"]) == {"finished"}
-    pd.testing.assert_frame_equal(cut.metrics()[KILL_COLS], ref.metrics()[KILL_COLS])
+    pd.testing.assert_frame_equal(cut.metrics()[KILL_COLS], ref.metrics()[KILL_COLS], check_exact=True)  # bit-identical
