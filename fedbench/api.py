@@ -158,7 +158,8 @@ class Results:
     @property
     def runs(self) -> pd.DataFrame:
         """One row per run in creation order: run_id, scenario, algorithm (its label), seed, status,
-        error, scale, the spec and the paper cell (as :meth:`ResultsStore.runs`; stale specs left out)."""
+        error, scale, the spec, the paper cell and the versions it trained with (as :meth:`ResultsStore.runs`;
+        stale specs left out)."""
         return self.store.runs(self.scenario)
 
     def scenarios(self) -> list[str]:

@@ -72,18 +72,21 @@ def _store_errors(out: Path) -> Iterator[None]:
 
 @contextmanager
 def _interrupts() -> Iterator[None]:
-    """Ctrl-C: one line saying what was interrupted and that the same command resumes it; exit 130."""
+    """Ctrl-C, or SIGTERM (handled as Ctrl-C: fedbench.signals): one line saying what was interrupted
+    and that the same command resumes it; exit 130 (Ctrl-C) or 143 (SIGTERM)."""
     from fedbench.runs import RunInterrupted
+    from fedbench.signals import exit_code, sigterm_as_interrupt
 
     try:
-        yield
+        with sigterm_as_interrupt():
+            yield
     except RunInterrupted as exc:
         console.print(f"[yellow]{exc}[/yellow]", soft_wrap=True)
-        raise typer.Exit(130) from None
-    except KeyboardInterrupt:
+        raise typer.Exit(exc.code) from None
+    except KeyboardInterrupt as exc:
         console.print("[yellow]interrupted; run the same command to resume (finished runs are skipped, interrupted ones "
                       "resume from their last checkpoint)[/yellow]", soft_wrap=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(exit_code(exc)) from None
 
 
 READ_OUT = typer.Option(
@@ -640,7 +643,9 @@ def reproduce(
             lines = rp.estimate_lines(paper, chosen, opts, estimator)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
         return
-    raise typer.Exit(rp.reproduce(paper, chosen, opts, console))
+    with _interrupts():
+        code = rp.reproduce(paper, chosen, opts, console)
+    raise typer.Exit(code)
 
 
 def _print_summary(store, scenario: Optional[str]) -> None:

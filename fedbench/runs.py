@@ -15,6 +15,7 @@ from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.scenario import RunSpec, Scenario, run_id_of, scenario_hash
+from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, exit_code
 from fedbench.store import DB_NAME, ResultsStore
 
 
@@ -54,11 +55,13 @@ HEARTBEAT_S = 60.0  # seconds between progress lines of a long run when the outp
 
 
 class RunInterrupted(Exception):
-    """Ctrl-C during a run: which run, in which round (its rows and last checkpoint stay for resume)."""
+    """Ctrl-C or SIGTERM during a run: which run, in which round (its rows and last checkpoint stay for
+    resume), and the exit code (:func:`fedbench.signals.exit_code`: 130 for Ctrl-C, 143 for SIGTERM)."""
 
-    def __init__(self, run: str, round_: int):
-        self.run, self.round = run, round_
-        super().__init__(f"interrupted {run} in round {round_}; run the same command to resume it from its last checkpoint")
+    def __init__(self, run: str, round_: int, code: int = INTERRUPTED_EXIT):
+        self.run, self.round, self.code = run, round_, code
+        how = "terminated (SIGTERM)" if code == TERMINATED_EXIT else "interrupted"
+        super().__init__(f"{how} {run} in round {round_}; run the same command to resume it from its last checkpoint")
 
 
 @dataclass
@@ -139,8 +142,8 @@ def _one_run(
             spec, seed, store, cache, shash, on_round, settings.executor, settings.client_state, settings.threads,
             settings.chunk, settings.compile_step,
         )
-    except KeyboardInterrupt:
-        raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as fedbench.signals.Terminated
+        raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1, exit_code(exc)) from None
     if outcome.status == "skipped":
         progress.update(task, completed=spec.rounds, acc="(done before)")
     elif outcome.status == "busy":

@@ -13,6 +13,11 @@ and the paper cell it fills (``paper``, ``paper_table``, ``paper_column``: the s
 block, NULL for a run outside any paper table). A store written before these columns existed is
 migrated when opened (columns added, then filled from each run's spec and scenario name).
 
+``versions`` holds the version sets a run trained with (:func:`fedbench.versions.versions`, a JSON
+list, oldest first: a run resumed under other versions gains a second entry); NULL for a run that
+never trained, or one written before the column existed (a writer adds it, and the lease table's
+``token``, to an older store when it opens it; readers do without).
+
 Non-finite metrics: SQLite stores ±inf as they are, and stores NaN as NULL, so a NaN reads back
 as NaN from :meth:`ResultsStore.metrics` (indistinguishable there from "not recorded").
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from datetime import datetime, timezone
@@ -32,6 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 RUN_STATUSES = ("running", "finished", "diverged", "failed")
 DONE = ("finished", "diverged")  # statuses a run is never trained again from
+# A finite train loss above this × ln C (C classes) makes a run diverged (fedbench.engine.runner), not a
+# blow-up: twelve orders of magnitude above an untrained model's loss (ln C, a uniform guess), its logits
+# exceed float32's 24-bit mantissa (2^24 ≈ 1.7e7) by about 1e5, so every softmax is exactly 0 or 1 and
+# training has no signal left (a first-round 4.6e29 at chance accuracy, issue 24). Runs that blow up yet
+# keep learning stay far below it: the committed tiny tables' largest flagged loss is a test loss of
+# 7.25e7 (FedAMS), and none of their train losses exceeds 1e3× its first value (the blow-up flag's rule).
+DIVERGED_LOSS_FACTOR = 1e12
 METRIC_COLUMNS = (
     "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "wall_s", "consistency", "client_acc_std",
 )
@@ -44,6 +56,8 @@ if TYPE_CHECKING:
 _RUN_FIELDS = ("run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed", "spec_json")
 REPORT_COLUMNS = ("scale", "paper", "paper_table", "paper_column")  # added by the migration to older stores
 ADDED_COLUMNS = (*REPORT_COLUMNS, "asked")  # ``asked``: when a command last asked for the run (NULL: created)
+# added by a writer to older stores, never needed by a reader: (table, column)
+WRITER_COLUMNS = (("runs", "versions"), ("leases", "token"))
 PAPER_SCALE = "paper"
 NAMED_SCALES = ("small", "tiny")  # the scales a scenario name may end in (``name.tiny``)
 _STATUS_SQL = ", ".join(f"'{s}'" for s in RUN_STATUSES)
@@ -64,7 +78,8 @@ CREATE TABLE IF NOT EXISTS runs (
     paper         TEXT,
     paper_table   TEXT,
     paper_column  TEXT,
-    asked         TEXT
+    asked         TEXT,
+    versions      TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario);
 CREATE TABLE IF NOT EXISTS metrics (
@@ -77,7 +92,8 @@ CREATE TABLE IF NOT EXISTS metrics (
 CREATE TABLE IF NOT EXISTS leases (
     run_id     TEXT PRIMARY KEY,
     holder     TEXT NOT NULL,
-    heartbeat  REAL NOT NULL
+    heartbeat  REAL NOT NULL,
+    token      TEXT
 );
 """
 LEASE_TTL_S = 120.0  # a lease not renewed for this long belongs to a killed process and is taken over
@@ -98,6 +114,7 @@ class RunRecord:
     paper: str | None = None  # the paper cell (name, table, column); None: read from spec_json's `paper` block
     paper_table: str | None = None
     paper_column: str | None = None
+    versions: str | None = None  # JSON of the versions it trains with (fedbench.versions); None: not training
 
     def report_columns(self) -> tuple[str, str | None, str | None, str | None]:
         """``scale`` and the paper cell as stored (see :func:`report_columns`)."""
@@ -195,20 +212,25 @@ class ResultsStore:
         finally:
             conn.close()
 
-    def claim(self, run_id: str, holder: str, ttl: float = LEASE_TTL_S) -> str | None:
+    def claim(self, run_id: str, holder: str, ttl: float = LEASE_TTL_S, token: str | None = None,
+              gone: Callable[[str, str | None], bool] | None = None) -> str | None:
         """Take the run's lease for ``holder`` (None), unless another holder renewed it within
-        ``ttl`` seconds (that holder is returned); a stale lease (its process was killed) is taken over."""
+        ``ttl`` seconds and ``gone(other, its token)`` does not say its process is dead (that holder is
+        returned); a stale lease (its process was killed) is taken over. ``token``: the holder's
+        process identity, kept with the lease (:mod:`fedbench.engine.lease`)."""
         now = time.time()
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute("SELECT holder, heartbeat FROM leases WHERE run_id = ?", (run_id,)).fetchone()
-                if row is not None and row[0] != holder and now - row[1] < ttl:
+                row = conn.execute("SELECT holder, heartbeat, token FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+                live = row is not None and row[0] != holder and now - row[1] < ttl
+                if live and not (gone is not None and gone(str(row[0]), row[2])):
                     conn.execute("COMMIT")
                     return str(row[0])
                 conn.execute(
-                    "INSERT INTO leases (run_id, holder, heartbeat) VALUES (?, ?, ?) ON CONFLICT (run_id) "
-                    "DO UPDATE SET holder = excluded.holder, heartbeat = excluded.heartbeat", (run_id, holder, now),
+                    "INSERT INTO leases (run_id, holder, heartbeat, token) VALUES (?, ?, ?, ?) ON CONFLICT (run_id) "
+                    "DO UPDATE SET holder = excluded.holder, heartbeat = excluded.heartbeat, token = excluded.token",
+                    (run_id, holder, now, token),
                 )
                 conn.execute("COMMIT")
             except BaseException:
@@ -234,24 +256,27 @@ class ResultsStore:
 
     def start_run(self, rec: RunRecord) -> None:
         """Insert the run as 'running', or put an existing run back to 'running' (keeping its
-        rounds and creation time; its descriptive fields are refreshed from ``rec``)."""
+        rounds and creation time; its descriptive fields are refreshed from ``rec``). ``rec.versions``,
+        when given and new to the run, is appended to its ``versions`` list."""
         now = _now()
         with self._connect() as conn:
-            row = conn.execute("SELECT spec_hash, seed FROM runs WHERE run_id = ?", (rec.run_id,)).fetchone()
+            row = conn.execute("SELECT spec_hash, seed, versions FROM runs WHERE run_id = ?", (rec.run_id,)).fetchone()
             if row is not None and (row[0], row[1]) != (rec.spec_hash, rec.seed):
                 raise ValueError(
                     f"run {rec.run_id!r} already exists with spec_hash {row[0][:16]}… seed {row[1]}, "
                     f"not spec_hash {rec.spec_hash[:16]}… seed {rec.seed}"
                 )
+            used = _versions_used(None if row is None else row[2], rec.versions)
             fields = (*_RUN_FIELDS, *REPORT_COLUMNS)
             conn.execute(
-                f"INSERT INTO runs ({', '.join(fields)}, status, error, created, updated, asked) "
-                f"VALUES ({', '.join('?' * len(fields))}, 'running', NULL, ?, ?, ?) "
+                f"INSERT INTO runs ({', '.join(fields)}, status, error, created, updated, asked, versions) "
+                f"VALUES ({', '.join('?' * len(fields))}, 'running', NULL, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id) DO UPDATE SET scenario = excluded.scenario, "
                 "scenario_hash = excluded.scenario_hash, algorithm = excluded.algorithm, "
                 "spec_json = excluded.spec_json, status = 'running', error = NULL, updated = excluded.updated, "
-                "asked = excluded.asked, " + ", ".join(f"{c} = excluded.{c}" for c in REPORT_COLUMNS),
-                (*astuple(rec)[:len(_RUN_FIELDS)], *rec.report_columns(), now, now, now),
+                "asked = excluded.asked, versions = excluded.versions, "
+                + ", ".join(f"{c} = excluded.{c}" for c in REPORT_COLUMNS),
+                (*astuple(rec)[:len(_RUN_FIELDS)], *rec.report_columns(), now, now, now, used),
             )
 
     def record_round(
@@ -301,7 +326,8 @@ class ResultsStore:
         return self.checkpoint_dir / f"{run_id}.pt"
 
     def runs(self, scenario: str | None = None, include_stale: bool = False) -> "pd.DataFrame":
-        """One row per run, in creation order, optionally only those of ``scenario``.
+        """One row per run, in creation order, optionally only those of ``scenario`` (its last
+        column, ``versions``: the JSON list described in the module docstring, None where not recorded).
 
         A scenario's algorithm label names one run spec; when a changed scenario file (or a tuning)
         gave a label another spec (hash), the runs of the spec asked for last (:meth:`ask`, or created
@@ -310,13 +336,14 @@ class ResultsStore:
         import pandas as pd  # loaded by the readers only: the trainer and the CLI start without it
 
         columns = (*_RUN_FIELDS[:6], "status", "error", "spec_json", "created", "updated", *REPORT_COLUMNS)
-        query = f"SELECT {', '.join(columns)}, COALESCE(asked, created) FROM runs"
         params: tuple[Any, ...] = ()
-        if scenario is not None:
-            query, params = query + " WHERE scenario = ?", (scenario,)
         with self._connect() as conn:
+            versions = "versions" if _has_column(conn, "runs", "versions") else "NULL"  # an older store, read only
+            query = f"SELECT {', '.join(columns)}, {versions}, COALESCE(asked, created) FROM runs"
+            if scenario is not None:
+                query, params = query + " WHERE scenario = ?", (scenario,)
             rows = conn.execute(query + " ORDER BY rowid", params).fetchall()
-        frame = pd.DataFrame(rows, columns=[*columns, "asked"]).astype({"seed": "int64"})
+        frame = pd.DataFrame(rows, columns=[*columns, "versions", "asked"]).astype({"seed": "int64"})
         asked = frame.pop("asked")
         if include_stale or frame.empty:
             return frame
@@ -379,27 +406,44 @@ def _check_readable(db: Path) -> None:
         ResultsStore(db.parent)
 
 
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
+
+
+def _missing(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """The (table, column)s of :data:`ADDED_COLUMNS` and :data:`WRITER_COLUMNS` the store lacks."""
+    wanted = [*(("runs", c) for c in ADDED_COLUMNS), *WRITER_COLUMNS]
+    return [(t, c) for t, c in wanted if not _has_column(conn, t, c)]
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Add :data:`ADDED_COLUMNS` to a store written before them and fill the report columns from each
-    run's spec and scenario name (one writer at a time; a no-op on a current store)."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-    if set(ADDED_COLUMNS) <= have:
+    """Add :data:`ADDED_COLUMNS` and :data:`WRITER_COLUMNS` to a store written before them and fill the
+    report columns from each run's spec and scenario name (one writer at a time; a no-op on a current store)."""
+    if not _missing(conn):
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}  # another process may have migrated
-        for column in ADDED_COLUMNS:
-            if column not in have:
-                conn.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
-        rows = conn.execute("SELECT run_id, scenario, spec_json FROM runs").fetchall()
-        conn.executemany(
-            f"UPDATE runs SET {', '.join(f'{c} = ?' for c in REPORT_COLUMNS)} WHERE run_id = ?",
-            [(scale_from_name(scenario), *paper_cell(spec), run_id) for run_id, scenario, spec in rows],
-        )
+        missing = _missing(conn)  # another process may have migrated
+        for table, column in missing:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+        if any(column in ADDED_COLUMNS for _, column in missing):
+            rows = conn.execute("SELECT run_id, scenario, spec_json FROM runs").fetchall()
+            conn.executemany(
+                f"UPDATE runs SET {', '.join(f'{c} = ?' for c in REPORT_COLUMNS)} WHERE run_id = ?",
+                [(scale_from_name(scenario), *paper_cell(spec), run_id) for run_id, scenario, spec in rows],
+            )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _versions_used(stored: str | None, new: str | None) -> str | None:
+    """The run's ``versions`` list (JSON) with ``new`` (one version set as JSON) appended unless already there."""
+    used = [] if stored is None else json.loads(stored)
+    if new is not None and json.loads(new) not in used:
+        used.append(json.loads(new))
+    return json.dumps(used, sort_keys=True) if used else None
 
 
 def read_statuses(out_dir: Path, run_ids: Iterable[str]) -> dict[str, str]:

@@ -46,6 +46,7 @@ def test_create_insert_read(tmp_path: Path) -> None:
     assert list(runs.columns) == [
         "run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed",
         "status", "error", "spec_json", "created", "updated", "scale", "paper", "paper_table", "paper_column",
+        "versions",
     ]
     row = runs.iloc[0]
     assert (row.run_id, row.scenario, row.algorithm, row.seed, row.status) == (rec.run_id, "toy", "FedAvg", 0, "running")
@@ -275,3 +276,30 @@ def test_read_only_store_reads_and_never_writes(tmp_path: Path) -> None:
     sqlite3.connect(tmp_path / "empty" / DB_NAME).close()
     with pytest.raises(ValueError, match="not a fedbench results store"):
         ResultsStore(tmp_path / "empty", read_only=True)
+
+
+def test_a_run_keeps_each_version_set_it_trained_with(tmp_path: Path) -> None:
+    """Issue 24: ``versions`` lists the distinct version sets a run trained with, oldest first."""
+    store = ResultsStore(tmp_path)
+    a, b = json.dumps({"fedbench": "0.1.0", "torch": "2.5"}), json.dumps({"fedbench": "0.1.0", "torch": "2.6"})
+    store.start_run(record())  # registered before training (reproduce does): nothing recorded yet
+    assert store.runs()["versions"].item() is None
+    for versions in (a, a, None, b, a):  # resumed under the same, unknown (a returned Ray result), other versions
+        store.start_run(RunRecord(**{**record().__dict__, "versions": versions}))
+    assert json.loads(store.runs()["versions"].item()) == [json.loads(a), json.loads(b)]
+
+
+def test_an_older_store_gains_the_versions_and_lease_token_columns(tmp_path: Path) -> None:
+    """A writer adds ``runs.versions`` and ``leases.token``; a reader of a store without them reads None."""
+    store = ResultsStore(tmp_path)
+    store.start_run(RunRecord(**{**record().__dict__, "versions": '{"torch": "2.5"}'}))
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        conn.execute("ALTER TABLE runs DROP COLUMN versions")
+        conn.execute("ALTER TABLE leases DROP COLUMN token")
+    assert ResultsStore(tmp_path, read_only=True).runs()["versions"].tolist() == [None]
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:  # the reader wrote nothing
+        assert "versions" not in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    ResultsStore(tmp_path)
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        assert "versions" in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        assert "token" in {row[1] for row in conn.execute("PRAGMA table_info(leases)")}

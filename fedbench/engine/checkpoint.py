@@ -3,9 +3,13 @@
 A checkpoint file is one header line ``fedbench-checkpoint sha256 <hex>`` followed by the
 ``torch.save`` bytes it covers, written to a temporary file, flushed and renamed into place, so a
 crash never leaves a half-written file and a damaged one (truncated, zeroed, one flipped bit)
-never passes for a good one. A checkpoint is resumed only when it is intact and the store holds
-the rounds it claims; otherwise it is set aside with a warning and the run restarts from round 1,
-with the numbers of an uninterrupted run.
+never passes for a good one. Each checkpoint carries the identity of its run (:func:`run_identity`:
+run id, spec hash, seed) beside its round. A checkpoint is resumed only when it is intact, belongs
+to the run being resumed and the store holds the rounds it claims; otherwise it is set aside with
+a warning (``<run>.pt.corrupt``, ``.foreign``, ``.unverified`` or ``.orphan``) and the run restarts
+from round 1, with the numbers of an uninterrupted run. A checkpoint written before checkpoints
+carried an identity cannot be told from another run's, so it is set aside as ``.unverified``:
+such a run restarts once, from round 1.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import io
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import torch
 
@@ -30,6 +34,15 @@ class RoundIndex(Protocol):
     """What :func:`resume_point` asks of a store: the highest round it holds for a run."""
 
     def last_round(self, run_id: str) -> int | None: ...
+
+
+def run_identity(run_id: str, spec_hash: str, seed: int) -> dict[str, str | int]:
+    """What a checkpoint says about the run it belongs to (saved under ``"identity"``)."""
+    return {"run_id": run_id, "spec_hash": spec_hash, "seed": int(seed)}
+
+
+def _described(identity: Mapping[str, Any]) -> str:
+    return f"run {identity.get('run_id')} (spec {str(identity.get('spec_hash'))[:16]}…, seed {identity.get('seed')})"
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
@@ -73,10 +86,13 @@ def set_aside(path: Path, why: str) -> Path:
     return aside
 
 
-def resume_point(path: Path, device: torch.device, store: RoundIndex, run_id: str) -> dict[str, Any] | None:
-    """The checkpoint to resume ``run_id`` from, or None to start at round 1. A corrupt checkpoint,
-    or one claiming rounds the store does not hold (the store was deleted or replaced), is set
-    aside with a warning naming both paths."""
+def resume_point(
+    path: Path, device: torch.device, store: RoundIndex, run_id: str, identity: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The checkpoint to resume ``run_id`` (whose :func:`run_identity` is ``identity``) from, or None
+    to start at round 1. A corrupt checkpoint, one of another run or without an identity, or one
+    claiming rounds the store does not hold (the store was deleted or replaced), is set aside with a
+    warning naming both paths."""
     try:
         payload = load_checkpoint(path, device)
     except CorruptCheckpoint as exc:
@@ -84,6 +100,15 @@ def resume_point(path: Path, device: torch.device, store: RoundIndex, run_id: st
         warnings.warn(f"checkpoint {path} is corrupt: {exc}; moved to {aside}; the run restarts from round 1", RuntimeWarning)
         return None
     if payload is None:
+        return None
+    own = payload.get("identity")
+    own = own if isinstance(own, dict) else None
+    if own != dict(identity):
+        why = "unverified" if own is None else "foreign"
+        whose = ("carries no run identity (written by an older fedbench)" if own is None
+                 else f"belongs to {_described(own)}, not {_described(identity)}")
+        aside = set_aside(path, why)
+        warnings.warn(f"checkpoint {path} {whose}; moved to {aside}; the run restarts from round 1", RuntimeWarning)
         return None
     held = store.last_round(run_id) or 0
     if held < int(payload["round"]):

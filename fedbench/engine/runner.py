@@ -6,6 +6,11 @@ and update the server, evaluate the global model on the whole test set every ``e
 rounds, and commit the round's metrics to the store. A checkpoint every ``checkpoint_every``
 rounds lets an interrupted run resume with identical numbers.
 
+A run diverges, and stops at once, when a round's train or test loss or the model is non-finite,
+or when its train loss exceeds :data:`~fedbench.store.DIVERGED_LOSS_FACTOR` × ln C (C classes; ln C is the
+cross-entropy of an untrained model's uniform guess). Smaller finite blow-ups finish and are
+flagged in the tables (:mod:`fedbench.report.health`).
+
 Every other axis is a round plug-in attached by its scenario block (:mod:`fedbench.engine.axes`):
 the wireless uplink of FedQVR-E (:mod:`fedbench.wireless.plugin`) and the continual task stream of
 C-FLAG (:mod:`fedbench.engine.continual`). Their hooks (:mod:`fedbench.engine.plugins`) run around
@@ -14,6 +19,8 @@ sampling, local work, aggregation and evaluation; the loop itself has no branch 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import time
 import traceback
@@ -29,7 +36,7 @@ from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
 from fedbench.engine.batched import dropout_keys, probe_client_bytes, run_clients_batched
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.checkpoint import resume_point, save_checkpoint
+from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
 from fedbench.engine.executor import EXECUTORS, ClientExecutor, choose_executor
 from fedbench.engine.lease import leased
 from fedbench.engine.full_gradient import full_local_gradients
@@ -42,7 +49,8 @@ from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
 from fedbench.models.flat import average_buffers
 from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
-from fedbench.store import DONE, ResultsStore
+from fedbench.store import DIVERGED_LOSS_FACTOR, DONE, ResultsStore
+from fedbench.versions import versions
 
 RoundCallback = Callable[[int, dict[str, float | None]], None]
 
@@ -289,10 +297,16 @@ class RoundLoop:
         per_client = torch.stack([correct[p].float().mean() for p in s.parts])
         return float(per_client.std(correction=0))
 
-    def diverged(self, metrics: dict[str, float | None]) -> bool:
+    def divergence(self, metrics: dict[str, float | None]) -> str | None:
+        """Why the round diverged (see the module docstring), or None."""
         values = [metrics["train_loss"], metrics["test_loss"]]
-        bad = any(v is not None and not math.isfinite(v) for v in values)
-        return bad or not bool(torch.isfinite(self.state["x"]).all())
+        if any(v is not None and not math.isfinite(v) for v in values) or not bool(torch.isfinite(self.state["x"]).all()):
+            return "non-finite loss or model"
+        bound = DIVERGED_LOSS_FACTOR * math.log(self.s.data.num_classes)
+        train = metrics["train_loss"]
+        if train is not None and train > bound:
+            return f"train loss {train:.3g} above {DIVERGED_LOSS_FACTOR:g} × ln {self.s.data.num_classes} = {bound:.3g}"
+        return None
 
     def checkpoint(self, t: int) -> dict:
         """The round, server state, buffers, batcher cursor and each plug-in's state (under its name)."""
@@ -355,14 +369,15 @@ def _train(
     """The body of :func:`execute_run` for a run that is not done yet (``how``: executor, chunk,
     client state, compile)."""
     executor, chunk, client_state, compile_step = how
-    record = run_record(spec, seed, scenario_hash)
+    record = dataclasses.replace(run_record(spec, seed, scenario_hash), versions=json.dumps(versions(), sort_keys=True))
+    identity = run_identity(run_id, record.spec_hash, seed)
     store.start_run(record)
     ckpt_path = store.checkpoint_path(run_id)
     try:
         if client_state not in CLIENT_STATES:
             raise ValueError(f"client_state must be one of {', '.join(CLIENT_STATES)}, got {client_state!r}")
         loop = RoundLoop(spec, seed, build_run(spec, seed, cache, client_state == "host"), executor, chunk, compile_step)
-        payload = resume_point(ckpt_path, cache.device, store, run_id)
+        payload = resume_point(ckpt_path, cache.device, store, run_id, identity)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)
         warned = False
@@ -375,12 +390,13 @@ def _train(
                               f"fell back (left unprojected) at round {t}; the round logs count every later one", RuntimeWarning)
             if on_round:
                 on_round(t, metrics)
-            if loop.diverged(metrics):
-                store.finish_run(run_id, "diverged", f"non-finite loss or model at round {t}")
+            why = loop.divergence(metrics)
+            if why is not None:
+                store.finish_run(run_id, "diverged", f"{why} at round {t}")
                 ckpt_path.unlink(missing_ok=True)
                 return RunOutcome(run_id, "diverged")
             if t % spec.checkpoint_every == 0 and t < spec.rounds:
-                save_checkpoint(ckpt_path, loop.checkpoint(t))
+                save_checkpoint(ckpt_path, {**loop.checkpoint(t), "identity": identity})
     except Exception as exc:  # a crashed run is recorded and never stops the suite
         store.finish_run(run_id, "failed", "".join(traceback.format_exception(exc)))
         return RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")

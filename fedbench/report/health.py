@@ -4,7 +4,11 @@ A run is flagged when its train or test loss exceeds ``loss_factor`` × its firs
 its last evaluated accuracy lies within ``chance_margin`` of chance (1/classes, from the partition
 logged at round 1) after an earlier accuracy at least 2·``chance_margin`` above it. Continual runs are
 not flagged: their evaluation set grows with the tasks, so neither their loss nor their chance level
-is comparable across rounds. Thresholds: the scenario's ``blowup`` block."""
+is comparable across rounds. Thresholds: the scenario's ``blowup`` block.
+
+A run recorded finished by a fedbench that did not yet stop runs whose train loss exceeds
+:data:`~fedbench.store.DIVERGED_LOSS_FACTOR` × ln C (they diverge now) is flagged for that, continual
+or not."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import json
 import math
 
 import pandas as pd
+
+from fedbench.store import DIVERGED_LOSS_FACTOR
 
 DEFAULTS = {"loss_factor": 1e3, "chance_margin": 0.05}
 
@@ -43,15 +49,25 @@ def _chance_reason(m: pd.DataFrame, margin: float) -> str | None:
     return None
 
 
+def _divergence_reason(m: pd.DataFrame) -> str | None:
+    """A train loss beyond the bound runs now diverge at (recorded finished by an older fedbench)."""
+    classes, train = _classes(m), m["train_loss"].dropna() if "train_loss" in m.columns else pd.Series(dtype="float64")
+    if classes is None or train.empty or not train.max() > DIVERGED_LOSS_FACTOR * math.log(classes):
+        return None
+    return f"train_loss reached {train.max():.3g}, above {DIVERGED_LOSS_FACTOR:g} × ln {classes} (a divergence now)"
+
+
 def blowup_reason(spec_json: str, status: str, m: pd.DataFrame) -> str | None:
     """Why a finished run is flagged (one line), or None. ``m``: its metrics rows."""
     if status != "finished" or m.empty:
         return None
     spec = json.loads(spec_json)
     limits = {**DEFAULTS, **(spec.get("blowup") or {})}
+    m = m.sort_values("round")
+    if (reason := _divergence_reason(m)) is not None:
+        return reason
     if spec.get("continual"):
         return None  # the evaluated tasks change along the stream: neither the loss nor chance is comparable
-    m = m.sort_values("round")
     return _loss_reason(m, float(limits["loss_factor"])) or _chance_reason(m, float(limits["chance_margin"]))
 
 

@@ -4,8 +4,8 @@ A run belongs to the cell (its label, ``paper.column``) of the table its spec na
 (``spec_json["paper"] == {name, table, column}``, kept by the store as the columns ``paper``,
 ``paper_table`` and ``paper_column``). Ours is the table's metric (final-round test
 accuracy for every FedMIM table) as :func:`fedbench.report.tables.summarize` computes it: mean
-± sample std over the seeds that did not diverge or fail, ``(1 div.)`` when some did, ``—`` when
-all did or no run exists. Runs of several scenarios that land in the same cell are pooled.
+± sample std over the seeds that finished, ``(1 div.)`` / ``(1 unfin.)`` when some diverged or are
+not finished (still training, or interrupted), ``—`` when none finished or no run exists. Runs of several scenarios that land in the same cell are pooled.
 
 The scale of a run is the store's ``scale`` column (``paper``, ``small``, ``tiny``). Each scale is
 compared, formatted and written separately.
@@ -24,7 +24,7 @@ from fedbench.report.reference import (
     ACCURACY_METRICS, CONTINUAL_METRICS, ColumnSpec, column_specs, load_reference, reference_frame, reference_table, reference_text,
 )
 from fedbench.report.tables import (
-    _ACC_TOL, BAD_STATUSES, DASH, FORMATS, acc_cell, footnotes, latex_escape, markdown_grid, summarize, summary_notes,
+    _ACC_TOL, DASH, FORMATS, acc_cell, footnotes, latex_escape, markdown_grid, summarize, summary_notes,
 )
 from fedbench.report.tuned import tuned_labels, with_marks
 from fedbench.store import PAPER_SCALE
@@ -125,7 +125,7 @@ def reach_on_mean_curve(runs: pd.DataFrame, metrics: pd.DataFrame, spec: ColumnS
     reaches ``spec.target`` (GradMA Table 2, FedQVR Table I: the mean over the usable seeds at each
     round evaluated by all of them, 1-based rounds). +inf when it never does; ``value_limit`` is
     then the budget (last round, or the bits through it)."""
-    usable = runs[~runs["status"].isin(list(BAD_STATUSES))]
+    usable = runs[runs["status"] == "finished"]  # a run still training (or interrupted) is never pooled
     m = metrics[metrics["run_id"].isin(usable["run_id"])]
     if usable.empty or m.empty:
         return {"value_mean": math.nan, "value_std": math.nan, "value_limit": math.nan}
@@ -154,7 +154,7 @@ def _cell(r: pd.Series, never: str) -> str:
     paper = DASH if r["paper_text"] is None or pd.isna(r["paper_text"]) else str(r["paper_text"])
     if r["metric"] in ACCURACY_METRICS or r["metric"] in CONTINUAL_METRICS:
         ours = acc_cell(pd.Series({"v_acc_mean": r["value_mean"], "v_acc_std": r["value_std"],
-                                   "diverged": int(r["diverged"]), "failed": int(r["failed"]),
+                                   "diverged": int(r["diverged"]), "failed": int(r["failed"]), "running": int(r["running"]),
                                    "blowup": int(r.get("blowup", 0) or 0)}, dtype=object), "v", "±")
     elif pd.isna(r["value_mean"]):
         ours = DASH

@@ -5,9 +5,12 @@ Conventions (also written under every Markdown table):
 - mean ± std over seeds, std = sample std (ddof=1) for ≥ 2 seeds and 0 for a single seed;
 - a diverged or failed seed has no top/final accuracy: the other seeds are averaged and the cell
   says how many were left out, "81.20 ± 0.30 (1 div.)"; '—' when no seed is left;
+- a seed not finished (still training elsewhere, or interrupted) is never pooled: it is left out
+  of every mean and of the (k/n) counts, the cell says so, "81.20 ± 0.30 (1 unfin.)", and a note
+  under the table names it with the round it reached;
 - rounds/bits to target τ: first evaluated round with test_acc ≥ τ, and the cumulative
   bits_up + bits_down through that round, averaged over the seeds that reached τ (a seed that
-  reached τ before diverging counts); "(k/n)" when only k of n seeds did, '—' when none did.
+  reached τ before diverging counts); "(k/n)" when only k of n done seeds did, '—' when none did.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from fedbench.report.tuned import MARK, tuned_labels, tuning_notes
 
 FORMATS = ("markdown", "latex", "csv")
 BAD_STATUSES = {"diverged": "div.", "failed": "failed"}
+LEFT_OUT = {**BAD_STATUSES, "running": "unfin."}  # the seeds a cell's mean leaves out, as the cell names them
 DASH = "—"
 _COUNTS = ("seeds", "finished", "diverged", "failed", "running")
 _ACC_TOL = 1e-9  # test_acc ≥ τ − tol, so 0.1·8 counts as reaching 0.8
@@ -49,7 +53,10 @@ def _std(values: pd.Series) -> float:
 
 
 def _run_stats(status: str, m: pd.DataFrame, targets: list[float]) -> dict[str, float]:
-    """Top/final accuracy and (round, cumulative bits) at which each target is first reached."""
+    """Top/final accuracy and (round, cumulative bits) at which each target is first reached; all NaN
+    for a run that is not finished."""
+    if status == "running":
+        m = m.iloc[0:0]
     m = m.sort_values("round")
     cum_bits = (m["bits_up"].fillna(0) + m["bits_down"].fillna(0)).cumsum()
     ev = m[m["test_acc"].notna()]
@@ -158,7 +165,7 @@ def acc_cell(row: pd.Series, name: str, pm: str) -> str:
     if pd.isna(mean):
         return DASH
     cell = f"{100 * mean:.2f} {pm} {100 * std:.2f}"
-    bad = [f"{row[s]} {short}" for s, short in BAD_STATUSES.items() if row[s]]
+    bad = [f"{row[s]} {short}" for s, short in LEFT_OUT.items() if row.get(s, 0)]
     if "blowup" in row.index and is_flagged(row["blowup"]):
         bad.append(f"{row['blowup']} blow-up")
     return cell + (f" ({', '.join(bad)})" if bad else "")
@@ -172,7 +179,8 @@ def _reach_cell(row: pd.Series, tag: str, kind: str) -> str:
         return DASH
     v = row[f"{kind}_to_{tag}"]
     cell = f"{math.floor(v + 0.5)}" if kind == "rounds" else f"{v:.2e}"
-    return cell + (f" ({k}/{row['seeds']})" if k < row["seeds"] else "")
+    done = row["seeds"] - row["running"]
+    return cell + (f" ({k}/{done})" if k < done else "")
 
 
 def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[list[str]]]:
@@ -302,10 +310,25 @@ def write_formats(out_dir: Path, stem: str, render: Callable[[str], str], format
 SUMMARY_NOTE = "mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target"
 
 
+def unfinished_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
+    """One line per run not finished (algorithm, seed, the last round recorded of how many), left out
+    of the means; none when every run is done."""
+    open_runs = runs[runs["status"] == "running"]
+    reached = metrics.groupby("run_id")["round"].max() if not metrics.empty else pd.Series(dtype="int64")
+    lines = []
+    for rid, algo, seed, spec_json in zip(open_runs["run_id"], open_runs["algorithm"], open_runs["seed"], open_runs["spec_json"]):
+        rounds = json.loads(spec_json).get("rounds")
+        last = int(reached.get(rid, 0))
+        lines.append(f"{algo} seed {seed}: not finished, round {last}" + (f" of {rounds}" if rounds else "")
+                     + " recorded; left out of the means")
+    return lines
+
+
 def summary_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
-    """The lines under a scenario's table after :data:`SUMMARY_NOTE`: QP fallbacks, flagged blow-ups
-    and how the tuned (†) rows were tuned."""
-    return fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics)) + tuning_notes(runs)
+    """The lines under a scenario's table after :data:`SUMMARY_NOTE`: runs not finished, QP fallbacks,
+    flagged blow-ups and how the tuned (†) rows were tuned."""
+    return (unfinished_notes(runs, metrics) + fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics))
+            + tuning_notes(runs))
 
 
 def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:

@@ -5,12 +5,19 @@ folder's SQLite store (WAL mode; every call its own short connection, safe acros
 each round is committed as it finishes and an interrupted sweep resumes every run from its
 checkpoint. Workers are spawned (not forked: CUDA and OpenMP state do not survive a fork); on a
 machine with CUDA each takes one GPU (``cuda:<worker slot>``). ``jobs=1`` runs in this process.
+
+Ending (:mod:`fedbench.signals`): a worker exits when the driver does, even after ``kill -9``
+(it gets SIGTERM). SIGTERM or Ctrl-C stops a worker's run as Ctrl-C stops ``fedbench run`` (lease
+released, rounds and checkpoint kept) and ends the worker (exit 143 or 130); an idle worker
+exits at once. A driver interrupted by SIGTERM or Ctrl-C sends its workers SIGTERM, waits for
+them, and re-raises.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from fedbench.engine.runner import RunOutcome
+from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, die_with_parent, exit_code
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepRun
 from fedbench.sweeps.worker import WorkerSettings, execute, record_failure
@@ -34,11 +42,27 @@ def default_jobs(device: str, cpus_per_run: float = 1.0) -> int:
     return max(1, min(int((os.cpu_count() or 1) // cpus_per_run), MAX_JOBS))
 
 
-_WORKER: dict[str, Any] = {}
+_WORKER: dict[str, Any] = {"state": "idle"}  # idle | training | stopping (an interrupted run unwinds)
+STOP_WAIT_S = 30.0  # how long an interrupted driver waits for a worker before killing it
 
 
-def _init_worker(slots: Any, settings: WorkerSettings, out: Path) -> None:
-    """Pool initializer: take a worker slot (its GPU with CUDA) and open the store."""
+def _on_signal(signum: int, frame: object) -> None:
+    """A worker's SIGTERM / SIGINT: stop the run it trains as Ctrl-C does (:func:`_task` then ends the
+    worker; later signals are ignored while the run unwinds), or exit at once when idle."""
+    state = _WORKER["state"]
+    if state == "training":
+        _WORKER["state"] = "stopping"
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    if state == "idle":
+        os._exit(TERMINATED_EXIT if signum == signal.SIGTERM else INTERRUPTED_EXIT)
+
+
+def _init_worker(slots: Any, settings: WorkerSettings, out: Path, parent: int) -> None:
+    """Pool initializer: end with the driver (pid ``parent``) and on its signals, take a worker slot
+    (its GPU with CUDA) and open the store."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    die_with_parent(parent)
     slot = slots.get()
     device = settings.device
     if device in ("auto", "cuda") and torch.cuda.is_available():
@@ -47,7 +71,27 @@ def _init_worker(slots: Any, settings: WorkerSettings, out: Path) -> None:
 
 
 def _task(run: SweepRun) -> RunOutcome:
-    return execute(run, _WORKER["store"], _WORKER["settings"], _WORKER["device"])
+    """One run in a worker; an interrupted one (its lease released on the way out) ends the worker."""
+    try:
+        _WORKER["state"] = "training"
+        outcome = execute(run, _WORKER["store"], _WORKER["settings"], _WORKER["device"])
+        _WORKER["state"] = "idle"
+        return outcome
+    except KeyboardInterrupt as exc:
+        os._exit(exit_code(exc))
+
+
+def _stop(workers: list[Any]) -> None:
+    """SIGTERM to each worker still alive, then wait for them (their runs release their leases), at
+    most :data:`STOP_WAIT_S` seconds each before SIGKILL."""
+    for process in workers:
+        if process.is_alive():
+            process.terminate()
+    for process in workers:
+        process.join(STOP_WAIT_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: int, on_done: OnDone) -> list[RunOutcome]:
@@ -65,8 +109,10 @@ def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: i
     slots = ctx.Queue()
     for slot in range(jobs):
         slots.put(slot)
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, settings, out)) as pool:
+    before = set(mp.active_children())
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, settings, out, os.getpid())) as pool:
         futures = {pool.submit(_task, run): run for run in runs}
+        workers = [p for p in mp.active_children() if p not in before]
         try:
             for future in as_completed(futures):
                 run = futures[future]
@@ -78,5 +124,6 @@ def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: i
                 on_done(run, outcome)
         except KeyboardInterrupt:
             pool.shutdown(wait=False, cancel_futures=True)
+            _stop(workers)
             raise
     return outcomes

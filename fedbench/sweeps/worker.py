@@ -79,7 +79,7 @@ class RecordingStore:
     def status(self, run_id: str) -> None:
         return None  # the driver submits only runs that are not done
 
-    def claim(self, run_id: str, holder: str) -> None:
+    def claim(self, run_id: str, holder: str, **_: Any) -> None:
         return None  # one in-memory record per task: the driver holds the only copy
 
     def renew(self, run_id: str, holder: str) -> None:

@@ -1,5 +1,6 @@
-"""Checkpoints cannot lie (issue 15 item 4): a damaged checkpoint, or one whose rounds the store does not
-hold, is set aside with a warning and the run restarts, ending with an uninterrupted run's numbers."""
+"""Checkpoints cannot lie (issue 15 item 4, issue 24 item 8): a damaged checkpoint, another run's, or one whose
+rounds the store does not hold, is set aside with a warning and the run restarts, ending with an uninterrupted
+run's numbers."""
 
 import shutil
 
@@ -7,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbench.engine.checkpoint import MAGIC, CorruptCheckpoint, load_checkpoint, save_checkpoint
+from fedbench.engine.checkpoint import MAGIC, CorruptCheckpoint, load_checkpoint, run_identity, save_checkpoint
 from fedbench.store import ResultsStore
 from tests.engine.test_runner import COLS, run, scenario
 
@@ -69,3 +70,55 @@ def test_a_checkpoint_whose_store_was_replaced_is_not_resumed_into_an_empty_reco
     assert outcome.status == "finished" and path.with_suffix(".pt.orphan").exists()
     pd.testing.assert_frame_equal(full[COLS], resumed[COLS])
     assert list(resumed["round"]) == [1, 2, 3, 4, 5]
+
+
+# -- issue 24 item 8: a checkpoint carries its run's identity and another run's is refused --
+
+def interrupted_at(tmp_path, name: str, sc, seed: int = 0):
+    """As :func:`interrupted`, for scenario ``sc`` and ``seed``: (store, checkpoint path)."""
+    def stop_at_4(t, _):
+        if t == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, sc, name, seed=seed, on_round=stop_at_4)
+    store = ResultsStore(tmp_path / name)
+    (rid,) = store.runs()["run_id"]
+    return store, store.checkpoint_path(rid)
+
+
+def test_a_checkpoint_carries_its_run_identity(tmp_path):
+    store, rid, path = interrupted(tmp_path, "cut")
+    spec_hash = store.runs()["spec_hash"].item()
+    payload = load_checkpoint(path, torch.device("cpu"))
+    assert payload["identity"] == run_identity(rid, spec_hash, 0) == {"run_id": rid, "spec_hash": spec_hash, "seed": 0}
+    assert payload["round"] == 2
+
+
+@pytest.mark.parametrize("other", ["seed", "algorithm"])
+def test_another_runs_checkpoint_is_set_aside_and_the_run_restarts(tmp_path, other):
+    """Seed 1's checkpoint at seed 0's path, or FedAvg's at SCAFFOLD's: refused, set aside, the run
+    restarts and ends with an uninterrupted run's numbers (before, the first was trusted and the
+    second failed every rerun)."""
+    mine = scenario(algorithms=[{"name": "scaffold"}]) if other == "algorithm" else scenario()
+    theirs, their_seed = (scenario(), 0) if other == "algorithm" else (scenario(), 1)
+    _, _, full = run(tmp_path, mine, "full")
+    _, foreign = interrupted_at(tmp_path, "theirs", theirs, their_seed)
+    _, path = interrupted_at(tmp_path, "cut", mine)
+    shutil.copy(foreign, path)
+    with pytest.warns(RuntimeWarning, match=rf"checkpoint {path} belongs to run .*-s{their_seed} .*, not run .*-s0 "):
+        _, outcome, resumed = run(tmp_path, mine, "cut")
+    assert outcome.status == "finished" and path.with_suffix(".pt.foreign").read_bytes() == foreign.read_bytes()
+    pd.testing.assert_frame_equal(full[COLS], resumed[COLS])
+
+
+def test_a_checkpoint_without_identity_is_set_aside_as_unverified(tmp_path):
+    _, _, full = run(tmp_path, scenario(), "full")
+    _, _, path = interrupted(tmp_path, "cut")
+    payload = load_checkpoint(path, torch.device("cpu"))
+    del payload["identity"]  # as written before checkpoints carried one
+    save_checkpoint(path, payload)
+    with pytest.warns(RuntimeWarning, match="carries no run identity"):
+        _, outcome, resumed = run(tmp_path, scenario(), "cut")
+    assert outcome.status == "finished" and path.with_suffix(".pt.unverified").exists()
+    pd.testing.assert_frame_equal(full[COLS], resumed[COLS])

@@ -1,19 +1,25 @@
 """Each run trained once (issue 15 item 6): a run's lease in the store keeps concurrent processes from
-training it twice; a killed holder's stale lease is taken over."""
+training it twice; a killed holder's stale lease is taken over, at once when it ran on this machine
+(issue 24 item 4)."""
 
+import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
+import pytest
 import torch
 import yaml
 
-from fedbench.engine.lease import holder, leased
+from fedbench.engine.lease import holder, holder_gone, leased, process_token
 from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.scenario import parse_scenario
-from fedbench.store import ResultsStore
+from fedbench.store import DB_NAME, ResultsStore
 from tests.factories import tiny_scenario
 
 ROOT = Path(__file__).parents[2]
@@ -64,3 +70,137 @@ def test_concurrent_processes_on_one_out_train_each_run_once(tmp_path):
     runs = ResultsStore(tmp_path / "out").runs()
     metrics = ResultsStore(tmp_path / "out").metrics(runs["run_id"])
     assert set(runs["status"]) == {"finished"} and len(metrics) == 6 * 12 and not metrics.duplicated(["run_id", "round"]).any()
+
+
+# -- issue 24 item 4: a dead holder on this machine is taken over at once; a reused pid does not fool it --
+
+linux_only = pytest.mark.skipif(process_token() is None, reason="process identity needs Linux /proc")
+HOST = socket.gethostname()
+
+
+def sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+@linux_only
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_a_dead_holder_on_this_machine_is_taken_over_at_once(tmp_path, reaped):
+    store, proc = ResultsStore(tmp_path), sleeper()
+    try:
+        other, token = f"{HOST}:{proc.pid}", process_token(proc.pid)
+        assert store.claim("r", other, token=token) is None
+        assert store.claim("r", holder(), token=process_token(), gone=holder_gone) == other  # alive: left to it
+    finally:
+        proc.kill()
+    if reaped:
+        proc.wait()
+    else:  # killed, not yet waited for: its /proc entry says Z
+        deadline = time.monotonic() + 10
+        while (Path("/proc") / str(proc.pid) / "stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert store.claim("r", holder(), token=process_token(), gone=holder_gone) is None  # within the 120 s TTL
+    proc.wait()
+
+
+@linux_only
+def test_a_reused_pid_does_not_fool_the_lease(tmp_path):
+    store, proc = ResultsStore(tmp_path), sleeper()
+    try:
+        where, _, started = process_token(proc.pid).rpartition(":")
+        earlier = f"{where}:{int(started) - 1}"  # the lease's holder started before the live process with its pid
+        assert holder_gone(f"{HOST}:{proc.pid}", earlier) and not holder_gone(f"{HOST}:{proc.pid}", process_token(proc.pid))
+        store.claim("r", f"{HOST}:{proc.pid}", token=earlier)
+        assert store.claim("r", holder(), token=process_token(), gone=holder_gone) is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@linux_only
+def test_other_machines_and_tokenless_leases_keep_the_ttl_rule(tmp_path):
+    store, dead = ResultsStore(tmp_path), sleeper()
+    dead.kill()
+    dead.wait()
+    mine = process_token()
+    cases = {
+        "other host": ("otherhost:1", mine.rpartition(":")[0] + ":1"),
+        "other boot or pid namespace": (f"{HOST}:{dead.pid}", "another-boot/pid:[1]:1"),
+        "written by an older fedbench": (f"{HOST}:{dead.pid}", None),
+    }
+    for why, (other, token) in cases.items():
+        assert not holder_gone(other, token), why
+        store.claim(why, other, token=token)
+        assert store.claim(why, holder(), token=mine, gone=holder_gone) == other, why
+
+
+def test_an_older_lease_table_gains_the_token_column(tmp_path):
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        conn.execute("CREATE TABLE leases (run_id TEXT PRIMARY KEY, holder TEXT NOT NULL, heartbeat REAL NOT NULL)")
+        conn.execute("INSERT INTO leases VALUES ('r', 'elsewhere:1', ?)", (time.time(),))
+    store = ResultsStore(tmp_path)
+    assert store.claim("r", holder(), token=process_token(), gone=holder_gone) == "elsewhere:1"  # kept by the TTL
+    assert store.claim("s", holder(), token="t") is None
+    with store._connect() as conn:
+        assert conn.execute("SELECT token FROM leases WHERE run_id = 's'").fetchone() == ("t",)
+
+
+# -- end to end: kill -9, then the same command --
+
+def _until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def _rounds(out: Path) -> int:
+    """The rounds the store in ``out`` holds (0 while there is none yet)."""
+    if not (out / DB_NAME).is_file():
+        return 0
+    try:
+        with sqlite3.connect(f"{(out / DB_NAME).resolve().as_uri()}?mode=ro", uri=True) as conn:
+            return conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+    except sqlite3.OperationalError:  # the schema is not written yet
+        return 0
+
+
+KILL_ROUNDS = 40
+KILL_COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[list[str], ResultsStore]:
+    """The command of a 40-round tiny run (``--out`` last) and the store of its uninterrupted run."""
+    tmp = tmp_path_factory.mktemp("kill")
+    path = tmp / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(rounds=KILL_ROUNDS, checkpoint_every=2)))
+    cmd = [sys.executable, "-m", "fedbench", "run", str(path), "--quiet", "--out"]
+    full = subprocess.run([*cmd, str(tmp / "full")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert full.returncode == 0, full.stdout + full.stderr
+    return cmd, ResultsStore(tmp / "full")
+
+
+@linux_only
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_a_killed_run_resumes_at_once_with_the_same_command(tmp_path, sig, uninterrupted):
+    """kill -9 (or SIGTERM, which is Ctrl-C: exit 143, lease released) mid-run, then the same command:
+    no busy message, exit 0, the run finished with an uninterrupted run's numbers."""
+    (cmd, ref), out = uninterrupted, tmp_path / "cut"
+    proc = subprocess.Popen([*cmd, str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _until(lambda: _rounds(out) >= 3 or proc.poll() is not None, 300, "a recorded round")
+    proc.send_signal(sig)
+    first = proc.communicate(timeout=120)[0]
+    assert proc.returncode == (-9 if sig == signal.SIGKILL else 143), first
+    assert _rounds(out) < KILL_ROUNDS, "the run ended before it was killed: raise KILL_ROUNDS"
+    with ResultsStore(out)._connect() as conn:
+        leases = conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
+    if sig == signal.SIGTERM:
+        assert "terminated (SIGTERM)" in first and leases == 0, first
+        assert list((out / "checkpoints").glob("*.pt")), "the checkpoint is kept"
+    again = subprocess.run([*cmd, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "busy" not in again.stdout and " finished" in again.stdout, again.stdout + again.stderr
+    cut = ResultsStore(out)
+    assert set(cut.runs()["status"]) == {"finished"}
+    pd.testing.assert_frame_equal(cut.metrics()[KILL_COLS], ref.metrics()[KILL_COLS], check_exact=True)  # bit-identical

@@ -103,6 +103,38 @@ def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
     assert store.metrics([runs.loc["FedProx", "run_id"]])["round"].tolist() == [1]  # stopped at once
 
 
+@pytest.mark.parametrize("loss, status", [(4.6e29, "diverged"), (2.0e12, "finished")])
+def test_an_astronomically_large_finite_train_loss_diverges(tmp_path, monkeypatch, loss, status):
+    """Issue 24: a first-round train loss of 4.6e29 is a divergence (above 1e12 · ln 10 ≈ 2.3e12), kept out
+    of the table's means like any diverged seed; a large loss below the bound trains on (a blow-up at most)."""
+    from fedbench.engine import runner
+    from fedbench.report.tables import format_table, summarize
+
+    plain = runner.round_metrics
+
+    def huge_for_seed_1(ctx, result, numel):
+        metrics = plain(ctx, result, numel)
+        return {**metrics, "train_loss": loss} if seeds[0] == 1 else metrics
+
+    seeds = [0]
+    monkeypatch.setattr(runner, "round_metrics", huge_for_seed_1)
+    for seed in (0, 1):
+        seeds[0] = seed
+        _, outcome, _ = run(tmp_path, scenario(), "div", seed=seed)
+        assert outcome.status == ("finished" if seed == 0 else status)
+    store = ResultsStore(tmp_path / "div")
+    runs = store.runs().set_index("seed")
+    summary = summarize(store.runs(), store.metrics())
+    if status == "diverged":
+        assert runs.loc[1, "error"] == "train loss 4.6e+29 above 1e+12 × ln 10 = 2.3e+12 at round 1"
+        assert store.metrics([runs.loc[1, "run_id"]])["round"].tolist() == [1]  # stopped at once
+        finished = store.metrics([runs.loc[0, "run_id"]])["test_acc"].dropna()
+        assert summary.loc[0, "final_acc_mean"] == finished.iloc[-1] and summary.loc[0, "final_acc_std"] == 0.0
+        assert "(1 div.)" in format_table(summary, "markdown")
+    else:
+        assert runs.loc[1, "error"] is None and summary.loc[0, "finished"] == 2
+
+
 def test_a_crashing_run_is_recorded_failed_and_others_still_run(tmp_path, monkeypatch):
     from fedbench.algorithms.fedprox import FedProx
 

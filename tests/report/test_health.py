@@ -51,3 +51,12 @@ def test_a_paper_cell_marks_blown_up_seeds_like_diverged_ones():
 
     row = pd.Series({"v_acc_mean": 0.5, "v_acc_std": 0.1, "diverged": 1, "failed": 0, "blowup": 1}, dtype=object)
     assert acc_cell(row, "v", "±") == "50.00 ± 10.00 (1 div., 1 blow-up)"
+
+
+def test_a_train_loss_beyond_the_divergence_bound_recorded_finished_is_flagged():
+    """Issue 24: a run an older fedbench recorded finished with a first-round train loss of 4.6e29 (at chance) is
+    flagged, continual or not; 1e12 · ln 10 ≈ 2.3e12 is the bound runs now diverge at."""
+    huge = metrics([0.1, 0.1, 0.1], [4.6e29, 4.6e29, 4.6e29])
+    assert blowup_reason(SPEC, "finished", huge) == "train_loss reached 4.6e+29, above 1e+12 × ln 10 (a divergence now)"
+    assert "4.6e+29" in blowup_reason(json.dumps({"continual": {"tasks": 2}}), "finished", huge)
+    assert blowup_reason(SPEC, "finished", metrics([0.3, 0.5, 0.6], [2e12, 2e12, 2e12])) is None  # below the bound

@@ -204,3 +204,16 @@ def test_write_comparison(store: ResultsStore, tmp_path: Path) -> None:
         "fedmim_tableIII_paper.md", "fedmim_tableIII_paper.tex", "fedmim_tableIII_paper.csv"]
     assert write_comparison(store, "fedmim", "II", tmp_path / "t3") == []
     assert pd.read_csv(paths[2])["scale"].unique().tolist() == ["tiny"]
+
+
+def test_a_run_not_finished_is_left_out_of_paper_cells(tmp_path: Path) -> None:
+    """Issue 24: a seed still training (or killed) never enters ``ours``; the cell says so."""
+    store = build_paper_store(tmp_path / "s")
+    rows = add_run(store, 99, f"{T3}.tiny", "III", "CIFAR-10", BASE, 2, "running", 0.99, (1, 1, 1, 1), (0.1, 0.1))
+    with sqlite3.connect(store.db_path) as conn:
+        conn.executemany(f"INSERT INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}) "
+                         f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})", rows[:3])
+    base = compare(store, "fedmim", "III", "tiny").set_index("row").loc[BASE]
+    assert (base["value_mean"], base["seeds"], base["running"]) == (pytest.approx(0.71), 3, 1)
+    frame = compare(store, "fedmim", "III", "tiny")
+    assert md_cells(format_comparison(frame, "markdown"))[BASE] == ["81.61 / 71.00 ± 1.41 (1 unfin.)"]

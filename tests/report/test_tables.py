@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from fedbench.report.tables import fallback_notes, format_table, rich_table, summarize, write_tables
+from fedbench.report.tables import fallback_notes, format_table, rich_table, summarize, summary_notes, write_tables
 from fedbench.store import ResultsStore, RunRecord
 
 # (algorithm, seed, status, {round: test_acc}, bits_up per round, bits_down per round); 6 rounds, eval every 2.
@@ -146,3 +147,50 @@ def test_qp_fallbacks_are_footnoted_only_when_a_run_logged_some(tmp_path: Path) 
     md, tex = (p.read_text() for p in write_tables(store, tmp_path / "tables", "toy")[:2])
     assert md.endswith("\n_FedAvg: 1,003 QP projections fell back (left unprojected)_\n")
     assert "% FedAvg: 1,003 QP projections fell back (left unprojected)" in tex
+
+
+# -- issue 24 item 4: a run that is not finished is never pooled into a mean --
+
+FINISHED_ONLY_MD = """## toy
+
+| Algorithm   |   Seeds | Status         |          Top acc. (%) |        Final acc. (%) |   Rounds to 50% |    Bits to 50% |   Rounds to 80% |    Bits to 80% |
+|-------------|---------|----------------|-----------------------|-----------------------|-----------------|----------------|-----------------|----------------|
+| FedAvg      |       2 | 2 fin.         |          81.00 ± 5.66 |          80.00 ± 4.24 |               3 |       7.50e+02 |         4 (1/2) | 6.00e+02 (1/2) |
+| SCAFFOLD    |       2 | 2 div.         |                     — |                     — |         2 (1/2) | 4.00e+02 (1/2) |               — |              — |
+| FedProx     |       2 | 1 fin., 1 div. | 90.00 ± 0.00 (1 div.) | 88.00 ± 0.00 (1 div.) |               2 |       3.00e+02 |         4 (1/2) | 6.00e+02 (1/2) |
+
+_mean ± std over seeds (std: sample, ddof=1; 0 for one seed); (k/n): k of n seeds reached the target_
+"""
+FINISHED_ONLY_SHA256 = {  # the bytes written before unfinished runs were set apart (commit 08bd0fc)
+    "toy.csv": "7db824df50d8cb4024525a418e879bb4a93a41f2bffcbd9acdeefdc037e4eb06",
+    "toy.md": "e2df7a898085b902685743191211375b8ba261c74bea26746d9b29ea2b0d8e07",
+    "toy.tex": "1d156187af773302dd69166298c98995d774292c9b941d40fac48803eb80468a",
+}
+
+
+def test_tables_of_done_runs_keep_their_bytes(tmp_path: Path) -> None:
+    paths = write_tables(build_store(tmp_path / "s"), tmp_path / "t", None)
+    assert (tmp_path / "t" / "toy.md").read_text(encoding="utf-8") == FINISHED_ONLY_MD
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths} == FINISHED_ONLY_SHA256
+
+
+def test_a_run_not_finished_is_shown_apart_with_its_round(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "s")
+    spec_hash = "toyfedavg".ljust(64, "0")
+    rec = RunRecord(f"{spec_hash[:16]}-s2", "toy", "h" * 64, spec_hash, "FedAvg", 2,
+                    json.dumps({"algorithm": "FedAvg", "targets": [0.5, 0.8], "rounds": 6}))
+    store.start_run(rec)  # killed in round 4: far better numbers so far, which a mean must not take in
+    for t in (1, 2, 3):
+        store.record_round(rec.run_id, t, {"test_acc": 0.99 if t == 2 else None, "bits_up": 1, "bits_down": 1})
+    runs, metrics = store.runs(), store.metrics()
+    fedavg = summarize(runs, metrics).iloc[0]
+    assert (fedavg.seeds, fedavg.finished, fedavg.running) == (3, 2, 1)
+    assert (fedavg.top_acc_mean, fedavg.final_acc_mean) == (pytest.approx(0.81), pytest.approx(0.80))
+    assert (fedavg["rounds_to_0.5"], fedavg["reached_0.5"], fedavg["bits_to_0.5"]) == (3.0, 2, 750.0)
+    md = format_table(summarize(runs, metrics), "markdown")
+    cells = next([c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines() if "FedAvg" in line)
+    assert cells[:6] == ["3", "2 fin., 1 run.", "81.00 ± 5.66 (1 unfin.)", "80.00 ± 4.24 (1 unfin.)", "3", "7.50e+02"]
+    assert cells[6] == "4 (1/2)"  # of the two done seeds
+    assert summary_notes(runs, metrics)[0] == "FedAvg seed 2: not finished, round 3 of 6 recorded; left out of the means"
+    written = write_tables(store, tmp_path / "t", None)[0].read_text(encoding="utf-8")
+    assert "_FedAvg seed 2: not finished, round 3 of 6 recorded; left out of the means_" in written

@@ -44,7 +44,7 @@ from fedbench.report.continual import continual_summary
 from fedbench.report.reference import (
     ACCURACY_METRICS, CONTINUAL_METRICS, load_reference, reference_frame, reference_text,
 )
-from fedbench.report.tables import BAD_STATUSES, summarize
+from fedbench.report.tables import summarize
 
 VERDICTS = ("holds", "fails", "inconclusive", "not run", "not reported")
 KINDS = ("paper", "accounting")  # a result the paper states / an identity of fedbench's bookkeeping
@@ -259,7 +259,7 @@ class StoreNumbers(Numbers):
     def _per_run(self, table: str, column: str, metric: str) -> pd.Series:
         """Each usable run's mean of ``metric`` over its rounds, indexed by (row, run_id)."""
         runs = paper_runs(self.store, self.paper, table)
-        runs = runs[(runs["scale"] == self.scale) & (runs["column"] == column) & ~runs["status"].isin(list(BAD_STATUSES))]
+        runs = runs[(runs["scale"] == self.scale) & (runs["column"] == column) & (runs["status"] == "finished")]
         m = self.store.metrics(runs["run_id"])
         m = m[np.isfinite(m[metric])].merge(runs[["run_id", "row"]], on="run_id")
         return m.groupby(["row", "run_id"])[metric].mean()
