@@ -12,11 +12,18 @@ counted in this process only (not in sweep worker subprocesses)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 
 from tests.factories import tiny_scenario, tiny_spec
+
+# The suite reads command output as a run without a terminal prints it, whatever shell runs the suite: rich takes
+# its width and colours from these variables, and `COLUMNS=40 make test` wrapped the tables the tests read.
+TERMINAL_VARIABLES = ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CLICOLOR_FORCE")
+for _name in TERMINAL_VARIABLES:
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture

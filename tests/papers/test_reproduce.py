@@ -3,6 +3,7 @@ fake room, and the make wrappers."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -162,15 +163,34 @@ def test_reproduce_tunes_a_tuned_scenario_then_marks_it(tmp_path: Path, monkeypa
     ("reproduce-cflag", "fedbench reproduce cflag --scale tiny --out results/tiny"),
 ])
 def test_make_targets_wrap_fedbench_reproduce(target: str, line: str) -> None:
-    result = subprocess.run(["make", "-n", target, "SCALE=tiny"], cwd=ROOT, capture_output=True, text=True, check=True)
-    lines = [x.rstrip() for x in result.stdout.splitlines() if "fedbench" in x]
-    assert len(lines) == 1 and lines[0].endswith(line), result.stdout
+    lines = [x.rstrip() for x in make_dry_run(target) if " reproduce " in x]
+    assert len(lines) == 1 and lines[0].endswith(line), lines
+
+
+def make_dry_run(target: str) -> list[str]:
+    """The commands ``make -n target SCALE=tiny`` would run, as a top-level make prints them: a make
+    that runs the suite (``make test``, or any make above it) passes MAKELEVEL and MAKEFLAGS down,
+    and a nested make then prints "make[1]: Entering directory '…/fedbench'" lines (issue 24)."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
+    result = subprocess.run(["make", "--no-print-directory", "-n", target, "SCALE=tiny"], cwd=ROOT, capture_output=True,
+                            text=True, check=True, env=clean)
+    return result.stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("inherited", [{}, {"MAKELEVEL": "1", "MAKEFLAGS": "w -- "}], ids=["top", "under-make"])
+def test_a_make_above_the_suite_changes_nothing(inherited: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run as ``make test`` from another make (MAKELEVEL=1, -w in MAKEFLAGS), the dry run still lists one command."""
+    for key, value in inherited.items():
+        monkeypatch.setenv(key, value)
+    lines = make_dry_run("reproduce-cflag")
+    assert not [x for x in lines if "directory" in x], lines
+    assert [x.rstrip() for x in lines if "fedbench" in x] == [".venv/bin/fedbench reproduce cflag --scale tiny --out results/tiny"]
 
 
 def test_make_aggregates_compose_the_paper_targets() -> None:
     if shutil.which("make") is None:
         pytest.skip("needs make")
-    result = subprocess.run(["make", "-n", "reproduce-table1", "SCALE=tiny"], cwd=ROOT, capture_output=True, text=True,
-                            check=True)
-    runs = [x.split("fedbench reproduce ")[1].split(" --")[0] for x in result.stdout.splitlines() if "reproduce " in x]
+    lines = make_dry_run("reproduce-table1")
+    runs = [x.split("fedbench reproduce ")[1].split(" --")[0] for x in lines if "reproduce " in x]
     assert runs == ["fedcams table1", "fedmim table1", "fedqvr table1", "cflag table2", "gradma table1"]
