@@ -8,6 +8,7 @@ from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fedbench import cli_style
@@ -31,13 +32,21 @@ SCALE = typer.Option(
 )
 
 
-def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] = None):
-    from fedbench.scenario import ScenarioError, load_scenario
+def _red(text: object) -> str:
+    """``text`` as one red line with rich markup escaped (``[low, high]`` is printed, not eaten)."""
+    return f"[red]{escape(str(text))}[/red]"
+
+
+def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] = None, raw=None):
+    """The scenario file (or its already read ``raw`` content) at ``scale``; a bad one exits 2."""
+    from fedbench.scenario import ScenarioError, load_scenario, parse_scenario
 
     try:
+        if raw is not None:
+            return parse_scenario(raw, str(scenario), overrides or [], scale)
         return load_scenario(scenario, overrides or [], scale)
     except ScenarioError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -50,7 +59,7 @@ def _kv(values: dict) -> str:
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
     """Exit 2 with one line unless ``value`` is one of ``allowed``."""
     if value not in allowed:
-        console.print(f"[red]{option}: expected one of {', '.join(allowed)}, got {value!r}[/red]", soft_wrap=True)
+        console.print(_red(f"{option}: expected one of {', '.join(allowed)}, got {value!r}"), soft_wrap=True)
         raise typer.Exit(2)
 
 
@@ -65,8 +74,8 @@ def _store_errors(out: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.DatabaseError as exc:
-        console.print(f"[red]results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
-                      "then recomputed) or choose another --out[/red]", soft_wrap=True)
+        console.print(_red(f"results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
+                           "then recomputed) or choose another --out"), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -78,7 +87,7 @@ def _interrupts() -> Iterator[None]:
     try:
         yield
     except RunInterrupted as exc:
-        console.print(f"[yellow]{exc}[/yellow]", soft_wrap=True)
+        console.print(f"[yellow]{escape(str(exc))}[/yellow]", soft_wrap=True)
         raise typer.Exit(130) from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; run the same command to resume (finished runs are skipped, interrupted ones "
@@ -98,7 +107,7 @@ def _read_store(out: Optional[Path], scenario: Optional[str] = None):
     from fedbench.store import DB_NAME, ResultsStore, stored_scenarios
 
     def fail(message: str) -> None:
-        console.print(f"[red]{message}[/red]", soft_wrap=True)
+        console.print(_red(message), soft_wrap=True)
         raise typer.Exit(2)
 
     if out is None and not (RESULTS / DB_NAME).is_file():
@@ -216,12 +225,13 @@ def validate(
 
     estimator = _estimator(estimate, device, data_dir, probe_budget)
     try:
-        scales = [scale] if scale else scale_names(read_yaml(scenario))
+        raw = read_yaml(scenario)
+        scales = [scale] if scale else scale_names(raw) if isinstance(raw, dict) else ["paper"]
     except ScenarioError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
     for name in scales:
-        sc = _load(scenario, overrides, name)
+        sc = _load(scenario, overrides, name, raw)
         runs = len(sc.runs) * len(sc.seeds)
         first = sc.runs[0]
         console.print(
@@ -294,10 +304,10 @@ def tune(
             try:
                 choices, trials, final = driver.run_tuning(plan, out, jobs, settings, console, executor)
             except tuning.TuningError as exc:  # a trial failed: the same command retries it
-                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                console.print(_red(exc), soft_wrap=True)
                 raise typer.Exit(1) from None
             except ValueError as exc:  # a bad option (--jobs 0)
-                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                console.print(_red(exc), soft_wrap=True)
                 raise typer.Exit(2) from None
     for path in write_tuning_tables(choices, tables_dir, sc.name):
         console.print(f"wrote {path}")
@@ -437,7 +447,7 @@ def plot(
                           f"extra logs: {exc}[/red]")
             raise typer.Exit(2) from None
         except ValueError as exc:
-            console.print(f"[red]{exc}[/red]", soft_wrap=True)
+            console.print(_red(exc), soft_wrap=True)
             raise typer.Exit(2) from None
         for p in paths:
             console.print(f"wrote {p}")
@@ -476,7 +486,7 @@ def _or_exit(fn, *args):
     try:
         return fn(*args)
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
 
 

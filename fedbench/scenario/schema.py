@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.scenario.tuning import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
@@ -30,7 +30,7 @@ class InlineParams(BaseModel):
     """A block whose unknown keys are the chosen registry entry's parameters (validated later
     against that entry's own schema, so errors still name their YAML path)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -110,11 +110,21 @@ class LocalSpec(Strict):
         chosen = [k for k in ("iterations", "epochs", "random_epochs") if getattr(self, k) is not None]
         if len(chosen) != 1:
             raise ValueError(f"set exactly one of 'iterations', 'epochs' and 'random_epochs', got {chosen or 'none'}")
-        if self.random_epochs is not None and not 1 <= self.random_epochs[0] <= self.random_epochs[1]:
-            raise ValueError(f"random_epochs must be [low, high] with 1 ≤ low ≤ high, got {list(self.random_epochs)}")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must lie in [0, 1), got {list(self.betas)}")
         return self
+
+    @field_validator("random_epochs")
+    @classmethod
+    def _low_high(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 1 <= value[0] <= value[1]:
+            raise ValueError("expected [low, high] with 1 ≤ low ≤ high")
+        return value
+
+    @field_validator("betas")
+    @classmethod
+    def _unit(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in value):
+            raise ValueError("expected two values in [0, 1)")
+        return value
 
     @model_serializer(mode="wrap")
     def _omit_sgd_keys(self, handler: Any) -> dict[str, Any]:

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from fedbench.scenario import (
     RunSpec, Scenario, ScenarioError, apply_override, apply_scale, parse_scenario, read_yaml, run_id_of, scenario_hash,
 )
+from fedbench.strict import StrictModel
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -43,10 +44,8 @@ class SweepError(ValueError):
     """A sweep that cannot start (bad option, missing dependency); the message says what is allowed."""
 
 
-class GridFile(BaseModel):
-    """The schema of a grid file (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid")
+class GridFile(StrictModel):
+    """The schema of a grid file (see the module docstring); its values are strict, as a scenario's."""
 
     base: str = Field(description="scenario file, relative to the grid file")
     scale: str | None = Field(default=None, description="a scale the base defines (default: the file as written)")
