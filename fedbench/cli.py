@@ -65,14 +65,17 @@ def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
 
 @contextmanager
 def _store_errors(out: Path) -> Iterator[None]:
-    """A results store SQLite cannot read or write (corrupt, truncated, read-only) exits 2 with one
-    line naming it and the way out, instead of a traceback."""
+    """A results store SQLite cannot read or write (corrupt, truncated, read-only), or a file that is
+    not a store, exits 2 with one line naming it and the way out, instead of a traceback."""
     import sqlite3
 
-    from fedbench.store import DB_NAME
+    from fedbench.store import DB_NAME, NotAStore
 
     try:
         yield
+    except NotAStore as exc:  # another program's file: left as it was
+        console.print(_red(f"{exc}; choose another --out, or move that file aside"), soft_wrap=True)
+        raise typer.Exit(2) from None
     except sqlite3.DatabaseError as exc:
         console.print(_red(f"results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
                            "then recomputed) or choose another --out"), soft_wrap=True)
@@ -127,14 +130,27 @@ def _read_store(out: Optional[Path], scenario: Optional[str] = None):
         return ResultsStore(out, read_only=True)
 
 
+def _has_runs(store) -> bool:
+    """False, after one line saying so, for a store without runs: a reading command then writes nothing."""
+    from fedbench.report import empty_store_line
+
+    if store.is_empty():
+        console.print(f"[yellow]{escape(empty_store_line(store.out_dir))}[/yellow]", soft_wrap=True)
+        return False
+    return True
+
+
 def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
-    """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct non-negative integers exits 2 before a run starts."""
+    """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct integers in [0, 2⁶³ − 1] exits 2 before a run starts."""
+    from fedbench.strict import MAX_SEED
+
     if seeds is None:
         return None
     parts = [s.strip() for s in seeds.split(",")]
-    if not all(p.isascii() and p.isdigit() for p in parts) or len(set(map(int, parts))) != len(parts):
-        console.print(f"[red]--seeds: expected distinct non-negative integers separated by commas, like 0,1,2; "
-                      f"got {seeds!r}[/red]")
+    if (not all(p.isascii() and p.isdigit() and int(p) <= MAX_SEED for p in parts)
+            or len(set(map(int, parts))) != len(parts)):
+        console.print(_red(f"--seeds: expected distinct integers from 0 to {MAX_SEED} (2⁶³ − 1) separated by commas, "
+                           f"like 0,1,2; got {seeds!r}"), soft_wrap=True)
         raise typer.Exit(2)
     return [int(p) for p in parts]
 
@@ -410,6 +426,8 @@ def table(
 
     store = _read_store(out, scenario)
     with _store_errors(store.out_dir):
+        if not _has_runs(store):
+            return
         paths = _or_exit(write_tables, store, tables_dir, scenario)
         if show:
             _print_summary(store, scenario)
@@ -437,6 +455,8 @@ def plot(
         console.print(f"[red]--x must be one of {', '.join(allowed)}, got {x!r}[/red]")
         raise typer.Exit(2)
     store = _read_store(out, scenario)
+    if not _has_runs(store):
+        return
     axes = ["round", "bits"] if x == "both" else [x]
     for axis in axes:
         try:
@@ -518,6 +538,8 @@ def claims(
     from fedbench.report import claims as report
 
     store = _read_store(out)
+    if not _has_runs(store):
+        return
     scale = _or_exit(report.resolve_scale, store, paper, scale)
     console.print(report.rich_claims(_or_exit(report.check_claims, store, paper, scale), f"{paper} claims, {scale} scale"))
     console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
@@ -554,10 +576,13 @@ def report_(
 ) -> None:
     """One self-contained HTML page (tables, notes, figures embedded) of a results store, or of a paper's
     tables and figures at one scale; it opens offline, and the same inputs give the same bytes."""
-    from fedbench.report import html as page
+    from fedbench.report import NothingToWrite, html as page
 
     with _store_errors(out or Path("results")):
-        console.print(f"wrote {_or_exit(page.write_report, out, paper, scale, tables_dir, figures_dir, html)}")
+        try:
+            console.print(f"wrote {_or_exit(page.write_report, out, paper, scale, tables_dir, figures_dir, html)}")
+        except NothingToWrite as exc:
+            console.print(f"[yellow]{escape(str(exc))}[/yellow]", soft_wrap=True)
 
 
 @app.command()
@@ -650,6 +675,9 @@ def reproduce(
             lines = rp.estimate_lines(paper, chosen, opts, estimator)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
         return
+    from fedbench.runs import check_out
+
+    _or_exit(check_out, opts.out_dir)
     raise typer.Exit(rp.reproduce(paper, chosen, opts, console))
 
 

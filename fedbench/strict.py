@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 BOOL_AS_NUMBER = "expected a number, not a boolean"
+MAX_SEED = 2**63 - 1  # the store's ``seed INTEGER`` column (SQLite: signed 64-bit); the seeded streams take any
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]  # a run's seed
 
 
 def is_numeric(annotation: Any) -> bool:

@@ -90,8 +90,8 @@ def _space_values(value: list[Any] | Range) -> list[Any]:
 
 
 def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> list[str]:
-    """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: each space key is
-    one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
+    """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: its trials are no
+    longer than the scenario (``trials.rounds`` ≤ ``rounds``), each space key is one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
     values (a range: both bounds) passes that key's own validation. Problems name the YAML path."""
     algo = scenario.algorithms[i]
     where = f"algorithms[{i}].tune" if algo.tune else "tune"
@@ -108,6 +108,9 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     base = {"local": scenario.local.model_dump(), "server": server.model_dump()}
     schemas = {"local": LocalSpec, "server": ServerSpec}
     problems = []
+    if tune.trials.rounds is not None and tune.trials.rounds > scenario.rounds:
+        problems.append(f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
+                        "a trial is a shortened run, so trials.rounds ≤ rounds")
     for key, value in tune.space.items():
         head, _, rest = key.partition(".")
         at = f"{where}.space.{key}"

@@ -10,13 +10,13 @@ Every key is documented in docs/scenarios.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.scenario.tuning import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
-from fedbench.strict import StrictModel, check_order
+from fedbench.strict import Seed, StrictModel, check_order
 
 if TYPE_CHECKING:
     from fedbench.scenario.runspec import RunSpec
@@ -285,7 +285,7 @@ class Scenario(Strict):
     wireless: WirelessSpec | None = Field(default=None, description="uplink channel and deadline (absent: ideal uplink)")
     continual: ContinualSpec | None = Field(default=None, description="task stream (absent: one task with every class)")
     algorithms: list[AlgorithmSpec] = Field(min_length=1)
-    seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     targets: list[float] = Field(default_factory=list, description="target test accuracies in (0, 1]")
     checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
     blowup: BlowupSpec = Field(default_factory=BlowupSpec, description="thresholds of the tables' blow-up flag")

@@ -27,7 +27,7 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError
@@ -35,7 +35,7 @@ from pydantic import Field, ValidationError
 from fedbench.scenario import (
     RunSpec, Scenario, ScenarioError, apply_override, apply_scale, parse_scenario, read_yaml, run_id_of, scenario_hash,
 )
-from fedbench.strict import StrictModel
+from fedbench.strict import Seed, StrictModel
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -51,7 +51,7 @@ class GridFile(StrictModel):
     scale: str | None = Field(default=None, description="a scale the base defines (default: the file as written)")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key → non-empty list of values")
     set: dict[str, Any] = Field(default_factory=dict, description="dotted key → value, applied to every point")
-    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1, description="replaces the base's seeds")
+    seeds: list[Seed] | None = Field(default=None, min_length=1, description="replaces the base's seeds")
     name: str | None = Field(default=None, pattern=_NAME, description="prefix of the point names")
 
 
