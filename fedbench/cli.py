@@ -11,10 +11,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fedbench import cli_style
+from fedbench import cli_style, cli_warnings
 from fedbench.engine.threads import DEFAULT_THREADS
 
 cli_style.apply()
+cli_warnings.install()
 
 app = typer.Typer(
     help="fedbench: run federated-learning scenarios from YAML, then build paper-style tables and curves.",
@@ -159,7 +160,7 @@ def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing the scenario's `seeds`"),
-    device: str = typer.Option("auto", help="auto (CUDA if present), cpu, cuda or cuda:N"),
+    device: str = typer.Option("auto", help="auto (CUDA if present), cpu, cuda, cuda:N or mps"),
     out: Path = OUT,
     data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
@@ -184,7 +185,8 @@ def run(
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.engine.compiled import COMPILE_CHOICES
     from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
-    from fedbench.runs import check_device, check_only, check_out, run_scenario
+    from fedbench.engine.preflight import preflight
+    from fedbench.runs import check_only, check_out, run_scenario
     from fedbench.store import ResultsStore
 
     _choice("--client-state", client_state, CLIENT_STATES)
@@ -193,7 +195,7 @@ def run(
     sc = _load(scenario, overrides, scale)
     seed_list = _parse_seeds(seeds)
     _or_exit(check_only, sc, only.split(",") if only else None)
-    _or_exit(check_device, device)
+    _or_exit(preflight, sc.runs, device, data_dir)
     _or_exit(check_out, out)
     with _store_errors(out), _interrupts():
         outcomes = run_scenario(
@@ -231,8 +233,10 @@ def validate(
     overrides: Optional[list[str]] = SETS,
     estimate: bool = ESTIMATE,
     out: Path = typer.Option(Path("results"), "--out", help="--estimate: runs this store holds done count zero (read only)"),
-    device: str = typer.Option("auto", help="--estimate: the device probed (auto, cpu, cuda or cuda:N)"),
-    data_dir: Path = typer.Option(Path("data"), help="--estimate: where the datasets are (never downloaded)"),
+    device: str = typer.Option("auto", help="the device the runs would use, checked (auto, cpu, cuda, cuda:N or "
+                               "mps); --estimate probes it"),
+    data_dir: Path = typer.Option(Path("data"), help="where the datasets are (never downloaded): offline ones are "
+                                  "checked against the clients; --estimate probes on them"),
     probe_budget: float = PROBE_BUDGET,
 ) -> None:
     """Check a scenario (at every scale it defines) without training; show the resolved runs (and, with
@@ -246,8 +250,11 @@ def validate(
     except ScenarioError as exc:
         console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
+    from fedbench.engine.preflight import preflight
+
     for name in scales:
         sc = _load(scenario, overrides, name, raw)
+        _or_exit(preflight, sc.runs, device, data_dir)
         runs = len(sc.runs) * len(sc.seeds)
         first = sc.runs[0]
         console.print(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedbench.engine.runner import RunOutcome, execute_run
-from fedbench.engine.setup import DataCache, resolve_device
+from fedbench.engine.setup import DataCache, check_device, resolve_device  # noqa: F401 (check_device: the CLI's)
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.scenario import RunSpec, Scenario, run_id_of, scenario_hash
 from fedbench.store import DB_NAME, ResultsStore
@@ -26,16 +25,6 @@ def check_only(sc: Scenario, only: list[str] | None) -> None:
     if only and not any(s.label in only or s.algorithm["name"] in only for s in sc.runs):
         labels = ", ".join(s.label for s in sc.runs)
         raise ValueError(f"--only {','.join(only)}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
-
-
-def check_device(device: str) -> None:
-    """``--device``: auto, cpu, cuda or cuda:N, and CUDA only where torch sees a device."""
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
-        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-    try:
-        resolve_device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"--device {device}: {str(exc).splitlines()[0]}") from None
 
 
 def check_out(out: Path) -> None:
