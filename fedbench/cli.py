@@ -342,7 +342,7 @@ def _trial_status(runs, out: Path) -> list[str]:
     """Each trial run with its run id and whether ``out`` holds it done."""
     from fedbench.store import DB_NAME, ResultsStore
 
-    status = ResultsStore(out).status if (out / DB_NAME).exists() else (lambda run_id: None)
+    status = ResultsStore(out, read_only=True).status if (out / DB_NAME).exists() else (lambda run_id: None)
     return [f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}"
             for r in runs]
 
