@@ -241,6 +241,7 @@ def validate(
 ) -> None:
     """Check a scenario (at every scale it defines) without training; show the resolved runs (and, with
     --estimate, their hours on this device from a short timed probe)."""
+    from fedbench.engine.preflight import preflight
     from fedbench.scenario import ScenarioError, read_yaml, scale_names
 
     estimator = _estimator(estimate, device, data_dir, probe_budget)
@@ -250,8 +251,6 @@ def validate(
     except ScenarioError as exc:
         console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
-    from fedbench.engine.preflight import preflight
-
     for name in scales:
         sc = _load(scenario, overrides, name, raw)
         _or_exit(preflight, sc.runs, device, data_dir)
