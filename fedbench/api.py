@@ -28,6 +28,7 @@ import pandas as pd
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.report.tables import scenario_names, summarize
 from fedbench.store import ResultsStore
+from fedbench.strict import MAX_SEED
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -86,7 +87,8 @@ def run(
     Returns the :class:`Results` of this scenario in that store."""
     from fedbench.engine.compiled import COMPILE_CHOICES
     from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
-    from fedbench.runs import check_device, check_out, run_scenario  # the CLI's own checks: both refuse the same input
+    from fedbench.engine.preflight import preflight
+    from fedbench.runs import check_out, run_scenario  # the CLI's own checks: both refuse the same input
 
     sc = _as_scenario(scenario, scale, overrides)
     _choice("executor", executor, EXECUTORS)
@@ -95,7 +97,7 @@ def run(
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk: expected a positive number of clients, got {chunk}")
     seed_list = None if seeds is None else _seed_list(seeds)
-    check_device(device)
+    preflight(sc.runs, device, Path(data_dir))
     check_out(Path(out))
     labels = only.split(",") if isinstance(only, str) else (list(only) if only is not None else None)
     run_scenario(
@@ -130,9 +132,9 @@ def _choice(name: str, value: str, allowed: Sequence[str]) -> None:
 def _seed_list(seeds: Sequence[int]) -> list[int]:
     """``seeds`` as distinct non-negative integers (as ``--seeds`` takes them), else ValueError."""
     values = list(seeds)
-    valid = all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in values)
+    valid = all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in values)
     if not values or not valid or len(set(values)) != len(values):
-        raise ValueError(f"seeds: expected distinct non-negative integers, like [0, 1, 2]; got {seeds!r}")
+        raise ValueError(f"seeds: expected distinct integers from 0 to 2⁶³ − 1, like [0, 1, 2]; got {seeds!r}")
     return values
 
 

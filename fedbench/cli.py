@@ -8,12 +8,14 @@ from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from fedbench import cli_style
+from fedbench import cli_style, cli_warnings
 from fedbench.engine.threads import DEFAULT_THREADS
 
 cli_style.apply()
+cli_warnings.install()
 
 app = typer.Typer(
     help="fedbench: run federated-learning scenarios from YAML, then build paper-style tables and curves.",
@@ -31,13 +33,21 @@ SCALE = typer.Option(
 )
 
 
-def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] = None):
-    from fedbench.scenario import ScenarioError, load_scenario
+def _red(text: object) -> str:
+    """``text`` as one red line with rich markup escaped (``[low, high]`` is printed, not eaten)."""
+    return f"[red]{escape(str(text))}[/red]"
+
+
+def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] = None, raw=None):
+    """The scenario file (or its already read ``raw`` content) at ``scale``; a bad one exits 2."""
+    from fedbench.scenario import ScenarioError, load_scenario, parse_scenario
 
     try:
+        if raw is not None:
+            return parse_scenario(raw, str(scenario), overrides or [], scale)
         return load_scenario(scenario, overrides or [], scale)
     except ScenarioError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -50,23 +60,26 @@ def _kv(values: dict) -> str:
 def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
     """Exit 2 with one line unless ``value`` is one of ``allowed``."""
     if value not in allowed:
-        console.print(f"[red]{option}: expected one of {', '.join(allowed)}, got {value!r}[/red]", soft_wrap=True)
+        console.print(_red(f"{option}: expected one of {', '.join(allowed)}, got {value!r}"), soft_wrap=True)
         raise typer.Exit(2)
 
 
 @contextmanager
 def _store_errors(out: Path) -> Iterator[None]:
-    """A results store SQLite cannot read or write (corrupt, truncated, read-only) exits 2 with one
-    line naming it and the way out, instead of a traceback."""
+    """A results store SQLite cannot read or write (corrupt, truncated, read-only), or a file that is
+    not a store, exits 2 with one line naming it and the way out, instead of a traceback."""
     import sqlite3
 
-    from fedbench.store import DB_NAME
+    from fedbench.store import DB_NAME, NotAStore
 
     try:
         yield
+    except NotAStore as exc:  # another program's file: left as it was
+        console.print(_red(f"{exc}; choose another --out, or move that file aside"), soft_wrap=True)
+        raise typer.Exit(2) from None
     except sqlite3.DatabaseError as exc:
-        console.print(f"[red]results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
-                      "then recomputed) or choose another --out[/red]", soft_wrap=True)
+        console.print(_red(f"results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
+                           "then recomputed) or choose another --out"), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -81,7 +94,7 @@ def _interrupts() -> Iterator[None]:
         with sigterm_as_interrupt():
             yield
     except RunInterrupted as exc:
-        console.print(f"[yellow]{exc}[/yellow]", soft_wrap=True)
+        console.print(f"[yellow]{escape(str(exc))}[/yellow]", soft_wrap=True)
         raise typer.Exit(exc.code) from None
     except KeyboardInterrupt as exc:
         console.print("[yellow]interrupted; run the same command to resume (finished runs are skipped, interrupted ones "
@@ -101,7 +114,7 @@ def _read_store(out: Optional[Path], scenario: Optional[str] = None):
     from fedbench.store import DB_NAME, ResultsStore, stored_scenarios
 
     def fail(message: str) -> None:
-        console.print(f"[red]{message}[/red]", soft_wrap=True)
+        console.print(_red(message), soft_wrap=True)
         raise typer.Exit(2)
 
     if out is None and not (RESULTS / DB_NAME).is_file():
@@ -121,14 +134,27 @@ def _read_store(out: Optional[Path], scenario: Optional[str] = None):
         return ResultsStore(out, read_only=True)
 
 
+def _has_runs(store) -> bool:
+    """False, after one line saying so, for a store without runs: a reading command then writes nothing."""
+    from fedbench.report import empty_store_line
+
+    if store.is_empty():
+        console.print(f"[yellow]{escape(empty_store_line(store.out_dir))}[/yellow]", soft_wrap=True)
+        return False
+    return True
+
+
 def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
-    """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct non-negative integers exits 2 before a run starts."""
+    """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct integers in [0, 2⁶³ − 1] exits 2 before a run starts."""
+    from fedbench.strict import MAX_SEED
+
     if seeds is None:
         return None
     parts = [s.strip() for s in seeds.split(",")]
-    if not all(p.isascii() and p.isdigit() for p in parts) or len(set(map(int, parts))) != len(parts):
-        console.print(f"[red]--seeds: expected distinct non-negative integers separated by commas, like 0,1,2; "
-                      f"got {seeds!r}[/red]")
+    if (not all(p.isascii() and p.isdigit() and int(p) <= MAX_SEED for p in parts)
+            or len(set(map(int, parts))) != len(parts)):
+        console.print(_red(f"--seeds: expected distinct integers from 0 to {MAX_SEED} (2⁶³ − 1) separated by commas, "
+                           f"like 0,1,2; got {seeds!r}"), soft_wrap=True)
         raise typer.Exit(2)
     return [int(p) for p in parts]
 
@@ -137,7 +163,7 @@ def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing the scenario's `seeds`"),
-    device: str = typer.Option("auto", help="auto (CUDA if present), cpu, cuda or cuda:N"),
+    device: str = typer.Option("auto", help="auto (CUDA if present), cpu, cuda, cuda:N or mps"),
     out: Path = OUT,
     data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
     download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
@@ -162,7 +188,8 @@ def run(
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.engine.compiled import COMPILE_CHOICES
     from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
-    from fedbench.runs import check_device, check_only, check_out, run_scenario
+    from fedbench.engine.preflight import preflight
+    from fedbench.runs import check_only, check_out, run_scenario
     from fedbench.store import ResultsStore
 
     _choice("--client-state", client_state, CLIENT_STATES)
@@ -171,7 +198,7 @@ def run(
     sc = _load(scenario, overrides, scale)
     seed_list = _parse_seeds(seeds)
     _or_exit(check_only, sc, only.split(",") if only else None)
-    _or_exit(check_device, device)
+    _or_exit(preflight, sc.runs, device, data_dir)
     _or_exit(check_out, out)
     with _store_errors(out), _interrupts():
         outcomes = run_scenario(
@@ -209,22 +236,27 @@ def validate(
     overrides: Optional[list[str]] = SETS,
     estimate: bool = ESTIMATE,
     out: Path = typer.Option(Path("results"), "--out", help="--estimate: runs this store holds done count zero (read only)"),
-    device: str = typer.Option("auto", help="--estimate: the device probed (auto, cpu, cuda or cuda:N)"),
-    data_dir: Path = typer.Option(Path("data"), help="--estimate: where the datasets are (never downloaded)"),
+    device: str = typer.Option("auto", help="the device the runs would use, checked (auto, cpu, cuda, cuda:N or "
+                               "mps); --estimate probes it"),
+    data_dir: Path = typer.Option(Path("data"), help="where the datasets are (never downloaded): offline ones are "
+                                  "checked against the clients; --estimate probes on them"),
     probe_budget: float = PROBE_BUDGET,
 ) -> None:
     """Check a scenario (at every scale it defines) without training; show the resolved runs (and, with
     --estimate, their hours on this device from a short timed probe)."""
+    from fedbench.engine.preflight import preflight
     from fedbench.scenario import ScenarioError, read_yaml, scale_names
 
     estimator = _estimator(estimate, device, data_dir, probe_budget)
     try:
-        scales = [scale] if scale else scale_names(read_yaml(scenario))
+        raw = read_yaml(scenario)
+        scales = [scale] if scale else scale_names(raw) if isinstance(raw, dict) else ["paper"]
     except ScenarioError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
     for name in scales:
-        sc = _load(scenario, overrides, name)
+        sc = _load(scenario, overrides, name, raw)
+        _or_exit(preflight, sc.runs, device, data_dir)
         runs = len(sc.runs) * len(sc.seeds)
         first = sc.runs[0]
         console.print(
@@ -297,10 +329,10 @@ def tune(
             try:
                 choices, trials, final = driver.run_tuning(plan, out, jobs, settings, console, executor)
             except tuning.TuningError as exc:  # a trial failed: the same command retries it
-                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                console.print(_red(exc), soft_wrap=True)
                 raise typer.Exit(1) from None
             except ValueError as exc:  # a bad option (--jobs 0)
-                console.print(f"[red]{exc}[/red]", soft_wrap=True)
+                console.print(_red(exc), soft_wrap=True)
                 raise typer.Exit(2) from None
     for path in write_tuning_tables(choices, tables_dir, sc.name):
         console.print(f"wrote {path}")
@@ -312,7 +344,7 @@ def _trial_status(runs, out: Path) -> list[str]:
     """Each trial run with its run id and whether ``out`` holds it done."""
     from fedbench.store import DB_NAME, ResultsStore
 
-    status = ResultsStore(out).status if (out / DB_NAME).exists() else (lambda run_id: None)
+    status = ResultsStore(out, read_only=True).status if (out / DB_NAME).exists() else (lambda run_id: None)
     return [f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}"
             for r in runs]
 
@@ -403,6 +435,8 @@ def table(
 
     store = _read_store(out, scenario)
     with _store_errors(store.out_dir):
+        if not _has_runs(store):
+            return
         paths = _or_exit(write_tables, store, tables_dir, scenario)
         if show:
             _print_summary(store, scenario)
@@ -430,6 +464,8 @@ def plot(
         console.print(f"[red]--x must be one of {', '.join(allowed)}, got {x!r}[/red]")
         raise typer.Exit(2)
     store = _read_store(out, scenario)
+    if not _has_runs(store):
+        return
     axes = ["round", "bits"] if x == "both" else [x]
     for axis in axes:
         try:
@@ -440,7 +476,7 @@ def plot(
                           f"extra logs: {exc}[/red]")
             raise typer.Exit(2) from None
         except ValueError as exc:
-            console.print(f"[red]{exc}[/red]", soft_wrap=True)
+            console.print(_red(exc), soft_wrap=True)
             raise typer.Exit(2) from None
         for p in paths:
             console.print(f"wrote {p}")
@@ -479,7 +515,7 @@ def _or_exit(fn, *args):
     try:
         return fn(*args)
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -511,6 +547,8 @@ def claims(
     from fedbench.report import claims as report
 
     store = _read_store(out)
+    if not _has_runs(store):
+        return
     scale = _or_exit(report.resolve_scale, store, paper, scale)
     console.print(report.rich_claims(_or_exit(report.check_claims, store, paper, scale), f"{paper} claims, {scale} scale"))
     console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
@@ -547,10 +585,13 @@ def report_(
 ) -> None:
     """One self-contained HTML page (tables, notes, figures embedded) of a results store, or of a paper's
     tables and figures at one scale; it opens offline, and the same inputs give the same bytes."""
-    from fedbench.report import html as page
+    from fedbench.report import NothingToWrite, html as page
 
     with _store_errors(out or Path("results")):
-        console.print(f"wrote {_or_exit(page.write_report, out, paper, scale, tables_dir, figures_dir, html)}")
+        try:
+            console.print(f"wrote {_or_exit(page.write_report, out, paper, scale, tables_dir, figures_dir, html)}")
+        except NothingToWrite as exc:
+            console.print(f"[yellow]{escape(str(exc))}[/yellow]", soft_wrap=True)
 
 
 @app.command()
@@ -643,6 +684,9 @@ def reproduce(
             lines = rp.estimate_lines(paper, chosen, opts, estimator)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
         return
+    from fedbench.runs import check_out
+
+    _or_exit(check_out, opts.out_dir)
     with _interrupts():
         code = rp.reproduce(paper, chosen, opts, console)
     raise typer.Exit(code)

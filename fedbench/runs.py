@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedbench.engine.runner import RunOutcome, execute_run
-from fedbench.engine.setup import DataCache, resolve_device
+from fedbench.engine.setup import DataCache, check_device, resolve_device  # noqa: F401 (check_device: the CLI's)
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.scenario import RunSpec, Scenario, run_id_of, scenario_hash
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, exit_code
@@ -28,27 +28,39 @@ def check_only(sc: Scenario, only: list[str] | None) -> None:
         raise ValueError(f"--only {','.join(only)}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
 
 
-def check_device(device: str) -> None:
-    """``--device``: auto, cpu, cuda or cuda:N, and CUDA only where torch sees a device."""
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
-        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-    try:
-        resolve_device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"--device {device}: {str(exc).splitlines()[0]}") from None
-
-
 def check_out(out: Path) -> None:
-    """``--out`` is (or can become) a writable folder, and its store, if any, is writable; nothing is created here."""
+    """``--out`` is (or can become) a writable folder, and its store, if any, is writable. Checked by
+    doing it, not by permission bits (``os.access`` says yes to root, even under /proc): the missing
+    folders are created and a probe file written and removed, then those folders are removed again,
+    so nothing is left behind either way."""
     existing = next(p for p in (out, *out.absolute().parents) if p.exists())
     if not existing.is_dir():
         where = "is a file" if existing == out else f"lies under {existing}, which is a file"
         raise ValueError(f"--out {out}: {where}, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: {existing} is not writable")
+    missing = [p for p in (out.absolute(), *out.absolute().parents) if not p.exists()]
+    created: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            created.append(folder)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".fedbench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: {existing} is not writable ({exc.strerror or exc})") from None
+    finally:
+        for folder in reversed(created):
+            try:
+                folder.rmdir()
+            except OSError:  # another process put something there meanwhile: it is theirs
+                pass
     db = out / DB_NAME
-    if db.exists() and not os.access(db, os.W_OK):
-        raise ValueError(f"--out {out}: its results store {db} is read-only")
+    if db.exists():
+        try:
+            with open(db, "r+b"):  # opened for writing, nothing written
+                pass
+        except OSError as exc:
+            raise ValueError(f"--out {out}: its results store {db} is read-only ({exc.strerror or exc})") from None
 
 
 HEARTBEAT_S = 60.0  # seconds between progress lines of a long run when the output is not a terminal

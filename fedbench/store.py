@@ -6,7 +6,9 @@ write commits at once, so a run killed at any moment keeps every round it record
 or power loss may still drop the last few commits; a killed process never does). Several
 processes may write the same file: each call opens its own short-lived connection (safe across
 ``fork``) and waits up to :data:`BUSY_TIMEOUT_S` for a competing writer. ``ResultsStore(out, read_only=True)``
-reads an existing store (SQLite ``mode=ro``) without creating, migrating or writing anything.
+reads an existing store (SQLite ``mode=ro``) without creating, migrating or writing anything. A file
+that is not a fedbench store (another program's SQLite file, an empty file) is refused, by reader
+and writer alike, before anything is written to it (:class:`NotAStore`).
 
 Each run row also carries the columns reports select by: ``scale`` (``paper``, ``small``, ``tiny``)
 and the paper cell it fills (``paper``, ``paper_table``, ``paper_column``: the spec's ``paper``
@@ -147,7 +149,11 @@ def stored_scenarios(out_dir: Path) -> list[str]:
     db = Path(out_dir) / DB_NAME
     if not db.is_file():
         return []
-    conn = _open(db, read_only=True)
+    try:
+        check_store_file(db)
+        conn = _open(db, read_only=True)
+    except sqlite3.DatabaseError:  # not a store, or not readable: it holds no scenario
+        return []
     try:
         return [row[0] for row in conn.execute("SELECT scenario FROM runs GROUP BY scenario ORDER BY MIN(created)")]
     finally:
@@ -195,6 +201,7 @@ class ResultsStore:
         if read_only:
             _check_readable(self.db_path)
             return
+        check_store_file(self.db_path, being_created=True)  # nothing written to a file that is not a store
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file itself
@@ -351,6 +358,11 @@ class ResultsStore:
         newest = by_asked.groupby(["scenario", "algorithm"], sort=False)["spec_hash"].transform("last")
         return frame[frame["spec_hash"] == newest.reindex(frame.index)].reset_index(drop=True)
 
+    def is_empty(self) -> bool:
+        """True when the store holds no run."""
+        with self._connect() as conn:
+            return conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None
+
     def ask(self, run_ids: Iterable[str]) -> None:
         """Mark the runs as the ones a command asked for now: for each (scenario, label), the runs
         of the spec asked for last are the current ones (:meth:`runs`), whether they ran or were
@@ -389,20 +401,48 @@ def _open(db: Path, read_only: bool) -> sqlite3.Connection:
     return sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
 
 
-def _check_readable(db: Path) -> None:
-    """A store opened read-only must exist and carry the current run columns (older ones are migrated
-    only by a writer)."""
-    if not db.is_file():
-        where = "is not a file" if db.exists() else "does not exist"
-        raise FileNotFoundError(f"no results store at {db}: it {where} (a store is created by fedbench run or sweep)")
+class NotAStore(sqlite3.DatabaseError, ValueError):
+    """The file at ``<out>/fedbench.sqlite`` is not a fedbench results store (another program's
+    SQLite file, an empty file): found by reading it (SQLite ``mode=ro``), so it is left untouched."""
+
+
+CORE_RUN_COLUMNS = frozenset((*_RUN_FIELDS, "status", "error", "created", "updated"))
+
+
+def check_store_file(db: Path, being_created: bool = False) -> set[str]:
+    """The run columns of the existing store ``db``, read without writing; :class:`NotAStore` unless
+    it holds fedbench's ``runs`` table. ``being_created`` (a writer about to create
+    the schema) also accepts an empty database (0 bytes or no table yet: another process may be
+    creating it) and an absent file (empty set)."""
+    if not db.exists() and being_created:
+        return set()
+    if db.stat().st_size == 0:
+        if being_created:
+            return set()
+        raise NotAStore(f"{db} is an empty file, not a fedbench results store")
     conn = _open(db, read_only=True)
     try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
     finally:
         conn.close()
-    if not have:
-        raise ValueError(f"{db} holds no runs table: it is not a fedbench results store")
-    if not set(ADDED_COLUMNS) <= have:  # written before the report columns: migrate it once, then read
+    if not tables and being_created:
+        return set()
+    if not CORE_RUN_COLUMNS <= have:
+        held = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+        why = ("its runs table lacks " + ", ".join(sorted(CORE_RUN_COLUMNS - have)) if have else
+               f"it holds {'the tables ' + held if tables else 'no table'} and no runs table")
+        raise NotAStore(f"{db} is not a fedbench results store ({why})")
+    return have
+
+
+def _check_readable(db: Path) -> None:
+    """A store opened read-only must exist, be a fedbench store (:func:`check_store_file`) and carry the
+    current run columns (one written before them is migrated once)."""
+    if not db.is_file():
+        where = "is not a file" if db.exists() else "does not exist"
+        raise FileNotFoundError(f"no results store at {db}: it {where} (a store is created by fedbench run or sweep)")
+    if not set(ADDED_COLUMNS) <= check_store_file(db):  # written before the report columns: migrate it once, then read
         ResultsStore(db.parent)
 
 

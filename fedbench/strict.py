@@ -1,16 +1,21 @@
-"""Strict values for every scenario block: numbers are not booleans, floats are finite, unknown
-keys are errors (YAML's ``true`` would otherwise pass as 1 and ``.inf`` as a learning rate)."""
+"""Strict values for every scenario block and every component's parameters: a number is given as a
+number (``rounds: '3'``, ``rounds: 3.0`` and ``lr: '0.05'`` are errors, not 3 and 0.05), a boolean as a
+boolean (``client_spread: 'yes'`` or ``1`` is an error), numbers are not booleans, floats are finite,
+and unknown keys are errors. Pydantic's strict mode, with two allowances: an integer fills a float
+(``lr: 1``), and a YAML list fills a tuple (``betas: [0.9, 0.99]``)."""
 
 from __future__ import annotations
 
 import math
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 BOOL_AS_NUMBER = "expected a number, not a boolean"
+MAX_SEED = 2**63 - 1  # the store's ``seed INTEGER`` column (SQLite: signed 64-bit); the seeded streams take any
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]  # a run's seed
 
 
 def is_numeric(annotation: Any) -> bool:
@@ -26,18 +31,37 @@ def is_numeric(annotation: Any) -> bool:
     return False
 
 
-class StrictModel(BaseModel):
-    """Base of every scenario block: unknown keys, booleans given for numbers and non-finite floats are errors."""
+def is_tuple(annotation: Any) -> bool:
+    """True for a ``tuple[...]`` annotation (also inside Optional/Union/Annotated)."""
+    origin = typing.get_origin(annotation)
+    if annotation is tuple or origin is tuple:
+        return True
+    if origin is typing.Annotated or origin in (typing.Union, types.UnionType):
+        return any(is_tuple(a) for a in typing.get_args(annotation))
+    return False
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+def strict_input(annotation: Any, value: Any) -> Any:
+    """``value`` as strict validation of ``annotation`` should see it: a boolean given for a number is
+    an error (strict mode's own message would not say why), a list given for a tuple becomes one."""
+    if isinstance(value, bool) and is_numeric(annotation):
+        raise ValueError(BOOL_AS_NUMBER)
+    if isinstance(value, list) and is_tuple(annotation):
+        return tuple(value)
+    return value
+
+
+class StrictModel(BaseModel):
+    """Base of every scenario block: unknown keys, strings or floats given for integers, anything but
+    a boolean for a boolean, booleans given for numbers and non-finite floats are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False, strict=True)
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+    def _strict_inputs(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        if isinstance(value, bool) and field is not None and is_numeric(field.annotation):
-            raise ValueError(BOOL_AS_NUMBER)
-        return value
+        return value if field is None else strict_input(field.annotation, value)
 
 
 def check_order(block: BaseModel, low: str, high: str) -> None:
@@ -58,3 +82,11 @@ def param_problems(schema: type[BaseModel], params: dict[str, Any], path: str) -
         elif isinstance(value, float) and not math.isfinite(value):
             problems.append(f"{path}.{key}: Input should be a finite number, got {value!r}")
     return problems
+
+
+def strict_params(schema: type[BaseModel], params: dict[str, Any]) -> BaseModel:
+    """A component's inline parameters validated in strict mode against its own model (lists fill
+    tuples); raises pydantic's ``ValidationError``."""
+    fields = schema.model_fields
+    given = {k: strict_input(fields[k].annotation, v) if k in fields else v for k, v in params.items()}
+    return schema.model_validate(given, strict=True)

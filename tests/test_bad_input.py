@@ -84,7 +84,7 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path):
     fails_cleanly(tmp_path, ["run", str(path), "--executor", "fast"], "--executor: expected one of auto, sequential, batched")
     fails_cleanly(tmp_path, ["run", str(path), "--client-state", "disk"], "--client-state: expected one of device, host")
     fails_cleanly(tmp_path, ["run", str(path), "--only", "Nope"], "--only Nope: matches no algorithm label")
-    fails_cleanly(tmp_path, ["run", str(path), "--device", "gpu0"], "--device gpu0: expected auto, cpu, cuda or cuda:N")
+    fails_cleanly(tmp_path, ["run", str(path), "--device", "gpu0"], "--device gpu0: expected auto, cpu, cuda, cuda:N or mps")
     if not torch.cuda.is_available():
         fails_cleanly(tmp_path, ["run", str(path), "--device", "cuda"], "torch sees no CUDA device")
     fails_cleanly(tmp_path, ["sweep", str(path), "--client-executor", "x"], "--client-executor: expected one of")

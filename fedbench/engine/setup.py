@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +30,30 @@ from fedbench.seeding import numpy_stream, torch_seed
 
 
 def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` picks CUDA when present, else the CPU; ``cuda`` without a GPU is an error."""
+    """``auto`` picks CUDA when present, else the CPU; ``cuda`` without a GPU, ``cuda:N`` beyond the
+    GPUs torch sees and ``mps`` without Apple's MPS backend are errors."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
-    return torch.device(name)
+        raise RuntimeError(f"--device {name} was asked for, but torch sees no CUDA device; use --device cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise RuntimeError(f"--device {name} was asked for, but torch sees {torch.cuda.device_count()} CUDA "
+                           f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("--device mps was asked for, but torch sees no MPS device (Apple silicon); use --device cpu")
+    return device
+
+
+def check_device(device: str) -> None:
+    """``--device``: auto, cpu, cuda, cuda:N or mps, and only a device torch sees (ValueError of one line)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
+        raise ValueError(f"--device {device}: expected auto, cpu, cuda, cuda:N or mps")
+    try:
+        resolve_device(device)
+    except RuntimeError as exc:
+        line = str(exc).splitlines()[0]
+        raise ValueError(line if line.startswith("--device") else f"--device {device}: {line}") from None
 
 
 class DataCache:

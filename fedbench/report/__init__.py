@@ -14,3 +14,13 @@
 
 Submodules are imported on demand, so ``fedbench table`` does not pay for matplotlib.
 """
+
+
+class NothingToWrite(Exception):
+    """A report of a store that holds no runs: the command says so in one line and writes nothing
+    (exit 0, as ``fedbench table``)."""
+
+
+def empty_store_line(out_dir) -> str:
+    """The one line of a reading command on a store without runs."""
+    return f"no runs in the store at {out_dir}/: nothing written"

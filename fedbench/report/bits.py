@@ -17,8 +17,10 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 from rich.table import Table
 
 from fedbench.compress import COMPRESSORS, build_compressor
@@ -26,6 +28,9 @@ from fedbench.models import build_model, count_parameters
 from fedbench.registry import UnknownNameError
 from fedbench.report.reference import load_reference, reference_frame
 from fedbench.report.tables import markdown_grid, write_formats
+from fedbench.scenario.errors import format_errors
+from fedbench.scenario.files import parse_yaml
+from fedbench.strict import strict_params
 
 # The payload b(d) of each compressor kind as a formula (FedCAMS prints them as its Table 1; the
 # paper's rows and model live in its room, fedbench/papers/fedcams/room.py).
@@ -38,14 +43,27 @@ PAYLOAD_FORMULAS = {
 
 
 def parse_compressor(text: str) -> tuple[str, dict[str, float]]:
-    """``sign`` or ``topk:ratio=1/64`` or ``stochastic:bits=2`` → (kind, params); fractions allowed."""
+    """``sign`` or ``topk:ratio=1/64`` or ``stochastic:bits=2`` → (kind, params); fractions allowed.
+    The parameters are checked like a scenario's (strict, :mod:`fedbench.strict`): a ValueError of
+    one line names the parameter and what it allows, e.g. ``--compressor topk:ratio=7: ratio: Input
+    should be less than or equal to 1, got 7``."""
     kind, _, rest = text.partition(":")
-    params: dict[str, float] = {}
+    entry = COMPRESSORS.get(kind)  # unknown kinds fail here with the list of known ones
+    params: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
-        key, _, value = item.partition("=")
-        num, _, den = value.partition("/")
-        params[key.strip()] = float(num) / float(den) if den else float(value)
-    COMPRESSORS.get(kind)  # unknown kinds fail here with the list of known ones
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--compressor {text}: expected KIND:KEY=VALUE,..., e.g. topk:ratio=1/64, got {item!r}")
+        num, slash, den = value.partition("/")
+        try:
+            params[key.strip()] = float(num) / float(den) if slash else parse_yaml(value, f"--compressor {text}")
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"--compressor {text}: {key.strip()}: expected a number or a fraction like 1/64, "
+                             f"got {value!r}") from None
+    try:
+        strict_params(entry.params, params)
+    except ValidationError as exc:
+        raise ValueError(f"--compressor {text}: {'; '.join(format_errors(exc))}") from None
     return kind, params
 
 

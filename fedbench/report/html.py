@@ -31,6 +31,7 @@ from rich.console import Console
 
 from fedbench.papers import check_paper, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom
+from fedbench.report import NothingToWrite, empty_store_line
 from fedbench.report.mdhtml import split_title, to_html
 from fedbench.report.tables import SUMMARY_NOTE, _cells, _right, file_stem, summarize, summary_notes
 from fedbench.store import ResultsStore
@@ -167,6 +168,8 @@ def store_page(out: Path, figures_dir: Path) -> Page:
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
     every = store.runs()
+    if every.empty:
+        raise NothingToWrite(empty_store_line(out))
     names = list(dict.fromkeys(every["scenario"]))
     figures = _figures_by_scenario(names, figures_dir)
     sections = []

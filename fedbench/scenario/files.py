@@ -5,6 +5,7 @@ Everything here works on the raw mapping, before validation (:mod:`.load`)."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +47,52 @@ def _read_text(path: Path) -> str:
         raise ScenarioError([f"cannot read {path}: {exc.strerror or exc}"], str(path)) from None
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """YAML text → Python values, refusing a key given twice in one mapping (YAML would keep the
-    last one silently): ``local.lr: key given twice (lines 4 and 9)``."""
-    loader = yaml.SafeLoader(text)
+FLOAT_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$")
+
+
+class ScenarioLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, which follows YAML 1.1, plus YAML 1.2's exponent floats: ``1e-3`` and
+    ``1.0e5`` are numbers, not strings (values are strict, :mod:`fedbench.strict`, so a learning rate
+    written ``1e-3`` would otherwise be refused)."""
+
+
+LOADERS: list[type] = [ScenarioLoader]  # the C loader (libyaml), when PyYAML has it, first: about 5× faster
+if hasattr(yaml, "CSafeLoader"):
+    LOADERS.insert(0, type("CScenarioLoader", (yaml.CSafeLoader,), {"__doc__": ScenarioLoader.__doc__}))
+for _loader in LOADERS:
+    _loader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_EXPONENT, list("-+0123456789."))
+
+
+def _compose(loader_class: type, text: str, source: str) -> Any:
+    """Parse with ``loader_class``; a key given twice is a :class:`ScenarioError`."""
+    loader = loader_class(text)
     try:
         node = loader.get_single_node()
         problems = [] if node is None else duplicate_keys(node, "")
         if problems:
             raise ScenarioError(problems, source)
         return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text → Python values (:class:`ScenarioLoader`), refusing a key given twice in one mapping
+    (YAML would keep the last one silently): ``local.lr: key given twice (lines 4 and 9)``. A file
+    that is not valid YAML is parsed again by the pure-Python loader, whose message is worded here."""
+    if len(LOADERS) > 1:
+        try:
+            return _compose(LOADERS[0], text, source)
+        except yaml.YAMLError:
+            pass
+    try:
+        return _compose(ScenarioLoader, text, source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
         raise ScenarioError([f"not valid YAML{where}: {exc.problem or exc.context}"], source) from None
     except yaml.YAMLError as exc:
         raise ScenarioError([f"not valid YAML: {' '.join(str(exc).split())}"], source) from None
-    finally:
-        loader.dispose()
 
 
 def duplicate_keys(node: yaml.Node, path: str) -> list[str]:
@@ -114,6 +143,9 @@ def set_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE, e.g. rounds=5"])
     key, value = assignment.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):
+        raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE with a dotted key before '=', e.g. rounds=5 "
+                             "or partition.omega=0.5"])
     apply_override(raw, key, parse_yaml(value, f"--set {assignment}"))
 
 

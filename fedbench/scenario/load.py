@@ -26,8 +26,11 @@ def parse_scenario(
     for name in ("dataset", "model"):  # `dataset: digits` shorthand
         if isinstance(raw.get(name), str):
             raw[name] = {"name": raw[name]}
-    for assignment in overrides:
-        set_override(raw, assignment)
+    try:
+        for assignment in overrides:
+            set_override(raw, assignment)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.problems, source) from None
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:

@@ -22,7 +22,7 @@ from fedbench.data.partition import PARTITIONS
 from fedbench.models import MODELS
 from fedbench.optim.spec import ServerSpec
 from fedbench.registry import Registry, UnknownNameError
-from fedbench.strict import param_problems
+from fedbench.strict import param_problems, strict_params
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
 from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, Scenario
@@ -40,8 +40,9 @@ class Checked:
 
 
 def check_component(registry: Registry, name: str, params: dict, path: str, key: str = "name") -> Checked:
-    """Validate ``params`` against the registry entry ``name``; problems name ``path``. The model
-    is rebuilt from the resolved JSON, exactly what the spec's JSON gives back."""
+    """Validate ``params`` against the registry entry ``name`` in strict mode (:mod:`fedbench.strict`);
+    problems name ``path``. The model is rebuilt from the resolved JSON, exactly what the spec's JSON
+    gives back."""
     try:
         entry = registry.get(name)
     except UnknownNameError as exc:
@@ -50,7 +51,7 @@ def check_component(registry: Registry, name: str, params: dict, path: str, key:
     if bad:
         return Checked({}, None, bad)
     try:
-        dumped = entry.params.model_validate(params).model_dump(mode="json")
+        dumped = strict_params(entry.params, params).model_dump(mode="json")
     except ValidationError as exc:
         return Checked({}, None, format_errors(exc, path))
     return Checked({key: name, **dumped}, entry.params.model_validate(dumped), [])
@@ -89,8 +90,8 @@ def _space_values(value: list[Any] | Range) -> list[Any]:
 
 
 def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> list[str]:
-    """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: each space key is
-    one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
+    """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: its trials are no
+    longer than the scenario (``trials.rounds`` ≤ ``rounds``), each space key is one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
     values (a range: both bounds) passes that key's own validation. Problems name the YAML path."""
     algo = scenario.algorithms[i]
     where = f"algorithms[{i}].tune" if algo.tune else "tune"
@@ -107,6 +108,9 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     base = {"local": scenario.local.model_dump(), "server": server.model_dump()}
     schemas = {"local": LocalSpec, "server": ServerSpec}
     problems = []
+    if tune.trials.rounds is not None and tune.trials.rounds > scenario.rounds:
+        problems.append(f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
+                        "a trial is a shortened run, so trials.rounds ≤ rounds")
     for key, value in tune.space.items():
         head, _, rest = key.partition(".")
         at = f"{where}.space.{key}"

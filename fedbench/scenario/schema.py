@@ -10,13 +10,13 @@ Every key is documented in docs/scenarios.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.scenario.tuning import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
-from fedbench.strict import StrictModel, check_order
+from fedbench.strict import Seed, StrictModel, check_order
 
 if TYPE_CHECKING:
     from fedbench.scenario.runspec import RunSpec
@@ -30,7 +30,7 @@ class InlineParams(BaseModel):
     """A block whose unknown keys are the chosen registry entry's parameters (validated later
     against that entry's own schema, so errors still name their YAML path)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -112,11 +112,21 @@ class LocalSpec(Strict):
         chosen = [k for k in ("iterations", "epochs", "random_epochs") if getattr(self, k) is not None]
         if len(chosen) != 1:
             raise ValueError(f"set exactly one of 'iterations', 'epochs' and 'random_epochs', got {chosen or 'none'}")
-        if self.random_epochs is not None and not 1 <= self.random_epochs[0] <= self.random_epochs[1]:
-            raise ValueError(f"random_epochs must be [low, high] with 1 ≤ low ≤ high, got {list(self.random_epochs)}")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must lie in [0, 1), got {list(self.betas)}")
         return self
+
+    @field_validator("random_epochs")
+    @classmethod
+    def _low_high(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 1 <= value[0] <= value[1]:
+            raise ValueError("expected [low, high] with 1 ≤ low ≤ high")
+        return value
+
+    @field_validator("betas")
+    @classmethod
+    def _unit(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in value):
+            raise ValueError("expected two values in [0, 1)")
+        return value
 
     @model_serializer(mode="wrap")
     def _omit_sgd_keys(self, handler: Any) -> dict[str, Any]:
@@ -277,7 +287,7 @@ class Scenario(Strict):
     wireless: WirelessSpec | None = Field(default=None, description="uplink channel and deadline (absent: ideal uplink)")
     continual: ContinualSpec | None = Field(default=None, description="task stream (absent: one task with every class)")
     algorithms: list[AlgorithmSpec] = Field(min_length=1)
-    seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     targets: list[float] = Field(default_factory=list, description="target test accuracies in (0, 1]")
     checkpoint_every: int = Field(default=10, ge=1, description="rounds between resumable checkpoints")
     blowup: BlowupSpec = Field(default_factory=BlowupSpec, description="thresholds of the tables' blow-up flag")

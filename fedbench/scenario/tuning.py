@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
-from fedbench.strict import StrictModel
+from fedbench.strict import Seed, StrictModel
 
 PROTOCOLS = ("validation", "paper")
 METRICS = ("top_acc", "final_acc", "rounds_to")
@@ -102,7 +102,7 @@ SpaceValue = Annotated[Any, AfterValidator(_space_value)]
 class TrialsSpec(StrictModel):
     """What each trial runs (absent keys: the scenario's own)."""
 
-    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1)
+    seeds: list[Seed] | None = Field(default=None, min_length=1)
     rounds: int | None = Field(default=None, ge=1)
 
 

@@ -138,7 +138,7 @@ def plan_lines(points: list[SweepPoint], runs: list[SweepRun], out: Path) -> lis
     """The expanded sweep (``--dry-run``): each scenario with its grid point, then its runs with
     their run ids and whether ``out`` already holds them finished."""
     db = Path(out) / DB_NAME
-    status = ResultsStore(out).status if db.exists() else (lambda run_id: None)
+    status = ResultsStore(out, read_only=True).status if db.exists() else (lambda run_id: None)
     lines = [f"{len(points)} scenario(s), {len(runs)} run(s)"]
     for p in _first_by_name(points):
         point = ", ".join(f"{k}={v!r}" for k, v in p.overrides.items())

@@ -27,14 +27,15 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from fedbench.scenario import (
     RunSpec, Scenario, ScenarioError, apply_override, apply_scale, parse_scenario, read_yaml, run_id_of, scenario_hash,
 )
+from fedbench.strict import Seed, StrictModel
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -43,16 +44,14 @@ class SweepError(ValueError):
     """A sweep that cannot start (bad option, missing dependency); the message says what is allowed."""
 
 
-class GridFile(BaseModel):
-    """The schema of a grid file (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid")
+class GridFile(StrictModel):
+    """The schema of a grid file (see the module docstring); its values are strict, as a scenario's."""
 
     base: str = Field(description="scenario file, relative to the grid file")
     scale: str | None = Field(default=None, description="a scale the base defines (default: the file as written)")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key → non-empty list of values")
     set: dict[str, Any] = Field(default_factory=dict, description="dotted key → value, applied to every point")
-    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1, description="replaces the base's seeds")
+    seeds: list[Seed] | None = Field(default=None, min_length=1, description="replaces the base's seeds")
     name: str | None = Field(default=None, pattern=_NAME, description="prefix of the point names")
 
 
