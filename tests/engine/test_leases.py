@@ -135,7 +135,9 @@ def test_other_machines_and_tokenless_leases_keep_the_ttl_rule(tmp_path):
 
 
 def test_an_older_lease_table_gains_the_token_column(tmp_path):
+    ResultsStore(tmp_path)  # a store whose lease table is then put back as it was before the token column
     with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        conn.execute("DROP TABLE leases")
         conn.execute("CREATE TABLE leases (run_id TEXT PRIMARY KEY, holder TEXT NOT NULL, heartbeat REAL NOT NULL)")
         conn.execute("INSERT INTO leases VALUES ('r', 'elsewhere:1', ?)", (time.time(),))
     store = ResultsStore(tmp_path)
