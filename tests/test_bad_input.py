@@ -87,8 +87,18 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path):
     fails_cleanly(tmp_path, ["run", str(path), "--device", "gpu0"], "--device gpu0: expected auto, cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
         fails_cleanly(tmp_path, ["run", str(path), "--device", "cuda"], "torch sees no CUDA device")
-    fails_cleanly(tmp_path, ["sweep", str(path), "--client-executor", "x"], "--client-executor: expected one of")
-    fails_cleanly(tmp_path, ["sweep", str(path), "--executor", "slurm"], "--executor: expected one of local, ray")
+    fails_cleanly(tmp_path, ["sweep", str(path), "--client-executor", "batched"], "--client-executor is now --executor")
+    fails_cleanly(tmp_path, ["sweep", str(path), "--executor", "slurm"], "--executor: expected one of auto, sequential, batched")
+    fails_cleanly(tmp_path, ["sweep", str(path), "--backend", "slurm"], "--backend: expected one of local, ray")
+
+
+@pytest.mark.parametrize("command", ["sweep", "tune", "reproduce"])
+def test_the_old_executor_word_for_process_placement_points_to_backend(tmp_path, command):
+    """`--executor` is the client executor everywhere; `--executor ray` says where placement went."""
+    path = write(tmp_path, yaml.safe_dump(TINY))
+    args = [command, "gradma" if command == "reproduce" else str(path), "--executor", "ray"]
+    output = fails_cleanly(tmp_path, args, "--executor ray: process placement is --backend ray")
+    assert len(output.strip().splitlines()) == 1
 
 
 def test_an_out_folder_that_cannot_hold_a_store(tmp_path):

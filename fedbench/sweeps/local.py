@@ -20,7 +20,8 @@ import torch
 from fedbench.engine.runner import RunOutcome
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepRun
-from fedbench.sweeps.worker import WorkerSettings, execute, record_failure
+from fedbench.options import RunOptions
+from fedbench.sweeps.worker import execute, record_failure
 
 MAX_JOBS = 16
 OnDone = Callable[[SweepRun, RunOutcome], None]
@@ -37,20 +38,20 @@ def default_jobs(device: str, cpus_per_run: float = 1.0) -> int:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(slots: Any, settings: WorkerSettings, out: Path) -> None:
+def _init_worker(slots: Any, options: RunOptions, out: Path) -> None:
     """Pool initializer: take a worker slot (its GPU with CUDA) and open the store."""
     slot = slots.get()
-    device = settings.device
+    device = options.device
     if device in ("auto", "cuda") and torch.cuda.is_available():
         device = f"cuda:{slot % torch.cuda.device_count()}"
-    _WORKER.update(store=ResultsStore(out), settings=settings, device=device)
+    _WORKER.update(store=ResultsStore(out), options=options, device=device)
 
 
 def _task(run: SweepRun) -> RunOutcome:
-    return execute(run, _WORKER["store"], _WORKER["settings"], _WORKER["device"])
+    return execute(run, _WORKER["store"], _WORKER["options"], _WORKER["device"])
 
 
-def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: int, on_done: OnDone) -> list[RunOutcome]:
+def run_local(runs: list[SweepRun], out: Path, options: RunOptions, jobs: int, on_done: OnDone) -> list[RunOutcome]:
     """Execute ``runs`` with ``jobs`` worker processes; a worker that dies fails its run (and, as
     the pool breaks, the runs still queued), which the next sweep resumes."""
     store = ResultsStore(out)
@@ -58,14 +59,14 @@ def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: i
     jobs = min(jobs, len(runs))
     if jobs <= 1:
         for run in runs:
-            outcomes.append(execute(run, store, settings))
+            outcomes.append(execute(run, store, options))
             on_done(run, outcomes[-1])
         return outcomes
     ctx = mp.get_context("spawn")
     slots = ctx.Queue()
     for slot in range(jobs):
         slots.put(slot)
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, settings, out)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, options, out)) as pool:
         futures = {pool.submit(_task, run): run for run in runs}
         try:
             for future in as_completed(futures):

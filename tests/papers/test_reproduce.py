@@ -93,7 +93,7 @@ def test_dry_run_lists_needed_targets_first(tmp_path: Path, monkeypatch: pytest.
     (["nope"], "'nope'", "cflag, fedcams, fedmim, fedqvr, gradma"),
     (["gradma", "table9"], "'table9'", "runs, table1, table2"),
     (["gradma", "table1", "--scale", "huge"], "'huge'", "paper, small, tiny"),
-    (["gradma", "--executor", "slurm"], "'slurm'", "local, ray"),
+    (["gradma", "--backend", "slurm"], "'slurm'", "local, ray"),
     (["--list", "--scale", "huge"], "'huge'", "paper, small, tiny"),
 ])
 def test_bad_input_exits_2_with_one_line(args: list[str], bad: str, known: str, tmp_path: Path,
