@@ -158,3 +158,25 @@ def test_ctrl_c_says_which_run_and_round_and_exits_130_then_the_same_command_res
     monkeypatch.setattr(fedbench.runs, "execute_run", real)
     again = runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet"], terminal_width=300)
     assert again.exit_code == 0 and "finished" in again.output
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "tune"])
+def test_a_missing_dataset_stops_the_command_before_any_run_is_recorded(tmp_path, command):
+    """One line naming the dataset, the folder and how to get it; exit 2; no store, no data folder."""
+    raw = tiny_scenario({"rounds": 1}, dataset={"name": "cifar10"}, model={"name": "mlp", "hidden": [8]})
+    if command == "tune":
+        raw["algorithms"] = [{"name": "fedavg", "tune": {"space": {"local.lr": [0.1, 0.2]}}}]
+    path = write(tmp_path, yaml.safe_dump(raw))
+    data = tmp_path / "d"
+    args = [command, str(path), "--data-dir", str(data), "--out", str(tmp_path / "out"), "--device", "cpu"]
+    output = fails_cleanly(tmp_path, args, f"dataset cifar10: not in {data}/cifar-10-batches-py/ (pass --download")
+    assert len(output.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_download_lets_a_torchvision_dataset_through_but_not_tiny_imagenet(tmp_path):
+    raw = tiny_scenario({"rounds": 1}, dataset={"name": "tiny_imagenet"}, model={"name": "mlp", "hidden": [8]})
+    path = write(tmp_path, yaml.safe_dump(raw))
+    output = fails_cleanly(tmp_path, ["run", str(path), "--download", "--data-dir", str(tmp_path / "d")],
+                           "dataset tiny_imagenet: not in")
+    assert "no downloader: fetch http://cs231n.stanford.edu/tiny-imagenet-200.zip" in output

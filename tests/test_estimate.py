@@ -130,9 +130,10 @@ def test_the_estimate_prices_the_data_on_disk_and_names_the_rest(tmp_path: Path,
     lines = estimate.lines(result, est)
     assert lines[0].startswith("estimate on cpu: 3 run(s) to do (0 done) × 11 rounds in all ≥ 16 s")
     assert lines[1].startswith("  probe mnist mlp S=2 fedavg: 1 s/round + 1 s/evaluation (2 run(s) to do, 16 s)")
-    assert lines[-1].startswith(f"  not priced (1 run(s)): dataset tiny_imagenet: not in {tmp_path / 'data'}/tiny-"
+    assert lines[-2].startswith(f"  not priced (1 run(s)): dataset tiny_imagenet: not in {tmp_path / 'data'}/tiny-"
                                 "imagenet-200/ (no downloader: fetch http://cs231n.stanford.edu/tiny-imagenet-200.zip")
-    assert "--download" not in lines[-1]
+    assert "--download" not in lines[-2]
+    assert lines[-1] == "  per dataset: mnist 16 s (2 run(s)); tiny_imagenet not priced (1 run(s))"
 
 
 RATES = {"source": "an H200 probe", "rates": [
@@ -156,8 +157,10 @@ def test_rates_price_each_class_by_dataset_model_and_s_without_probing(tmp_path:
     assert by[1, "fedavg"].cost is None and result.seconds == pytest.approx(10 * (0.6 + 0.1) + 10 * 1.2)
     lines = estimate.lines(result, est)
     assert lines[0].startswith("estimate on rates of an H200 probe: 4 run(s) to do (0 done) × 10 rounds ≥ 19 s")
-    assert "  rate digits mlp S=6 fedavg: 0.6 s/round + 0.1 s/evaluation (1 run(s) to do, 7 s)" in lines
-    assert lines[-1] == "  not estimated (2 run(s); no rate for them): digits cnn_fedqvr S=6 fedavg, digits cnn_fedqvr S=6 scaffold"
+    assert lines[1:] == [
+        "  rate digits mlp S=6: 0.6 s/round + 0.1 s/evaluation (1 algorithm(s), 1 run(s) to do, 7 s)",
+        "  rate digits mlp S=6: 1.2 s/round (evaluation not in the rate) (1 algorithm(s), 1 run(s) to do, 12 s)",
+        "  not estimated (2 run(s); no rate for them): digits cnn_fedqvr S=6 fedavg, digits cnn_fedqvr S=6 scaffold"]
 
 
 @pytest.mark.parametrize("text, needle", [

@@ -188,7 +188,8 @@ def default_jobs_at(opts: Options) -> int:
 
 
 def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: Estimator) -> list[str]:
-    """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`), then what was probed."""
+    """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`; a tuned target's
+    also without its trials), then what was probed."""
     lines = []
     store = ResultsStore(opts.out_dir, read_only=True) if (Path(opts.out_dir) / DB_NAME).is_file() else None
     for t in targets:
@@ -199,6 +200,12 @@ def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: 
             est = estimator.estimate(runs, opts.out_dir, opts.run_options(t))
             lines += [f"{paper} {t.name}: {line}" if i == 0 else line
                       for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))]
+            trials = {r.run_id for plan in tuned for r in plan.trial_runs()}
+            if trials and est.todo and any(c.cost is not None for c in est.classes):
+                final = estimator.estimate([r for r in runs if r.run_id not in trials], opts.out_dir, opts.run_options(t))
+                several = len({r.spec.dataset["name"] for r in final.todo}) > 1
+                lines.append(f"  without the tuning trials (the final runs alone): {len(final.todo):,} run(s) "
+                             f"{estimate.total(final)}" + (f"; {estimate.per_dataset(final)}" if several else ""))
     return lines + estimate.probe_note(estimator)
 
 
