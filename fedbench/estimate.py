@@ -274,7 +274,7 @@ class Estimator:
 
     def look_for_data(self, classes: Sequence[CostClass]) -> set[str]:
         """The names of the classes' datasets not on disk (:func:`fedbench.data.missing`), remembered."""
-        for m in missing([c.runs[0].spec.dataset for c in classes], self.data_dir):
+        for m in missing([c.runs[0].spec.dataset for c in classes], self.data_dir, probing=True):
             self.missing.setdefault(m.name, m)
         return set(self.missing)
 

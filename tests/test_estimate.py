@@ -108,8 +108,9 @@ def test_a_dataset_not_on_disk_gives_one_line(tmp_path: Path) -> None:
     sc = parse_scenario(tiny_scenario(dataset={"name": "mnist"}, model={"name": "mlp", "hidden": [8]}))
     est = estimator(tmp_path)
     lines = estimate.lines(est.estimate(estimate.scenario_runs(sc)), est)
-    assert lines == [f"no estimate: dataset mnist: not in {tmp_path / 'data'}/MNIST/raw/ (pass --download to fetch it "
-                     f"into {tmp_path / 'data'}/, or --data-dir to the folder that holds MNIST/raw/)"]
+    assert lines == [f"no estimate: dataset mnist: not in {tmp_path / 'data'}/MNIST/raw/ (fetch it with --download of "
+                     f"run, sweep, tune or reproduce into {tmp_path / 'data'}/, or --data-dir to the folder that holds "
+                     "MNIST/raw/)"]
     assert not (tmp_path / "data").exists()  # nothing downloaded, nothing created
 
 
@@ -268,7 +269,8 @@ def test_reproduce_gradma_paper_prices_every_target_whose_data_is_in_the_data_di
     assert "no estimate" not in result.output
     not_priced = [line for line in result.output.splitlines() if line.startswith("  not priced")]
     assert [line.split("dataset ")[1].split(":")[0] for line in not_priced] == ["cifar100", "tiny_imagenet"]
-    assert f"pass --download to fetch it into {data}/" in not_priced[0] and "tiny-imagenet-200.zip" in not_priced[1]
+    assert f"fetch it with --download of run, sweep, tune or reproduce into {data}/" in not_priced[0]
+    assert "tiny-imagenet-200.zip" in not_priced[1]
     assert {d for d, *_ in seen} == {"mnist", "cifar10"} and {(c, e, k) for _, c, e, k in seen} == {(data, "auto", 5)}
     assert not (tmp_path / "out").exists()
 

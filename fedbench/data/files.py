@@ -72,10 +72,12 @@ def _blocks(datasets: Iterable[str | Mapping[str, Any]]) -> dict[str, dict[str, 
     return found
 
 
-def missing(datasets: Iterable[str | Mapping[str, Any]], data_dir: Path, download: bool = False) -> list[MissingDataset]:
+def missing(datasets: Iterable[str | Mapping[str, Any]], data_dir: Path, download: bool = False,
+            probing: bool = False) -> list[MissingDataset]:
     """The datasets among ``datasets`` (names, or ``dataset:`` blocks with their parameters) whose
     files are not under ``data_dir``, in first-seen order. With ``download``, a dataset torchvision
-    can fetch is not missing (the run fetches it); Tiny-ImageNet, which it cannot, still is."""
+    can fetch is not missing (the run fetches it); Tiny-ImageNet, which it cannot, still is.
+    ``probing``: the hint is for an estimate, which never downloads (see :func:`how`)."""
     data_dir, out, seen = Path(data_dir), [], set()
     for block in _blocks(datasets).values():
         name = block["name"]
@@ -87,17 +89,20 @@ def missing(datasets: Iterable[str | Mapping[str, Any]], data_dir: Path, downloa
         absent = tuple(f for f in (f.format(**params.model_dump()) for f in where.files) if not (folder / f).exists())
         if absent and (name, folder) not in seen:
             seen.add((name, folder))
-            out.append(MissingDataset(name, folder, absent, how(name, data_dir)))
+            out.append(MissingDataset(name, folder, absent, how(name, data_dir, probing)))
     return out
 
 
-def how(name: str, data_dir: Path) -> str:
-    """How to get dataset ``name`` into ``data_dir``, naming only options that exist."""
+def how(name: str, data_dir: Path, probing: bool = False) -> str:
+    """How to get dataset ``name`` into ``data_dir``, naming only options that exist: ``--download``
+    of the command that runs (``probing``: the estimate's commands, which never download, point to the
+    commands that do)."""
     where = ON_DISK[name]
     if not where.download:
         return where.fetch.format(data_dir=data_dir) + f" so that {data_dir / where.folder}/ holds " + ", ".join(
             where.files)
-    return f"pass --download to fetch it into {data_dir}/, or --data-dir to the folder that holds {where.folder}/"
+    fetch = "fetch it with --download of run, sweep, tune or reproduce" if probing else "pass --download to fetch it"
+    return f"{fetch} into {data_dir}/, or --data-dir to the folder that holds {where.folder}/"
 
 
 def missing_line(found: list[MissingDataset]) -> str:
