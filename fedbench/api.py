@@ -83,28 +83,26 @@ def run(
     ``overrides``) into the store at ``out``, exactly as ``fedbench run`` does with the same options:
     same run ids, finished runs skipped, interrupted ones resumed from their checkpoint. ``seeds``
     replaces the scenario's seeds; ``only`` keeps these algorithm labels or names (a list or
-    ``"a,b"``). A failed or diverged run is recorded with its status and error, as by the CLI.
-    Returns the :class:`Results` of this scenario in that store."""
-    from fedbench.engine.compiled import COMPILE_CHOICES
-    from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
+    ``"a,b"``). The run options (``device`` ... ``compile_step``) are those of
+    :class:`~fedbench.options.RunOptions`, checked as the CLI checks them (ValueError naming the
+    option); a dataset not under ``data_dir`` (that ``download`` would not fetch) raises
+    FileNotFoundError before the store is touched. A failed or diverged run is recorded with its
+    status and error, as by the CLI. Returns the :class:`Results` of this scenario in that store."""
+    from fedbench.data import missing, missing_line
     from fedbench.engine.preflight import preflight
-    from fedbench.runs import check_out, run_scenario  # the CLI's own checks: both refuse the same input
+    from fedbench.options import RunOptions
+    from fedbench.runs import check_out, run_scenario, selected  # the CLI's own checks: both refuse the same input
 
+    options = RunOptions(device, Path(data_dir), download, executor, chunk, compile_step, client_state, threads)
     sc = _as_scenario(scenario, scale, overrides)
-    _choice("executor", executor, EXECUTORS)
-    _choice("client_state", client_state, CLIENT_STATES)
-    _choice("compile_step", compile_step, COMPILE_CHOICES)
-    if chunk is not None and chunk < 1:
-        raise ValueError(f"chunk: expected a positive number of clients, got {chunk}")
     seed_list = None if seeds is None else _seed_list(seeds)
+    labels = only.split(",") if isinstance(only, str) else (list(only) if only is not None else None)
+    absent = missing([s.dataset for s in selected(sc, labels)], options.data_dir, options.download)
+    if absent:
+        raise FileNotFoundError(missing_line(absent))
     preflight(sc.runs, device, Path(data_dir))
     check_out(Path(out))
-    labels = only.split(",") if isinstance(only, str) else (list(only) if only is not None else None)
-    run_scenario(
-        sc, Path(out), device=device, data_dir=Path(data_dir), download=download, seeds=seed_list, only=labels,
-        console=console, executor=executor, quiet=quiet, client_state=client_state, threads=threads, chunk=chunk,
-        compile_step=compile_step,
-    )
+    run_scenario(sc, Path(out), options, seed_list, labels, console, quiet)
     return Results(out, sc.name)
 
 
@@ -122,11 +120,6 @@ def _as_scenario(source: Scenario | str | Path, scale: str | None, overrides: Se
         raise ValueError("scale and overrides apply to a scenario file; for a Scenario object, build it with "
                          "fedbench.api.load(path, scale, overrides) or scenario(raw, scale, overrides)")
     return source
-
-
-def _choice(name: str, value: str, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
 
 
 def _seed_list(seeds: Sequence[int]) -> list[int]:

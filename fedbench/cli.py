@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from fedbench import cli_style, cli_warnings
-from fedbench.engine.threads import DEFAULT_THREADS
+from fedbench.cli_options import BACKEND, run_options
+from fedbench.options import RunOptions
 
 cli_style.apply()
 cli_warnings.install()
@@ -160,94 +161,89 @@ def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
 
 
 @app.command()
+@run_options()
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing the scenario's `seeds`"),
-    device: str = typer.Option("auto", help="auto (CUDA if present), cpu, cuda, cuda:N or mps"),
     out: Path = OUT,
-    data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
-    download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     only: Optional[str] = typer.Option(None, help="comma-separated algorithm labels or names to run"),
     scale: Optional[str] = SCALE,
-    executor: str = typer.Option(
-        "auto", help="client training: batched (the S clients in vmapped chunks), sequential (reference), "
-        "or auto (batched on a GPU, chunks sized to its free memory; sequential on a CPU)"
-    ),
-    chunk: Optional[int] = typer.Option(None, "--chunk", min=1, help="batched: clients per vmapped chunk (default: "
-                                        "sized to free GPU memory, 16 on a CPU); same numbers for every size"),
-    compile_step: str = typer.Option("auto", "--compile", help="batched: run the vmapped step through torch.compile: "
-                                     "on, off, or auto (on for runs of ≥ 20,000 local steps); equal to float tolerance"),
     overrides: Optional[list[str]] = SETS,
     quiet: bool = typer.Option(False, "--quiet", help="one line per finished run, no progress bars or summary "
                                "(for several `fedbench run` processes sharing a terminal)"),
-    client_state: str = typer.Option("device", help="device | host: keep per-client [N, P] tables (SCAFFOLD's c_i, "
-                                     "error feedback, GradMA's last models, ...) in pinned host memory; same numbers"),
-    threads: int = typer.Option(DEFAULT_THREADS, "--threads", min=1, help="torch CPU threads per run; CPU numbers are "
-                                "identical only for the same count (the committed outputs use the default)"),
+    *, options: RunOptions,
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
-    from fedbench.engine.compiled import COMPILE_CHOICES
-    from fedbench.engine.runner import CLIENT_STATES, EXECUTORS
     from fedbench.engine.preflight import preflight
-    from fedbench.runs import check_only, check_out, run_scenario
+    from fedbench.runs import check_only, check_out, run_scenario, selected
     from fedbench.store import ResultsStore
 
-    _choice("--client-state", client_state, CLIENT_STATES)
-    _choice("--executor", executor, EXECUTORS)
-    _choice("--compile", compile_step, COMPILE_CHOICES)
     sc = _load(scenario, overrides, scale)
-    seed_list = _parse_seeds(seeds)
-    _or_exit(check_only, sc, only.split(",") if only else None)
-    _or_exit(preflight, sc.runs, device, data_dir)
+    seed_list, labels = _parse_seeds(seeds), only.split(",") if only else None
+    _or_exit(check_only, sc, labels)
+    _data_present([s.dataset for s in selected(sc, labels)], options)
+    _or_exit(preflight, sc.runs, options.device, options.data_dir)
     _or_exit(check_out, out)
     with _store_errors(out), _interrupts():
-        outcomes = run_scenario(
-            sc, out, device=device, data_dir=data_dir, download=download,
-            seeds=seed_list, only=only.split(",") if only else None, console=console, executor=executor,
-            quiet=quiet, client_state=client_state, threads=threads, chunk=chunk, compile_step=compile_step,
-        )
+        outcomes = run_scenario(sc, out, options, seed_list, labels, console, quiet)
         if not quiet:
             _print_summary(ResultsStore(out), sc.name)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
 
 
+def _data_present(datasets, options: RunOptions) -> None:
+    """A dataset not under ``--data-dir`` (that ``--download`` would not fetch) exits 2 with one line
+    naming it, the folder and how to get it, before any results store is touched."""
+    from fedbench.data import missing, missing_line
+
+    found = missing(datasets, options.data_dir, options.download)
+    if found:
+        console.print(missing_line(found), style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+
+
 ESTIMATE = typer.Option(False, "--estimate/--no-estimate", help="time a few rounds of each kind of run on this "
                         "device and print the hours of the runs to do (off by default: it trains, up to --probe-budget s)")
 PROBE_BUDGET = typer.Option(60.0, "--probe-budget", min=1.0, help="--estimate: seconds of probing at most "
                             "(a probe begun is finished; kinds of run left out are scaled from a similar one)")
+RATES = typer.Option(None, "--rates", help="--estimate: price with the seconds per round of this YAML file instead "
+                     "of probing (docs/datasets.md#gpu-hours)")
 
 
-def _estimator(on: bool, device: str, data_dir: Path, budget: float):
-    """The probe of ``--estimate`` (None without it); a bad ``--device`` exits 2."""
+def _estimator(on: bool, options: RunOptions, budget: float, rates: Optional[Path] = None):
+    """The probe of ``--estimate`` (None without it); a bad ``--device`` or ``--rates`` file exits 2."""
     if not on:
+        if rates is not None:
+            console.print("[red]--rates goes with --estimate[/red]")
+            raise typer.Exit(2)
         return None
-    from fedbench.estimate import Estimator
+    from fedbench.estimate import Estimator, load_rates
     from fedbench.runs import check_device
 
-    _or_exit(check_device, device)
-    return Estimator(device, data_dir, budget)
+    _or_exit(check_device, options.device)
+    return Estimator(options, budget, rates=None if rates is None else _or_exit(load_rates, rates))
 
 
 @app.command()
+@run_options(leave_out=("download",))
 def validate(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     scale: Optional[str] = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
     overrides: Optional[list[str]] = SETS,
     estimate: bool = ESTIMATE,
     out: Path = typer.Option(Path("results"), "--out", help="--estimate: runs this store holds done count zero (read only)"),
-    device: str = typer.Option("auto", help="the device the runs would use, checked (auto, cpu, cuda, cuda:N or "
-                               "mps); --estimate probes it"),
-    data_dir: Path = typer.Option(Path("data"), help="where the datasets are (never downloaded): offline ones are "
-                                  "checked against the clients; --estimate probes on them"),
     probe_budget: float = PROBE_BUDGET,
+    rates: Optional[Path] = RATES,
+    *, options: RunOptions,
 ) -> None:
     """Check a scenario (at every scale it defines) without training; show the resolved runs (and, with
-    --estimate, their hours on this device from a short timed probe)."""
+    --estimate, their hours on this device from a short timed probe run as the run options say; datasets
+    are never downloaded)."""
     from fedbench.engine.preflight import preflight
     from fedbench.scenario import ScenarioError, read_yaml, scale_names
 
-    estimator = _estimator(estimate, device, data_dir, probe_budget)
+    estimator = _estimator(estimate, options, probe_budget, rates)
     try:
         raw = read_yaml(scenario)
         scales = [scale] if scale else scale_names(raw) if isinstance(raw, dict) else ["paper"]
@@ -256,7 +252,7 @@ def validate(
         raise typer.Exit(2) from None
     for name in scales:
         sc = _load(scenario, overrides, name, raw)
-        _or_exit(preflight, sc.runs, device, data_dir)
+        _or_exit(preflight, sc.runs, options.device, options.data_dir)
         runs = len(sc.runs) * len(sc.seeds)
         first = sc.runs[0]
         console.print(
@@ -290,27 +286,27 @@ def validate(
 
 
 @app.command()
+@run_options()
 def tune(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file with a `tune:` block"),
     scale: Optional[str] = SCALE,
     out: Path = OUT,
     jobs: Optional[int] = typer.Option(None, "--jobs", help="worker processes (default: CPUs, at most 16; one per GPU)"),
-    executor: str = typer.Option("local", help="local (worker processes here) or ray (a local Ray instance)"),
+    backend: str = BACKEND,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the trials, their runs and whether each is done; run nothing"
     ),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
-    data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
-    download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_tuning.md and .csv are written"),
     overrides: Optional[list[str]] = SETS,
+    *, options: RunOptions,
 ) -> None:
     """Tune a scenario's entries (docs/tuning.md): run the missing trials, select, run the chosen settings."""
+    from fedbench.options import BACKENDS
     from fedbench.report.tuning import write_tuning_tables
     from fedbench.runs import check_device, check_out
-    from fedbench.sweeps import driver, tuning, worker
+    from fedbench.sweeps import driver, tuning
 
-    _choice("--executor", executor, driver.EXECUTORS)
+    _choice("--backend", backend, BACKENDS)
     sc = _load(scenario, overrides, scale)
     if not sc.tuned:
         console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]",
@@ -322,12 +318,12 @@ def tune(
             lines = tuning.plan_lines(plan) + _trial_status(plan.trial_runs(), out)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
             return
-        _or_exit(check_device, device)
+        _or_exit(check_device, options.device)
+        _data_present([spec.dataset for spec in sc.runs], options)
         _or_exit(check_out, out)
-        settings = worker.WorkerSettings(device, data_dir, download)
         with _interrupts():
             try:
-                choices, trials, final = driver.run_tuning(plan, out, jobs, settings, console, executor)
+                choices, trials, final = driver.run_tuning(plan, out, jobs, options, console, backend)
             except tuning.TuningError as exc:  # a trial failed: the same command retries it
                 console.print(_red(exc), soft_wrap=True)
                 raise typer.Exit(1) from None
@@ -350,37 +346,31 @@ def _trial_status(runs, out: Path) -> list[str]:
 
 
 @app.command()
+@run_options()
 def sweep(
     files: list[Path] = typer.Argument(..., metavar="FILES", help="grid files (base + grid of dotted keys) or scenario files (one point each)"),
-    executor: str = typer.Option("local", help="local (worker processes here) or ray (tasks on a Ray cluster)"),
+    backend: str = BACKEND,
     jobs: Optional[int] = typer.Option(None, "--jobs", help="local: worker processes (default: CPUs / cpus-per-run, "
                                        "at most 16; one per GPU with CUDA); ray: CPUs of the local instance it starts"),
     address: Optional[str] = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto or ray://head:10001"),
-    cpus_per_run: float = typer.Option(1.0, "--cpus-per-run", help="CPUs (torch threads) per run"),
+    cpus_per_run: Optional[float] = typer.Option(None, "--cpus-per-run", help="CPUs reserved per run (default: "
+                                                 "--threads, the torch threads each run trains with)"),
     gpus_per_run: float = typer.Option(0.0, "--gpus-per-run", help="ray: GPUs per run, fractional for small models (0.25)"),
     max_retries: int = typer.Option(2, "--max-retries", help="ray: resubmissions of a run whose worker died"),
     out: Path = OUT,
     scale: Optional[str] = typer.Option(None, "--scale", help="scale of every file, replacing grid files' `scale:`"),
     seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing every point's seeds"),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
-    data_dir: Path = typer.Option(Path("data"), help="where real datasets are (or are downloaded to)"),
-    download: bool = typer.Option(False, "--download", help="allow downloading real datasets (needs a network)"),
-    client_executor: str = typer.Option("auto", help="client training path, as `run --executor`: auto, sequential, batched"),
-    chunk: Optional[int] = typer.Option(None, "--chunk", min=1, help="clients per batched chunk, as `run --chunk`"),
-    compile_step: str = typer.Option("auto", "--compile", help="the batched step through torch.compile, as `run --compile`"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"),
     strict: bool = typer.Option(False, "--strict", help="refuse the whole sweep when a grid point is invalid (default: "
                                 "report and skip it, run the valid points, exit 1 at the end)"),
+    *, options: RunOptions,
 ) -> None:
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
-    from fedbench.engine.compiled import COMPILE_CHOICES
-    from fedbench.engine.runner import EXECUTORS
+    from fedbench.options import BACKENDS
     from fedbench.runs import check_device, check_out
-    from fedbench.sweeps import driver, grid, worker
+    from fedbench.sweeps import driver, grid
 
-    _choice("--executor", executor, driver.EXECUTORS)
-    _choice("--client-executor", client_executor, EXECUTORS)
-    _choice("--compile", compile_step, COMPILE_CHOICES)
+    _choice("--backend", backend, BACKENDS)
     skipped: Optional[list[str]] = None if strict else []
     points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds), skipped)
     for line in skipped or []:
@@ -390,12 +380,13 @@ def sweep(
         if dry_run:
             console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(1 if skipped else 0)
-        _or_exit(check_device, device)
+        _or_exit(check_device, options.device)
+        if address is None:  # a Ray cluster's workers read their own disks
+            _data_present([r.spec.dataset for r in runs], options)
         _or_exit(check_out, out)
-        settings = worker.WorkerSettings(device, data_dir, download, client_executor, chunk=chunk, compile_step=compile_step)
         with _interrupts():
             summary = _or_exit(lambda: driver.run_sweep(
-                runs, out, executor, jobs, settings, cpus_per_run, gpus_per_run, address, max_retries, console))
+                runs, out, backend, jobs, options, cpus_per_run, gpus_per_run, address, max_retries, console))
     if skipped:
         console.print(f"[red]{len(skipped)} invalid grid point(s) were skipped (listed above)[/red]")
     if summary.failed or skipped:
@@ -642,12 +633,13 @@ def costs(
 
 
 @app.command()
+@run_options()
 def reproduce(
     paper: Optional[str] = typer.Argument(None, metavar="PAPER", help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),
     targets: Optional[list[str]] = typer.Argument(None, metavar="TARGET", help="its targets, e.g. table1 fig5 (default: all; --list)"),
     scale: str = typer.Option("paper", "--scale", help="paper, small or tiny"),
     out: Optional[Path] = typer.Option(None, "--out", help="results folder (default: results/<scale>)"),
-    executor: str = typer.Option("local", help="local (worker processes here) or ray (tasks on a Ray cluster)"),
+    backend: str = BACKEND,
     jobs: Optional[int] = typer.Option(None, "--jobs", help="local worker processes (default: every CPU at tiny, one "
                                        "otherwise; one torch thread per run); ray: CPUs of the instance it starts"),
     address: Optional[str] = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto"),
@@ -657,12 +649,16 @@ def reproduce(
     list_: bool = typer.Option(False, "--list", help="every paper's targets with run counts and how many are done"),
     estimate: bool = ESTIMATE,
     probe_budget: float = PROBE_BUDGET,
+    rates: Optional[Path] = RATES,
+    *, options: RunOptions,
 ) -> None:
     """Reproduce a paper's tables and figures: run what is missing (sweep engine), then write its
-    paper / ours tables, claims and figures. The paper rooms are in fedbench/papers/."""
+    paper / ours tables, claims and figures. The paper rooms are in fedbench/papers/. Every run and
+    probe gets the run options."""
     from fedbench.papers import reproduce as rp
+    from fedbench.runs import check_device, check_out
 
-    opts = rp.Options(scale, out, executor, jobs, address, tables_dir, figures_dir)
+    opts = rp.Options(scale, out, backend, jobs, address, tables_dir, figures_dir, options)
     try:
         if list_:
             rp.check("gradma" if paper is None else paper, [], opts)  # the scale and options
@@ -674,18 +670,21 @@ def reproduce(
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    if estimate and not dry_run:
+    if (estimate or rates is not None) and not dry_run:
         typer.echo("--estimate goes with --dry-run (it prints what would run and its hours; runs nothing)", err=True)
         raise typer.Exit(2)
     if dry_run:
         console.print("\n".join(rp.plan_lines(paper, chosen, opts)), highlight=False, markup=False, soft_wrap=True)
-        estimator = _estimator(estimate, "auto", Path("data"), probe_budget)
+        estimator = _estimator(estimate, options, probe_budget, rates)
         if estimator is not None:
             lines = rp.estimate_lines(paper, chosen, opts, estimator)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
         return
-    from fedbench.runs import check_out
+    from fedbench.runs import check_device, check_out
 
+    _or_exit(check_device, options.device)
+    if address is None:  # a Ray cluster's workers read their own disks
+        _data_present(rp.datasets(chosen, opts), options)
     _or_exit(check_out, opts.out_dir)
     with _interrupts():
         code = rp.reproduce(paper, chosen, opts, console)

@@ -12,7 +12,13 @@ workload never probed leaves its runs out of the total, which is then a lower bo
 
 A class's run of T rounds with E evaluations costs ``T·round_s + E·eval_s``. The hours are those
 of one run after another; with J parallel jobs the wall time is about hours/J. Datasets are read
-offline only: a dataset not on disk gives one line instead of an estimate.
+offline only: the runs of a dataset not on disk (:func:`fedbench.data.missing`) are left out of the
+total, each such dataset named with how to get it, and the rest is priced.
+
+Instead of probing, :class:`Rates` (``--rates FILE``) give seconds per round measured elsewhere,
+per dataset and model at S clients per round (optionally per algorithm); a class takes the rate of
+its dataset and model (its algorithm's if given, else the nearest S), scaled by S. No data is read
+then, and a class no rate covers is left out of the total, which is then a lower bound.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedbench.data import DatasetNotFoundError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fedbench.data import DatasetNotFoundError, MissingDataset, missing
 from fedbench.engine import probe
 from fedbench.engine.probe import RoundCost, evaluations
 from fedbench.engine.setup import DataCache, resolve_device
+from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, Scenario, scenario_hash
 from fedbench.store import DONE, read_statuses
 from fedbench.sweeps.grid import SweepRun
@@ -132,14 +141,67 @@ def scenario_runs(sc: Scenario) -> list[SweepRun]:
     return [SweepRun(spec, seed, shash) for spec in sc.runs for seed in sc.seeds]
 
 
+class Rate(BaseModel):
+    """Seconds per round of ``model`` on ``dataset`` at ``per_round`` clients per round (and per
+    evaluation), measured elsewhere; for every algorithm unless ``algorithm`` names one."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    dataset: str
+    model: str
+    per_round: int = Field(gt=0)
+    round_s: float = Field(gt=0)
+    eval_s: float = Field(0.0, ge=0)
+    algorithm: str | None = None
+    note: str = ""  # where the number comes from
+
+
+class Rates(BaseModel):
+    """A ``--rates`` file: ``source`` (what measured them) and the ``rates``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: str
+    rates: list[Rate] = Field(min_length=1)
+
+
+def load_rates(path: Path) -> Rates:
+    """The rates of a YAML file; a ValueError (one line) names the file and the first bad key."""
+    import yaml
+
+    try:
+        return Rates.model_validate(yaml.safe_load(Path(path).read_text()))
+    except OSError as exc:
+        raise ValueError(f"--rates {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--rates {path}: not YAML ({str(exc).splitlines()[0]})") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise ValueError(f"--rates {path}: {where}: {err['msg']}") from None
+
+
+def rated(c: CostClass, rates: Rates) -> RoundCost | None:
+    """The class's cost from the rate of its dataset and model (its algorithm's first, then the
+    nearest S), the round time scaled by S; None when no rate covers it."""
+    spec = c.runs[0].spec
+    fits = [r for r in rates.rates if (r.dataset, r.model) == (spec.dataset["name"], spec.model["name"])
+            and r.algorithm in (None, c.algorithm)]
+    if not fits:
+        return None
+    rate = min(fits, key=lambda r: (r.algorithm is None, abs(r.per_round - c.per_round)))
+    return RoundCost(rate.round_s * c.per_round / rate.per_round, rate.eval_s, 0, "rate")
+
+
 @dataclass
 class Estimate:
-    """One set of runs: how many, how many done, the cost classes of the others, missing datasets."""
+    """One set of runs: how many, how many done, the cost classes of the others, and the datasets
+    not on disk (their classes are not priced)."""
 
     runs: int
     done: int
     classes: list[CostClass]
-    missing: list[str]
+    missing: list[MissingDataset] = field(default_factory=list)
 
     @property
     def todo(self) -> list[SweepRun]:
@@ -147,45 +209,76 @@ class Estimate:
 
     @property
     def seconds(self) -> float:
-        """Seconds of the runs to do that have a cost (see :attr:`unknown`)."""
+        """Seconds of the runs to do that have a cost (see :attr:`unknown` and :attr:`lacking`)."""
         return sum(c.seconds or 0.0 for c in self.classes)
 
     @property
+    def lacking(self) -> list[CostClass]:
+        """The classes whose dataset is not on disk."""
+        names = {m.name for m in self.missing}
+        return [c for c in self.classes if c.cost is None and c.runs[0].spec.dataset["name"] in names]
+
+    @property
     def unknown(self) -> list[CostClass]:
-        return [c for c in self.classes if c.cost is None]
+        """The classes not priced for another reason (probe budget spent, probe failed, no rate)."""
+        lacking = {id(c) for c in self.lacking}
+        return [c for c in self.classes if c.cost is None and id(c) not in lacking]
 
 
 class Estimator:
-    """Probes shared by every estimate of one command (a class is probed once), under one budget.
-    Datasets are loaded offline from ``data_dir`` onto ``device``; nothing is written."""
+    """Probes shared by every estimate of one command (a class is probed once), under one budget,
+    as ``options`` run (device, data dir, client executor, chunk, compile, client state, threads);
+    datasets are read offline, never downloaded; nothing is written. With ``rates``, nothing is
+    probed or read: classes are priced from the rates."""
 
-    def __init__(self, device: str = "auto", data_dir: Path = Path("data"), budget_s: float = BUDGET_S,
-                 max_probes: int = MAX_PROBES, rounds: int = PROBE_ROUNDS):
-        self.cache = DataCache(data_dir, False, resolve_device(device))
-        self.data_dir, self.budget_s, self.max_probes, self.rounds = data_dir, budget_s, max_probes, rounds
+    def __init__(self, options: RunOptions = RunOptions(), budget_s: float = BUDGET_S,
+                 max_probes: int = MAX_PROBES, rounds: int = PROBE_ROUNDS, rates: Rates | None = None):
+        self.options, self.rates = options, rates
+        self.cache = DataCache(options.data_dir, False, resolve_device(options.device))
+        self.data_dir, self.budget_s, self.max_probes, self.rounds = options.data_dir, budget_s, max_probes, rounds
         self.spent = 0.0
         self.costs: dict[tuple, RoundCost] = {}
         self.probed: list[CostClass] = []  # the classes probed, each once, in order
         self.failed: dict[str, str] = {}  # class → why its probe failed
-        self.missing: set[str] = set()  # datasets not on disk
+        self.missing: dict[str, MissingDataset] = {}  # datasets not on disk, by name
 
     @property
     def device(self) -> str:
         return str(self.cache.device)
 
-    def estimate(self, runs: Sequence[SweepRun], out_dir: Path | None = None, executor: str = "auto") -> Estimate:
-        """The runs' estimate; those ``out_dir``'s store holds done count zero (read only)."""
+    @property
+    def where(self) -> str:
+        """What the seconds are of: this device, or the rates' source."""
+        return f"rates of {self.rates.source}" if self.rates is not None else self.device
+
+    def estimate(self, runs: Sequence[SweepRun], out_dir: Path | None = None, options: RunOptions | None = None) -> Estimate:
+        """The runs' estimate as ``options`` (default: the estimator's) run them; those ``out_dir``'s
+        store holds done count zero (read only)."""
+        options = options or self.options
         status = read_statuses(out_dir, [r.run_id for r in runs]) if out_dir is not None else {}
-        classes = classes_of([r for r in runs if status.get(r.run_id) not in DONE], executor)
-        for c in probe_order(classes):
-            self.probe(c)
+        classes = classes_of([r for r in runs if status.get(r.run_id) not in DONE], options.executor)
+        done = sum(status.get(r.run_id) in DONE for r in runs)
+        if self.rates is not None:
+            for c in classes:
+                c.cost = rated(c, self.rates)
+                c.source = "rate" if c.cost is not None else ""
+            return Estimate(len(runs), done, classes)
+        lacking = self.look_for_data(classes)
+        for c in probe_order([c for c in classes if c.runs[0].spec.dataset["name"] not in lacking]):
+            self.probe(c, options)
         for c in classes:
             if c.cost is None:
                 borrow(c, self.probed)
-        missing = sorted({c.runs[0].spec.dataset["name"] for c in classes} & self.missing)
-        return Estimate(len(runs), sum(status.get(r.run_id) in DONE for r in runs), classes, missing)
+        names = {c.runs[0].spec.dataset["name"] for c in classes if c.cost is None}
+        return Estimate(len(runs), done, classes, [m for n, m in self.missing.items() if n in names])
 
-    def probe(self, c: CostClass) -> None:
+    def look_for_data(self, classes: Sequence[CostClass]) -> set[str]:
+        """The names of the classes' datasets not on disk (:func:`fedbench.data.missing`), remembered."""
+        for m in missing([c.runs[0].spec.dataset for c in classes], self.data_dir, probing=True):
+            self.missing.setdefault(m.name, m)
+        return set(self.missing)
+
+    def probe(self, c: CostClass, options: RunOptions | None = None) -> None:
         """Time the class's first run, unless probed already, its dataset is missing, or the budget is spent."""
         if c.key in self.costs:
             c.cost, c.source = self.costs[c.key], "probed"
@@ -195,9 +288,9 @@ class Estimator:
             return
         start = probe.CLOCK()
         try:
-            c.cost = probe.probe_run(run.spec, run.seed, self.cache, c.executor, self.rounds)
-        except DatasetNotFoundError:
-            self.missing.add(name)
+            c.cost = probe.probe_run(run.spec, run.seed, self.cache, options or self.options, self.rounds)
+        except DatasetNotFoundError as exc:  # present but unreadable (a checksum, a truncated file)
+            self.missing[name] = MissingDataset(name, self.data_dir, (), str(exc))
         except Exception as exc:  # a probe never stops the command: the class is left unestimated
             self.failed[c.describe()] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         self.spent += probe.CLOCK() - start
@@ -217,43 +310,97 @@ def duration(seconds: float) -> str:
 
 def _rounds_text(runs: Sequence[SweepRun]) -> str:
     rounds = {r.spec.rounds for r in runs}
-    return f"{rounds.pop()} rounds" if len(rounds) == 1 else f"{sum(r.spec.rounds for r in runs)} rounds in all"
+    return f"{rounds.pop():,} rounds" if len(rounds) == 1 else f"{sum(r.spec.rounds for r in runs):,} rounds in all"
+
+
+def _runs_of(classes: Sequence[CostClass]) -> int:
+    return sum(len(c.runs) for c in classes)
 
 
 def lines(est: Estimate, estimator: Estimator, jobs: int = 1) -> list[str]:
     """The estimate's first line (``estimate on cpu: 16 run(s) to do (4 done) × 40 rounds ≈ 0.42 h``),
-    then each probed class with its timings; or one line saying why there is none."""
-    if est.missing:
-        return [f"no estimate: dataset {', '.join(est.missing)} not on disk under {estimator.data_dir}/ "
-                "(fetch it with --download on fedbench run, or point --data-dir at it)"]
+    then each probed class with its timings, the classes scaled or not priced, and each dataset not
+    on disk with how to get it; one line when nothing can be priced for want of data."""
     todo = est.todo
     if not todo:
-        return [f"estimate on {estimator.device}: nothing to run ({est.done} of {est.runs} run(s) done)"]
-    bound = "≥ " if est.unknown else "≈ "
-    head = (f"estimate on {estimator.device}: {len(todo)} run(s) to do ({est.done} done) × {_rounds_text(todo)} "
-            f"{bound}{duration(est.seconds)}")
+        return [f"estimate on {estimator.where}: nothing to run ({est.done} of {est.runs} run(s) done)"]
+    if est.missing and len(est.lacking) == len(est.classes):
+        return ["no estimate: " + "; ".join(m.line() for m in est.missing)]
+    head = f"estimate on {estimator.where}: {len(todo):,} run(s) to do ({est.done} done) × {_rounds_text(todo)} "
+    if all(c.cost is None for c in est.classes):
+        return [head.rstrip() + ": not priced", *_class_lines(est, estimator.rates is not None)]
+    head += total(est)
     if jobs > 1:
-        head += f", {bound}{duration(est.seconds / jobs)} wall with {jobs} parallel jobs"
-    out = [head]
-    probed = [c for c in est.classes if c.source == "probed"]
-    for c in probed:
+        head += f", {total(est, jobs)} wall with {jobs} parallel jobs"
+    return [head, *_class_lines(est, estimator.rates is not None)]
+
+
+def total(est: Estimate, jobs: int = 1) -> str:
+    """``≈ 3.1 h``, or ``≥ 3.1 h`` when some runs are not priced; with ``jobs``, the wall time."""
+    return ("≥ " if est.unknown or est.lacking else "≈ ") + duration(est.seconds / jobs)
+
+
+def _dataset(c: CostClass) -> str:
+    return c.runs[0].spec.dataset["name"]
+
+
+def _rate_lines(classes: Sequence[CostClass]) -> list[str]:
+    """The rated classes, one line per rate applied (dataset, model, S; every algorithm at once)."""
+    groups: dict[tuple, list[CostClass]] = {}
+    for c in classes:
+        assert c.cost is not None
+        spec = c.runs[0].spec
+        groups.setdefault((spec.dataset["name"], spec.model["name"], c.per_round, c.cost.round_s, c.cost.eval_s),
+                          []).append(c)
+    out = []
+    for (dataset, model, s, round_s, eval_s), group in groups.items():
+        evaluation = f" + {eval_s:.3g} s/evaluation" if eval_s else " (evaluation not in the rate)"
+        out.append(f"  rate {dataset} {model} S={s}: {round_s:.3g} s/round{evaluation} ({len(group)} algorithm(s), "
+                   f"{_runs_of(group):,} run(s) to do, {duration(sum(c.seconds or 0.0 for c in group))})")
+    return out
+
+
+def per_dataset(est: Estimate) -> str:
+    """``per dataset: mnist 12 h (9,000 run(s)); cifar100 not priced (4,356 run(s))``."""
+    parts = []
+    for name in dict.fromkeys(_dataset(c) for c in est.classes):
+        mine = [c for c in est.classes if _dataset(c) == name]
+        priced = [c for c in mine if c.cost is not None]
+        text = f"{name} {duration(sum(c.seconds or 0.0 for c in priced))} ({_runs_of(priced):,} run(s))" if priced else name
+        if len(priced) < len(mine):
+            text += f"{',' if priced else ''} not priced ({_runs_of(mine) - _runs_of(priced):,} run(s))"
+        parts.append(text)
+    return "per dataset: " + "; ".join(parts)
+
+
+def _class_lines(est: Estimate, from_rates: bool) -> list[str]:
+    """The probed, rated, scaled and unpriced classes of an estimate, a line each or a line per kind,
+    then the hours per dataset where there are several."""
+    out = []
+    for c in (c for c in est.classes if c.source == "probed"):
         assert c.cost is not None
         out.append(f"  probe {c.describe()}: {c.cost.round_s:.3g} s/round + {c.cost.eval_s:.3g} s/evaluation "
-                   f"({len(c.runs)} run(s) to do)")
-    borrowed = [c for c in est.classes if c.cost is not None and c.source != "probed"]
+                   f"({len(c.runs)} run(s) to do, {duration(c.seconds or 0.0)})")
+    out += _rate_lines([c for c in est.classes if c.source == "rate"])
+    borrowed = [c for c in est.classes if c.cost is not None and c.source not in ("probed", "rate")]
     if borrowed:
-        out.append(f"  {len(borrowed)} more class(es) ({sum(len(c.runs) for c in borrowed)} run(s)) scaled from a "
+        out.append(f"  {len(borrowed)} more class(es) ({_runs_of(borrowed)} run(s)) scaled from a "
                    "probe of the same data and model (by S, and by the algorithms' ratio on another workload)")
     if est.unknown:
         names = ", ".join(c.describe() for c in est.unknown[:3]) + (", …" if len(est.unknown) > 3 else "")
-        out.append(f"  not estimated ({sum(len(c.runs) for c in est.unknown)} run(s); probe budget spent or probe "
-                   f"failed): {names}")
+        why = "no rate for them" if from_rates else "probe budget spent or probe failed"
+        out.append(f"  not estimated ({_runs_of(est.unknown):,} run(s); {why}): {names}")
+    for m in est.missing:
+        runs = _runs_of([c for c in est.lacking if _dataset(c) == m.name])
+        out.append(f"  not priced ({runs:,} run(s)): {m.line()}")
+    if len({_dataset(c) for c in est.classes}) > 1:
+        out.append("  " + per_dataset(est))
     return out
 
 
 def probe_note(estimator: Estimator) -> list[str]:
     """What was probed (classes, rounds each, seconds spent, limits, failures) in one line; none when
-    nothing was (no runs to do, or a dataset missing)."""
+    nothing was (no runs to do, a dataset missing, or rates instead of probes)."""
     if not estimator.costs and not estimator.failed:
         return []
     failed = "".join(f"; probe of {k} failed: {v}" for k, v in estimator.failed.items())

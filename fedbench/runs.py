@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, check_device, resolve_device  # noqa: F401 (check_device: the CLI's)
-from fedbench.engine.threads import DEFAULT_THREADS
+from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, Scenario, run_id_of, scenario_hash
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, exit_code
 from fedbench.store import DB_NAME, ResultsStore
@@ -26,6 +26,11 @@ def check_only(sc: Scenario, only: list[str] | None) -> None:
     if only and not any(s.label in only or s.algorithm["name"] in only for s in sc.runs):
         labels = ", ".join(s.label for s in sc.runs)
         raise ValueError(f"--only {','.join(only)}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
+
+
+def selected(sc: Scenario, only: list[str] | None) -> list[RunSpec]:
+    """The scenario's entries that ``--only`` keeps (all without it), in order."""
+    return [s for s in sc.runs if not only or s.label in only or s.algorithm["name"] in only]
 
 
 def check_out(out: Path) -> None:
@@ -78,13 +83,9 @@ class RunInterrupted(Exception):
 
 @dataclass
 class RunSettings:
-    """How :func:`run_scenario` executes each run (the ``fedbench run`` options)."""
+    """How :func:`run_scenario` executes each run and shows its progress."""
 
-    executor: str = "auto"
-    client_state: str = "device"
-    threads: int = DEFAULT_THREADS
-    chunk: int | None = None  # clients per batched chunk (None: by device)
-    compile_step: str = "auto"  # --compile: the batched step through torch.compile (fedbench.engine.compiled)
+    options: RunOptions = RunOptions()
     lines: bool = False  # plain lines (quiet, or stdout is not a terminal) instead of progress bars
     heartbeat_s: float = HEARTBEAT_S
 
@@ -92,31 +93,25 @@ class RunSettings:
 def run_scenario(
     scenario: Scenario,
     out: Path,
-    device: str = "auto",
-    data_dir: Path = Path("data"),
-    download: bool = False,
+    options: RunOptions = RunOptions(),
     seeds: list[int] | None = None,
     only: list[str] | None = None,
     console: Console | None = None,
-    executor: str = "auto",
     quiet: bool = False,
-    client_state: str = "device",
-    threads: int = DEFAULT_THREADS,
-    chunk: int | None = None,
-    compile_step: str = "auto",
 ) -> list[RunOutcome]:
-    """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``.
+    """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``, as
+    ``options`` say (:class:`~fedbench.options.RunOptions`: device, data, client executor, ...).
     ``quiet`` (or an output that is not a terminal, e.g. a log file) prints one plain line per finished
     run, and one every :data:`HEARTBEAT_S` seconds while a run trains, instead of live progress bars."""
     console = console or Console()
     if seeds is not None:
         scenario = scenario.model_copy(update={"seeds": seeds})
     check_only(scenario, only)
-    specs = [s for s in scenario.runs if not only or s.label in only or s.algorithm["name"] in only]
-    store, cache = ResultsStore(out), DataCache(data_dir, download, resolve_device(device))
+    specs = selected(scenario, only)
+    store, cache = ResultsStore(out), DataCache(options.data_dir, options.download, resolve_device(options.device))
     store.ask([run_id_of(spec, seed) for spec in specs for seed in scenario.seeds])
     lines = quiet or not console.is_terminal
-    settings = RunSettings(executor, client_state, threads, chunk, compile_step, lines, HEARTBEAT_S)
+    settings = RunSettings(options, lines, HEARTBEAT_S)
     shash = scenario_hash(scenario)
     columns = [
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -150,10 +145,7 @@ def _one_run(
             console.print(f"{name}: {spec.label} seed {seed} round {t}/{spec.rounds}{acc_text}", soft_wrap=True, highlight=False)
 
     try:
-        outcome = execute_run(
-            spec, seed, store, cache, shash, on_round, settings.executor, settings.client_state, settings.threads,
-            settings.chunk, settings.compile_step,
-        )
+        outcome = execute_run(spec, seed, store, cache, shash, on_round, settings.options)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as fedbench.signals.Terminated
         raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1, exit_code(exc)) from None
     if outcome.status == "skipped":

@@ -1,6 +1,8 @@
 # GradMA (Luo et al., CVPR 2023): Tables 1–2, Figs. 1–7 and the claims at SCALE. Each target is
-# `fedbench reproduce gradma <target>`; the targets (and the batched client executor at tiny) are declared in
-# fedbench/papers/gradma/room.py. Scenario files and every paper-silent choice: configs/gradma/README.md.
+# `fedbench reproduce gradma <target>`; the targets (and the batched client executor at tiny, kept by the default
+# `--executor auto`) are declared in fedbench/papers/gradma/room.py. Paper scale needs MNIST, CIFAR-10/100 and
+# Tiny-ImageNet under --data-dir (docs/datasets.md; e.g. SWEEP_OPTS="--device cuda --data-dir /data/fl").
+# Scenario files and every paper-silent choice: configs/gradma/README.md.
 
 .PHONY: reproduce-gradma reproduce-gradma-runs reproduce-gradma-table1 reproduce-gradma-table2 reproduce-gradma-figures reproduce-gradma-fig5 reproduce-gradma-memory reproduce-gradma-claims
 

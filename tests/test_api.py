@@ -132,10 +132,15 @@ def test_bad_input_raises_before_anything_is_written(tmp_path: Path) -> None:
     for kwargs, message in (({"seeds": [0, 0]}, "seeds: expected distinct"), ({"seeds": [-1]}, "seeds"),
                             ({"device": "gpu"}, "--device gpu"), ({"only": "nope"}, "matches no algorithm"),
                             ({"executor": "fast"}, "executor: expected one of"), ({"scale": "tiny"}, "scenario file"),
-                            ({"chunk": 0}, "chunk: expected a positive")):
+                            ({"chunk": 0}, "chunk: expected a positive"),
+                            ({"executor": "ray"}, "process placement is --backend ray"),
+                            ({"client_state": "disk"}, "client-state: expected one of device, host")):
         with pytest.raises(ValueError, match=message):
             fb.run(sc, out=out, **kwargs)
         assert not out.exists(), kwargs
+    with pytest.raises(FileNotFoundError, match=f"dataset mnist: not in {tmp_path}/d/MNIST/raw/"):
+        fb.run(fb.scenario({**TWO, "dataset": {"name": "mnist"}}), out=out, data_dir=tmp_path / "d")
+    assert not out.exists() and not (tmp_path / "d").exists()
     with pytest.raises(ScenarioError, match=r"partition.omega: Input should be greater than 0"):
         fb.scenario({**TWO, "partition": {"kind": "dirichlet", "omega": -1}})
     with pytest.raises(ScenarioError, match="use fedbench.api.load"):

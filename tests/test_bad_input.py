@@ -87,8 +87,18 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path):
     fails_cleanly(tmp_path, ["run", str(path), "--device", "gpu0"], "--device gpu0: expected auto, cpu, cuda, cuda:N or mps")
     if not torch.cuda.is_available():
         fails_cleanly(tmp_path, ["run", str(path), "--device", "cuda"], "torch sees no CUDA device")
-    fails_cleanly(tmp_path, ["sweep", str(path), "--client-executor", "x"], "--client-executor: expected one of")
-    fails_cleanly(tmp_path, ["sweep", str(path), "--executor", "slurm"], "--executor: expected one of local, ray")
+    fails_cleanly(tmp_path, ["sweep", str(path), "--client-executor", "batched"], "--client-executor is now --executor")
+    fails_cleanly(tmp_path, ["sweep", str(path), "--executor", "slurm"], "--executor: expected one of auto, sequential, batched")
+    fails_cleanly(tmp_path, ["sweep", str(path), "--backend", "slurm"], "--backend: expected one of local, ray")
+
+
+@pytest.mark.parametrize("command", ["sweep", "tune", "reproduce"])
+def test_the_old_executor_word_for_process_placement_points_to_backend(tmp_path, command):
+    """`--executor` is the client executor everywhere; `--executor ray` says where placement went."""
+    path = write(tmp_path, yaml.safe_dump(TINY))
+    args = [command, "gradma" if command == "reproduce" else str(path), "--executor", "ray"]
+    output = fails_cleanly(tmp_path, args, "--executor ray: process placement is --backend ray")
+    assert len(output.strip().splitlines()) == 1
 
 
 def test_an_out_folder_that_cannot_hold_a_store(tmp_path):
@@ -148,3 +158,25 @@ def test_ctrl_c_says_which_run_and_round_and_exits_130_then_the_same_command_res
     monkeypatch.setattr(fedbench.runs, "execute_run", real)
     again = runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet"], terminal_width=300)
     assert again.exit_code == 0 and "finished" in again.output
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "tune"])
+def test_a_missing_dataset_stops_the_command_before_any_run_is_recorded(tmp_path, command):
+    """One line naming the dataset, the folder and how to get it; exit 2; no store, no data folder."""
+    raw = tiny_scenario({"rounds": 1}, dataset={"name": "cifar10"}, model={"name": "mlp", "hidden": [8]})
+    if command == "tune":
+        raw["algorithms"] = [{"name": "fedavg", "tune": {"space": {"local.lr": [0.1, 0.2]}}}]
+    path = write(tmp_path, yaml.safe_dump(raw))
+    data = tmp_path / "d"
+    args = [command, str(path), "--data-dir", str(data), "--out", str(tmp_path / "out"), "--device", "cpu"]
+    output = fails_cleanly(tmp_path, args, f"dataset cifar10: not in {data}/cifar-10-batches-py/ (pass --download")
+    assert len(output.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_download_lets_a_torchvision_dataset_through_but_not_tiny_imagenet(tmp_path):
+    raw = tiny_scenario({"rounds": 1}, dataset={"name": "tiny_imagenet"}, model={"name": "mlp", "hidden": [8]})
+    path = write(tmp_path, yaml.safe_dump(raw))
+    output = fails_cleanly(tmp_path, ["run", str(path), "--download", "--data-dir", str(tmp_path / "d")],
+                           "dataset tiny_imagenet: not in")
+    assert "no downloader: fetch http://cs231n.stanford.edu/tiny-imagenet-200.zip" in output

@@ -16,8 +16,10 @@ from fedbench.cli import app
 from fedbench.engine import probe
 from fedbench.engine.probe import RoundCost, evaluations
 from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, run_record
 from fedbench.store import ResultsStore
+from tests.data.fakes import fake_cifar10, fake_mnist
 from tests.factories import tiny_scenario, tiny_spec
 
 runner = CliRunner()
@@ -32,7 +34,7 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def estimator(tmp_path: Path, **kw) -> estimate.Estimator:
-    return estimate.Estimator("cpu", tmp_path / "data", **kw)
+    return estimate.Estimator(RunOptions(device="cpu", data_dir=tmp_path / "data"), **kw)
 
 
 def test_probe_times_one_span_per_round_and_per_evaluation(tmp_path: Path, fake_clock: None) -> None:
@@ -47,9 +49,9 @@ def test_the_probe_compiles_the_step_only_where_the_run_would(tmp_path: Path, mo
 
     cache = DataCache(tmp_path, False, torch.device("cpu"))
     spec = tiny_spec(rounds=5)
-    assert probe.probe_run(spec, 0, cache, "batched", rounds=1).executor.endswith("step eager (--compile off)")
+    assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith("step eager (--compile off)")
     monkeypatch.setattr(compiled, "COMPILE_MIN_STEPS", 5 * spec.local.iterations)
-    assert probe.probe_run(spec, 0, cache, "batched", rounds=1).executor.endswith("step compiled (--compile on)")
+    assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith("step compiled (--compile on)")
 
 
 def test_evaluations_follow_the_schedule_and_the_last_round() -> None:
@@ -106,9 +108,74 @@ def test_a_dataset_not_on_disk_gives_one_line(tmp_path: Path) -> None:
     sc = parse_scenario(tiny_scenario(dataset={"name": "mnist"}, model={"name": "mlp", "hidden": [8]}))
     est = estimator(tmp_path)
     lines = estimate.lines(est.estimate(estimate.scenario_runs(sc)), est)
-    assert len(lines) == 1 and lines[0].startswith(f"no estimate: dataset mnist not on disk under {tmp_path / 'data'}/")
-    assert "--download" in lines[0]
-    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.gz"))  # nothing downloaded
+    assert lines == [f"no estimate: dataset mnist: not in {tmp_path / 'data'}/MNIST/raw/ (fetch it with --download of "
+                     f"run, sweep, tune or reproduce into {tmp_path / 'data'}/, or --data-dir to the folder that holds "
+                     "MNIST/raw/)"]
+    assert not (tmp_path / "data").exists()  # nothing downloaded, nothing created
+
+
+MNIST = {"dataset": {"name": "mnist"}, "model": {"name": "mlp", "hidden": [8]}, "partition": {"kind": "iid"},
+         "clients": {"num": 4, "per_round": 2}}
+
+
+def test_the_estimate_prices_the_data_on_disk_and_names_the_rest(tmp_path: Path, fake_clock: None) -> None:
+    """MNIST files in the real format are probed (the real loader, on the fake clock); Tiny-ImageNet's
+    runs are left out of the total, named with where to get the data."""
+    fake_mnist(tmp_path / "data")
+    mnist = parse_scenario(tiny_scenario(rounds=4, seeds=[0, 1], **MNIST))
+    tiny = parse_scenario(tiny_scenario(name="ti", **{**MNIST, "dataset": {"name": "tiny_imagenet"}}))
+    est = estimator(tmp_path)
+    result = est.estimate([*estimate.scenario_runs(mnist), *estimate.scenario_runs(tiny)])
+    assert [m.name for m in result.missing] == ["tiny_imagenet"] and len(result.lacking) == 1
+    assert result.seconds == 2 * (4 * 1.0 + 4 * 1.0)  # the two MNIST runs: 4 rounds and 4 evaluations of 1 s
+    lines = estimate.lines(result, est)
+    assert lines[0].startswith("estimate on cpu: 3 run(s) to do (0 done) × 11 rounds in all ≥ 16 s")
+    assert lines[1].startswith("  probe mnist mlp S=2 fedavg: 1 s/round + 1 s/evaluation (2 run(s) to do, 16 s)")
+    assert lines[-2].startswith(f"  not priced (1 run(s)): dataset tiny_imagenet: not in {tmp_path / 'data'}/tiny-"
+                                "imagenet-200/ (no downloader: fetch http://cs231n.stanford.edu/tiny-imagenet-200.zip")
+    assert "--download" not in lines[-2]
+    assert lines[-1] == "  per dataset: mnist 16 s (2 run(s)); tiny_imagenet not priced (1 run(s))"
+
+
+RATES = {"source": "an H200 probe", "rates": [
+    {"dataset": "digits", "model": "mlp", "per_round": 3, "round_s": 0.3, "eval_s": 0.1},
+    {"dataset": "digits", "model": "mlp", "per_round": 3, "round_s": 0.6, "algorithm": "scaffold"},
+]}
+
+
+def test_rates_price_each_class_by_dataset_model_and_s_without_probing(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "probe_run", lambda *a: pytest.fail("probed although rates were given"))
+    path = tmp_path / "rates.yaml"
+    path.write_text(yaml.safe_dump(RATES))
+    raw = tiny_scenario(rounds=10, algorithms=TWO, clients={"num": 12, "per_round": 6})
+    other = parse_scenario({**raw, "name": "cnn", "model": {"name": "cnn_fedqvr"}})
+    est = estimate.Estimator(RunOptions(device="cpu", data_dir=tmp_path / "none"), rates=estimate.load_rates(path))
+    result = est.estimate([*estimate.scenario_runs(parse_scenario(raw)), *estimate.scenario_runs(other)])
+    by = {(c.workload.count("cnn_fedqvr"), c.algorithm): c for c in result.classes}
+    assert by[0, "fedavg"].cost.round_s == pytest.approx(0.6)  # 0.3 s at S = 3, × 6 / 3
+    assert by[0, "scaffold"].cost.round_s == pytest.approx(1.2)  # its own rate, × 6 / 3
+    assert by[1, "fedavg"].cost is None and result.seconds == pytest.approx(10 * (0.6 + 0.1) + 10 * 1.2)
+    lines = estimate.lines(result, est)
+    assert lines[0].startswith("estimate on rates of an H200 probe: 4 run(s) to do (0 done) × 10 rounds ≥ 19 s")
+    assert lines[1:] == [
+        "  rate digits mlp S=6: 0.6 s/round + 0.1 s/evaluation (1 algorithm(s), 1 run(s) to do, 7 s)",
+        "  rate digits mlp S=6: 1.2 s/round (evaluation not in the rate) (1 algorithm(s), 1 run(s) to do, 12 s)",
+        "  not estimated (2 run(s); no rate for them): digits cnn_fedqvr S=6 fedavg, digits cnn_fedqvr S=6 scaffold"]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("rates: []", "source: Field required"),
+    ("source: x\nrates: [{dataset: mnist, model: tinynn, per_round: 10, round_s: '0.065'}]", "rates.0.round_s"),
+    ("source: x\nrates: [{dataset: mnist, model: tinynn, per_round: 10, round_s: 0.1, speed: 2}]", "rates.0.speed"),
+    ("[", "not YAML"),
+])
+def test_a_bad_rates_file_is_one_line_naming_the_key(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "rates.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        estimate.load_rates(path)
+    assert str(err.value).startswith(f"--rates {path}: ") and needle in str(err.value) and "\n" not in str(err.value)
 
 
 def test_classes_beyond_the_limit_are_scaled_from_a_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,6 +246,33 @@ def test_reproduce_dry_run_estimate(tmp_path: Path, fake_clock: None, monkeypatc
     head = next(line for line in result.output.splitlines() if "estimate on cpu" in line)
     assert head.startswith("fedqvr fig5_mnist_tau0.08: estimate on cpu: ") and "wall with 2 parallel jobs" in head
     assert "probe: " in result.output and not out.exists()
+
+
+def test_reproduce_gradma_paper_prices_every_target_whose_data_is_in_the_data_dir(
+        tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24's done-when: MNIST and CIFAR-10 files (real formats) in D, CIFAR-100 and Tiny-ImageNet
+    absent: every target is priced from D (probes stubbed: paper-scale rounds are not trained here);
+    the runs of the two absent datasets are named, with how to get them."""
+    data = tmp_path / "D"
+    fake_mnist(data)
+    fake_cifar10(data)
+    seen = []
+    monkeypatch.setattr(probe, "probe_run", lambda spec, seed, cache, options, rounds: seen.append(
+        (spec.dataset["name"], cache.data_dir, options.executor, options.chunk)) or RoundCost(0.1, 0.0, 2, "x"))
+    result = runner.invoke(app, ["reproduce", "gradma", "--scale", "paper", "--dry-run", "--estimate", "--data-dir",
+                                 str(data), "--out", str(tmp_path / "out"), "--device", "cpu", "--chunk", "5"],
+                           terminal_width=250)
+    assert result.exit_code == 0, result.output
+    heads = {line.split(":")[0]: line for line in result.output.splitlines() if "estimate on cpu" in line}
+    assert set(heads) == {"gradma runs", "gradma fig5", "gradma memory"}  # the targets with runs of their own
+    assert " ≥ " in heads["gradma runs"] and " ≈ " in heads["gradma fig5"] and " ≈ " in heads["gradma memory"]
+    assert "no estimate" not in result.output
+    not_priced = [line for line in result.output.splitlines() if line.startswith("  not priced")]
+    assert [line.split("dataset ")[1].split(":")[0] for line in not_priced] == ["cifar100", "tiny_imagenet"]
+    assert f"fetch it with --download of run, sweep, tune or reproduce into {data}/" in not_priced[0]
+    assert "tiny-imagenet-200.zip" in not_priced[1]
+    assert {d for d, *_ in seen} == {"mnist", "cifar10"} and {(c, e, k) for _, c, e, k in seen} == {(data, "auto", 5)}
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_tuned_scenario_counts_its_trials_then_its_final_runs(tmp_path: Path, fake_clock: None,

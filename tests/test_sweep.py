@@ -15,7 +15,7 @@ from fedbench.store import scale_from_name
 from fedbench.store import ResultsStore
 from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps.grid import expand, sweep_runs
-from fedbench.sweeps.worker import WorkerSettings
+from fedbench.options import RunOptions
 from tests.factories import tiny_scenario
 
 BASE = tiny_scenario(
@@ -204,7 +204,7 @@ def test_ray_retries_a_run_whose_worker_died(local_sweep, ray_local, tmp_path):
         return compute(run, settings, device)
 
     done = []
-    outcomes = run_ray(runs[:3], tmp_path / "out", WorkerSettings(threads=1), lambda r, o: done.append(o), max_retries=1,
+    outcomes = run_ray(runs[:3], tmp_path / "out", RunOptions(threads=1), lambda r, o: done.append(o), max_retries=1,
                        task=dying)
     status = {o.run_id: o.status for o in outcomes}
     assert status == {once: "finished", always: "failed", runs[2].run_id: "finished"} and len(done) == 3

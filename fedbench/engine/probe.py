@@ -1,8 +1,9 @@
 """A run's cost on the current device, timed from its first rounds; nothing written where the user looks.
 
 :func:`probe_run` builds the run as :func:`~fedbench.engine.runner.execute_run` does (same setup,
-round plug-ins, client executor, compiled or eager step, torch threads and precision) and drives
-:class:`~fedbench.engine.runner.RoundLoop` with evaluation taken out of its rounds:
+round plug-ins, the run options' client executor, chunk, compiled or eager step, client state and
+torch threads, precision) and drives :class:`~fedbench.engine.runner.RoundLoop` with evaluation taken
+out of its rounds:
 
     load the data, build the run          not timed (done once per run, small against its rounds)
     round 1                               warm-up: kernels, allocator, lazy initialisation; not counted
@@ -28,7 +29,8 @@ from fedbench.engine.precision import run_precision
 from fedbench.engine.compiled import compile_choice
 from fedbench.engine.runner import RoundLoop, local_steps
 from fedbench.engine.setup import DataCache, build_run
-from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
+from fedbench.engine.threads import pinned_threads
+from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.store import ResultsStore
 
@@ -66,17 +68,18 @@ def _unevaluated(spec: RunSpec) -> RunSpec:
     return spec.model_copy(update=update).resolved(spec.scale, spec.components)
 
 
-def probe_run(spec: RunSpec, seed: int, cache: DataCache, executor: str = "auto", rounds: int = 2) -> RoundCost:
+def probe_run(spec: RunSpec, seed: int, cache: DataCache, options: RunOptions = RunOptions(), rounds: int = 2) -> RoundCost:
     """Time ``rounds`` steady-state rounds and one evaluation of (``spec``, ``seed``) on ``cache.device``
-    (datasets as ``cache`` loads them; a missing one raises
-    :class:`~fedbench.data.DatasetNotFoundError`)."""
+    as ``options`` run it (client executor, chunk, compiled step, client state, threads; datasets as
+    ``cache`` loads them, a missing one raises :class:`~fedbench.data.DatasetNotFoundError`)."""
     quiet = _unevaluated(spec)
-    with pinned_threads(DEFAULT_THREADS), run_precision(spec.local, cache.device), TemporaryDirectory() as tmp:
+    with pinned_threads(options.threads), run_precision(spec.local, cache.device), TemporaryDirectory() as tmp:
         store, run_id = ResultsStore(Path(tmp)), run_id_of(quiet, seed)
         store.start_run(run_record(quiet, seed, "probe"))
-        setup = build_run(quiet, seed, cache)
-        compiled, _ = compile_choice("auto", True, local_steps(spec, setup.batcher))  # as the run itself decides
-        loop = RoundLoop(quiet, seed, setup, executor, compile_step="on" if compiled else "off")
+        setup = build_run(quiet, seed, cache, options.client_state == "host")
+        steps = local_steps(spec, setup.batcher)
+        compiled, _ = compile_choice(options.compile_step, True, steps)  # as the run itself decides
+        loop = RoundLoop(quiet, seed, setup, options.executor, options.chunk, "on" if compiled else "off")
 
         def one_round(t: int) -> None:
             store.record_round(run_id, t, *loop.round(t))

@@ -37,16 +37,17 @@ from fedbench.engine.axes import build_plugins
 from fedbench.engine.batched import dropout_keys, probe_client_bytes, run_clients_batched
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
-from fedbench.engine.executor import EXECUTORS, ClientExecutor, choose_executor
+from fedbench.engine.executor import ClientExecutor, choose_executor
 from fedbench.engine.lease import leased
 from fedbench.engine.full_gradient import full_local_gradients
 from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.precision import run_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
-from fedbench.engine.threads import DEFAULT_THREADS, pinned_threads
+from fedbench.engine.threads import pinned_threads
 from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
 from fedbench.models.flat import average_buffers
+from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
 from fedbench.store import DIVERGED_LOSS_FACTOR, DONE, ResultsStore
@@ -76,8 +77,6 @@ def local_consistency(final: torch.Tensor) -> float:
     local models (FedMIM Fig. 2b; lower means more consistent local updates)."""
     return float(((final - final.mean(0)) ** 2).sum(1).mean())
 
-
-CLIENT_STATES = ("device", "host")
 
 
 T = TypeVar("T", bound=RoundPlugin)
@@ -338,17 +337,14 @@ def execute_run(
     cache: DataCache,
     scenario_hash: str,
     on_round: RoundCallback | None = None,
-    executor: str = "auto",
-    client_state: str = "device",
-    threads: int = DEFAULT_THREADS,
-    chunk: int | None = None,
-    compile_step: str = "auto",
+    options: RunOptions = RunOptions(),
 ) -> RunOutcome:
     """Run (or resume, or skip) one (spec, seed); never raises for a failing run: records it.
-    ``client_state: host`` keeps per-client ``[N, P]`` tables in (pinned) host memory (same numbers);
-    the run trains with ``threads`` torch threads (:mod:`fedbench.engine.threads`); ``chunk`` clients
-    per batched chunk (:mod:`fedbench.engine.executor`; same numbers); ``compile_step``: ``--compile``
-    (:mod:`fedbench.engine.compiled`; equal to float tolerance)."""
+    ``options`` (:class:`~fedbench.options.RunOptions`) say how: the client executor and its chunk
+    (:mod:`fedbench.engine.executor`; same numbers for every chunk), the compiled step
+    (:mod:`fedbench.engine.compiled`; equal to float tolerance), ``client_state: host`` (per-client
+    ``[N, P]`` tables in pinned host memory; same numbers) and the torch threads
+    (:mod:`fedbench.engine.threads`); ``cache`` holds the data of ``options.data_dir`` on the device."""
     run_id = run_id_of(spec, seed)
     if store.status(run_id) in DONE:
         return RunOutcome(run_id, "skipped")
@@ -357,26 +353,22 @@ def execute_run(
             return RunOutcome(run_id, "busy", f"being trained by {other}")
         if store.status(run_id) in DONE:  # finished by another process between the two looks
             return RunOutcome(run_id, "skipped")
-        with pinned_threads(threads), run_precision(spec.local, cache.device):
-            how = (executor, chunk, client_state, compile_step)
-            return _train(spec, seed, store, cache, scenario_hash, on_round, how, run_id)
+        with pinned_threads(options.threads), run_precision(spec.local, cache.device):
+            return _train(spec, seed, store, cache, scenario_hash, on_round, options, run_id)
 
 
 def _train(
     spec: RunSpec, seed: int, store: ResultsStore, cache: DataCache, scenario_hash: str,
-    on_round: RoundCallback | None, how: tuple[str, int | None, str, str], run_id: str,
+    on_round: RoundCallback | None, options: RunOptions, run_id: str,
 ) -> RunOutcome:
-    """The body of :func:`execute_run` for a run that is not done yet (``how``: executor, chunk,
-    client state, compile)."""
-    executor, chunk, client_state, compile_step = how
+    """The body of :func:`execute_run` for a run that is not done yet."""
     record = dataclasses.replace(run_record(spec, seed, scenario_hash), versions=json.dumps(versions(), sort_keys=True))
     identity = run_identity(run_id, record.spec_hash, seed)
     store.start_run(record)
     ckpt_path = store.checkpoint_path(run_id)
     try:
-        if client_state not in CLIENT_STATES:
-            raise ValueError(f"client_state must be one of {', '.join(CLIENT_STATES)}, got {client_state!r}")
-        loop = RoundLoop(spec, seed, build_run(spec, seed, cache, client_state == "host"), executor, chunk, compile_step)
+        setup = build_run(spec, seed, cache, options.client_state == "host")
+        loop = RoundLoop(spec, seed, setup, options.executor, options.chunk, options.compile_step)
         payload = resume_point(ckpt_path, cache.device, store, run_id, identity)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)

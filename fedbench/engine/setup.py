@@ -21,6 +21,7 @@ from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.precision import default_dtype, train_dtype
+from fedbench.options import DEVICE_PATTERN
 from fedbench.engine.validation import split_clients
 from fedbench.models.flat import Buffers, FlatModel
 from fedbench.models import build_model
@@ -47,7 +48,7 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 def check_device(device: str) -> None:
     """``--device``: auto, cpu, cuda, cuda:N or mps, and only a device torch sees (ValueError of one line)."""
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
+    if not re.fullmatch(DEVICE_PATTERN, device):
         raise ValueError(f"--device {device}: expected auto, cpu, cuda, cuda:N or mps")
     try:
         resolve_device(device)

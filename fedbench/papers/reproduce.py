@@ -11,7 +11,7 @@ starts first (reports keep the order of :func:`fedbench.store.ResultsStore.runs`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -19,31 +19,42 @@ from rich.markup import escape
 
 from fedbench import estimate
 from fedbench.estimate import Estimator
+from fedbench.options import BACKENDS, RunOptions
 from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
 from fedbench.store import DB_NAME, DONE, ResultsStore, read_statuses
-from fedbench.sweeps.driver import EXECUTORS, run_sweep
+from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps import tuning
 from fedbench.sweeps.grid import SweepPoint, SweepRun, expand, sweep_runs
 from fedbench.sweeps.local import default_jobs
-from fedbench.sweeps.worker import WorkerSettings, record_of
+from fedbench.sweeps.worker import record_of
 
 
 @dataclass(frozen=True)
 class Options:
-    """Where and how ``fedbench reproduce`` runs and writes (its command-line options)."""
+    """Where and how ``fedbench reproduce`` runs and writes (its command-line options): the
+    placement (``backend``, ``jobs``, ``address``), the folders, and ``run``, the shared
+    :class:`~fedbench.options.RunOptions` every run and probe gets."""
 
     scale: str = "paper"
     out: Path | None = None  # default results/<scale>, as the Makefile's PAPER_OUT
-    executor: str = "local"
+    backend: str = "local"
     jobs: int | None = None  # local: default every CPU at tiny (one thread per run), one process otherwise
     address: str | None = None
     tables_dir: Path = Path("tables")
     figures_dir: Path = Path("figures")
+    run: RunOptions = RunOptions()
 
     @property
     def out_dir(self) -> Path:
         return self.out if self.out is not None else Path("results") / self.scale
+
+    def run_options(self, target: Target) -> RunOptions:
+        """The run options of ``target``'s runs: ``--executor auto`` (the default) is the client
+        executor the target's room names at this scale (GradMA at tiny: batched), else auto's rule."""
+        if self.run.executor != "auto":
+            return self.run
+        return replace(self.run, executor=target.executor_at(self.scale))
 
 
 def room(paper: str) -> PaperRoom:
@@ -53,11 +64,11 @@ def room(paper: str) -> PaperRoom:
 
 def check(paper: str, names: Iterable[str], opts: Options) -> list[Target]:
     """The targets to do, in order (needs first, each once); a ValueError names a bad paper, target,
-    scale, executor or job count and the allowed values."""
+    scale, backend or job count and the allowed values."""
     if opts.scale not in SCALES:
         raise ValueError(f"unknown scale {opts.scale!r}; known: {', '.join(SCALES)}")
-    if opts.executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {opts.executor!r}; known: {', '.join(EXECUTORS)}")
+    if opts.backend not in BACKENDS:
+        raise ValueError(f"--backend: expected one of {', '.join(BACKENDS)}, got {opts.backend!r}")
     if opts.jobs is not None and opts.jobs < 1:
         raise ValueError(f"--jobs must be ≥ 1, got {opts.jobs}")
     r = room(paper)
@@ -76,6 +87,12 @@ def _with_needs(r: PaperRoom, targets: list[Target], seen: set[str]) -> Iterator
 def target_points(target: Target, scale: str) -> list[SweepPoint]:
     """The target's scenarios at ``scale``, in file order."""
     return expand(list(target.runs), scale) if target.runs else []
+
+
+def datasets(targets: list[Target], opts: Options) -> list[dict]:
+    """The ``dataset:`` blocks of the targets' scenarios at ``opts.scale`` (for
+    :func:`fedbench.data.missing`, before anything runs)."""
+    return [spec.dataset for t in targets for p in target_points(t, opts.scale) for spec in p.scenario.runs]
 
 
 def _unique_runs(points: list[SweepPoint], listed: Callable[[SweepPoint], list[SweepRun]]) -> list[SweepRun]:
@@ -139,7 +156,7 @@ def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
         status = read_statuses(opts.out_dir, [x.run_id for x in runs])
         todo = [x for x in runs if status.get(x.run_id) not in DONE]
         lines.append(f"{paper} {t.name}: {len(runs)} run(s), {len(todo)} to run "
-                     f"(client executor {t.executor_at(opts.scale)}) into {opts.out_dir}/")
+                     f"(client executor {opts.run_options(t).executor}) into {opts.out_dir}/")
         lines += [f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
         lines += _tuning_lines([p for p in points if p.scenario.tuned], opts)
         ctx = _context(paper, t, opts, Console())
@@ -164,14 +181,15 @@ def _tuning_lines(points: list[SweepPoint], opts: Options) -> list[str]:
 
 
 def default_jobs_at(opts: Options) -> int:
-    """The worker processes :func:`reproduce` runs a target's runs with (local executor; Ray: one counted)."""
-    if opts.executor != "local":
+    """The worker processes :func:`reproduce` runs a target's runs with (local backend; Ray: one counted)."""
+    if opts.backend != "local":
         return 1
     return opts.jobs if opts.jobs is not None else default_jobs("auto") if opts.scale == "tiny" else 1
 
 
 def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: Estimator) -> list[str]:
-    """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`), then what was probed."""
+    """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`; a tuned target's
+    also without its trials), then what was probed."""
     lines = []
     store = ResultsStore(opts.out_dir, read_only=True) if (Path(opts.out_dir) / DB_NAME).is_file() else None
     for t in targets:
@@ -179,9 +197,15 @@ def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: 
         tuned = [tuning.plan(p.scenario) for p in points if p.scenario.tuned]
         runs = known_runs(points) + [r for plan in tuned for r in tuning.projected_final_runs(plan, store)]
         if runs:
-            est = estimator.estimate(runs, opts.out_dir, t.executor_at(opts.scale))
+            est = estimator.estimate(runs, opts.out_dir, opts.run_options(t))
             lines += [f"{paper} {t.name}: {line}" if i == 0 else line
                       for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))]
+            trials = {r.run_id for plan in tuned for r in plan.trial_runs()}
+            if trials and est.todo and any(c.cost is not None for c in est.classes):
+                final = estimator.estimate([r for r in runs if r.run_id not in trials], opts.out_dir, opts.run_options(t))
+                several = len({r.spec.dataset["name"] for r in final.todo}) > 1
+                lines.append(f"  without the tuning trials (the final runs alone): {len(final.todo):,} run(s) "
+                             f"{estimate.total(final)}" + (f"; {estimate.per_dataset(final)}" if several else ""))
     return lines + estimate.probe_note(estimator)
 
 
@@ -198,8 +222,8 @@ def _sweep(runs: list[SweepRun], target: Target, opts: Options, console: Console
         return True
     _register_in_order(ResultsStore(opts.out_dir), runs)
     jobs = opts.jobs if opts.jobs is not None or opts.scale == "tiny" else 1
-    settings = WorkerSettings(client_executor=target.executor_at(opts.scale))
-    summary = run_sweep(runs, opts.out_dir, opts.executor, jobs, settings, address=opts.address, console=console)
+    summary = run_sweep(runs, opts.out_dir, opts.backend, jobs, opts.run_options(target), address=opts.address,
+                        console=console)
     return not summary.failed
 
 

@@ -1,25 +1,19 @@
-"""The sweep driver: skip finished runs, hand the rest to an executor, print progress and a summary."""
+"""The sweep driver: skip finished runs, hand the rest to a backend (local or Ray), print progress and a summary."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from fedbench.engine.compiled import COMPILE_CHOICES
-from fedbench.engine.runner import EXECUTORS as CLIENT_EXECUTORS
 from fedbench.engine.runner import RunOutcome
+from fedbench.options import BACKENDS, RunOptions
 from fedbench.store import DB_NAME, DONE, ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepPoint, SweepRun
 from fedbench.sweeps.local import default_jobs, run_local
 from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, select
-from fedbench.sweeps.worker import WorkerSettings
-
-EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -37,23 +31,20 @@ class SweepSummary:
                 f"{self.diverged} diverged, {self.failed} failed")
 
 
-def _check(executor: str, jobs: int | None, cpus_per_run: float, gpus_per_run: float, max_retries: int,
-           settings: WorkerSettings) -> None:
-    problems, device = [], settings.device
-    if settings.client_executor not in CLIENT_EXECUTORS:
-        problems.append(f"--client-executor must be one of {', '.join(CLIENT_EXECUTORS)}, got {settings.client_executor!r}")
-    if settings.compile_step not in COMPILE_CHOICES:
-        problems.append(f"--compile must be one of {', '.join(COMPILE_CHOICES)}, got {settings.compile_step!r}")
-    if executor == "ray" and device.startswith("cuda") and gpus_per_run == 0:
-        problems.append(f"--device {device} with --executor ray needs --gpus-per-run > 0 (tasks without GPUs see none)")
-    if executor not in EXECUTORS:
-        problems.append(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+def _check(backend: str, jobs: int | None, cpus_per_run: float, gpus_per_run: float, max_retries: int,
+           options: RunOptions) -> None:
+    """The placement options (the run options are checked when built); one SweepError listing every problem."""
+    problems, device = [], options.device
+    if backend == "ray" and device.startswith("cuda") and gpus_per_run == 0:
+        problems.append(f"--device {device} with --backend ray needs --gpus-per-run > 0 (tasks without GPUs see none)")
+    if backend not in BACKENDS:
+        problems.append(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if jobs is not None and jobs < 1:
         problems.append(f"--jobs must be ≥ 1, got {jobs}")
     if not cpus_per_run > 0:
         problems.append(f"--cpus-per-run must be > 0, got {cpus_per_run}")
-    if gpus_per_run < 0 or (gpus_per_run > 0 and executor != "ray"):
-        problems.append(f"--gpus-per-run must be ≥ 0 and is for --executor ray (local: one worker per GPU), got {gpus_per_run}")
+    if gpus_per_run < 0 or (gpus_per_run > 0 and backend != "ray"):
+        problems.append(f"--gpus-per-run must be ≥ 0 and is for --backend ray (local: one worker per GPU), got {gpus_per_run}")
     if max_retries < 0:
         problems.append(f"--max-retries must be ≥ 0, got {max_retries}")
     if problems:
@@ -82,33 +73,34 @@ def _progress(store: ResultsStore, total: int, console: Console):
 def run_sweep(
     runs: list[SweepRun],
     out: Path,
-    executor: str = "local",
+    backend: str = "local",
     jobs: int | None = None,
-    settings: WorkerSettings = WorkerSettings(),
-    cpus_per_run: float = 1.0,
+    options: RunOptions = RunOptions(),
+    cpus_per_run: float | None = None,
     gpus_per_run: float = 0.0,
     address: str | None = None,
     max_retries: int = 2,
     console: Console | None = None,
 ) -> SweepSummary:
-    """Execute the runs not yet finished (or diverged) in ``out`` with the ``local`` or ``ray``
-    executor; each run gets ``cpus_per_run`` torch threads. ``jobs``: local worker processes
-    (default :func:`~fedbench.sweeps.local.default_jobs`) or the CPUs of a local Ray instance."""
-    _check(executor, jobs, cpus_per_run, gpus_per_run, max_retries, settings)
+    """Execute the runs not yet finished (or diverged) in ``out`` on the ``local`` or ``ray``
+    backend, each as ``options`` say (:class:`~fedbench.options.RunOptions`) with ``options.threads``
+    torch threads on ``cpus_per_run`` CPUs (default: as many as threads). ``jobs``: local worker
+    processes (default :func:`~fedbench.sweeps.local.default_jobs`) or the CPUs of a local Ray instance."""
+    cpus_per_run = float(options.threads) if cpus_per_run is None else cpus_per_run
+    _check(backend, jobs, cpus_per_run, gpus_per_run, max_retries, options)
     console = console or Console()
     store = ResultsStore(out)
     store.ask([r.run_id for r in runs])  # these specs are now the current ones of their labels
     todo = [r for r in runs if store.status(r.run_id) not in DONE]
-    settings = dataclasses.replace(settings, threads=max(1, math.ceil(cpus_per_run)))
     on_done = _progress(store, len(todo), console)
     if not todo:
         outcomes = []
-    elif executor == "local":
-        outcomes = run_local(todo, out, settings, jobs or default_jobs(settings.device, cpus_per_run), on_done)
+    elif backend == "local":
+        outcomes = run_local(todo, out, options, jobs or default_jobs(options.device, cpus_per_run), on_done)
     else:
         from fedbench.sweeps.ray_executor import run_ray
 
-        outcomes = run_ray(todo, out, settings, on_done, address, jobs, cpus_per_run, gpus_per_run, max_retries)
+        outcomes = run_ray(todo, out, options, on_done, address, jobs, cpus_per_run, gpus_per_run, max_retries)
     statuses = [o.status for o in outcomes]
     summary = SweepSummary(
         len(runs), len(runs) - len(todo), statuses.count("finished"), statuses.count("diverged"), statuses.count("failed")
@@ -118,8 +110,8 @@ def run_sweep(
 
 
 def run_tuning(
-    tuning: TuningPlan, out: Path, jobs: int | None = None, settings: WorkerSettings = WorkerSettings(),
-    console: Console | None = None, executor: str = "local",
+    tuning: TuningPlan, out: Path, jobs: int | None = None, options: RunOptions = RunOptions(),
+    console: Console | None = None, backend: str = "local",
 ) -> tuple[list[Choice], SweepSummary, SweepSummary]:
     """Run the trials not yet done, select each entry's setting from the store, then run the chosen
     settings on the scenario's seeds (docs/tuning.md), both with :func:`run_sweep` (``local`` or
@@ -127,10 +119,10 @@ def run_tuning(
     :class:`~fedbench.sweeps.tuning.TuningError` when a trial failed (the next call retries it)."""
     console = console or Console()
     console.print(f"trials of {tuning.scenario.name}:")
-    trials = run_sweep(tuning.trial_runs(), out, executor, jobs, settings, console=console)
+    trials = run_sweep(tuning.trial_runs(), out, backend, jobs, options, console=console)
     choices = select(ResultsStore(out), tuning)
     console.print(f"final runs of {tuning.scenario.name} (chosen settings):")
-    final = run_sweep(final_runs(tuning, choices), out, executor, jobs, settings, console=console)
+    final = run_sweep(final_runs(tuning, choices), out, backend, jobs, options, console=console)
     return choices, trials, final
 
 

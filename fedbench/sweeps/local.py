@@ -28,7 +28,8 @@ from fedbench.engine.runner import RunOutcome
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, die_with_parent, exit_code
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepRun
-from fedbench.sweeps.worker import WorkerSettings, execute, record_failure
+from fedbench.options import RunOptions
+from fedbench.sweeps.worker import execute, record_failure
 
 MAX_JOBS = 16
 OnDone = Callable[[SweepRun, RunOutcome], None]
@@ -57,24 +58,24 @@ def _on_signal(signum: int, frame: object) -> None:
         os._exit(TERMINATED_EXIT if signum == signal.SIGTERM else INTERRUPTED_EXIT)
 
 
-def _init_worker(slots: Any, settings: WorkerSettings, out: Path, parent: int) -> None:
+def _init_worker(slots: Any, options: RunOptions, out: Path, parent: int) -> None:
     """Pool initializer: end with the driver (pid ``parent``) and on its signals, take a worker slot
     (its GPU with CUDA) and open the store."""
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     die_with_parent(parent)
     slot = slots.get()
-    device = settings.device
+    device = options.device
     if device in ("auto", "cuda") and torch.cuda.is_available():
         device = f"cuda:{slot % torch.cuda.device_count()}"
-    _WORKER.update(store=ResultsStore(out), settings=settings, device=device)
+    _WORKER.update(store=ResultsStore(out), options=options, device=device)
 
 
 def _task(run: SweepRun) -> RunOutcome:
     """One run in a worker; an interrupted one (its lease released on the way out) ends the worker."""
     try:
         _WORKER["state"] = "training"
-        outcome = execute(run, _WORKER["store"], _WORKER["settings"], _WORKER["device"])
+        outcome = execute(run, _WORKER["store"], _WORKER["options"], _WORKER["device"])
         _WORKER["state"] = "idle"
         return outcome
     except KeyboardInterrupt as exc:
@@ -94,7 +95,7 @@ def _stop(workers: list[Any]) -> None:
             process.join()
 
 
-def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: int, on_done: OnDone) -> list[RunOutcome]:
+def run_local(runs: list[SweepRun], out: Path, options: RunOptions, jobs: int, on_done: OnDone) -> list[RunOutcome]:
     """Execute ``runs`` with ``jobs`` worker processes; a worker that dies fails its run (and, as
     the pool breaks, the runs still queued), which the next sweep resumes."""
     store = ResultsStore(out)
@@ -102,7 +103,7 @@ def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: i
     jobs = min(jobs, len(runs))
     if jobs <= 1:
         for run in runs:
-            outcomes.append(execute(run, store, settings))
+            outcomes.append(execute(run, store, options))
             on_done(run, outcomes[-1])
         return outcomes
     ctx = mp.get_context("spawn")
@@ -110,7 +111,7 @@ def run_local(runs: list[SweepRun], out: Path, settings: WorkerSettings, jobs: i
     for slot in range(jobs):
         slots.put(slot)
     before = set(mp.active_children())
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, settings, out, os.getpid())) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, options, out, os.getpid())) as pool:
         futures = {pool.submit(_task, run): run for run in runs}
         workers = [p for p in mp.active_children() if p not in before]
         try:

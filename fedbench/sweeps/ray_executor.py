@@ -16,24 +16,25 @@ from typing import Callable
 from fedbench.engine.runner import RunOutcome
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepRun
-from fedbench.sweeps.worker import RunResult, WorkerSettings, commit, compute, failed_result
+from fedbench.options import RunOptions
+from fedbench.sweeps.worker import RunResult, commit, compute, failed_result
 
 OnDone = Callable[[SweepRun, RunOutcome], None]
-Task = Callable[[SweepRun, WorkerSettings, str], RunResult]
+Task = Callable[[SweepRun, RunOptions, str], RunResult]
 
 
 def import_ray():
     try:
         import ray
     except ImportError:
-        raise SweepError("--executor ray needs Ray: pip install 'fedbench[ray]' (ray>=2.9,<3)") from None
+        raise SweepError("--backend ray needs Ray: pip install 'fedbench[ray]' (ray>=2.9,<3)") from None
     return ray
 
 
 def run_ray(
     runs: list[SweepRun],
     out: Path,
-    settings: WorkerSettings,
+    options: RunOptions,
     on_done: OnDone,
     address: str | None = None,
     num_cpus: int | None = None,
@@ -52,13 +53,13 @@ def run_ray(
         with warnings.catch_warnings():  # Ray's notice about a future default for CUDA_VISIBLE_DEVICES
             warnings.simplefilter("ignore", FutureWarning)
             ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False, log_to_driver=False)
-    device = settings.device if settings.device != "auto" else ("cuda" if gpus_per_run > 0 else "cpu")
+    device = options.device if options.device != "auto" else ("cuda" if gpus_per_run > 0 else "cpu")
     remote = ray.remote(task).options(
         num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries, retry_exceptions=False
     )
     outcomes = []
     try:
-        pending = {remote.remote(run, settings, device): run for run in runs}
+        pending = {remote.remote(run, options, device): run for run in runs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             run = pending.pop(done[0])

@@ -17,43 +17,28 @@ from typing import Any, Mapping
 
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
-from fedbench.engine.threads import DEFAULT_THREADS
+from fedbench.options import RunOptions
 from fedbench.scenario import run_record
 from fedbench.store import ResultsStore, RunRecord, extra_to_json
 from fedbench.sweeps.grid import SweepRun
 
 
-@dataclass(frozen=True)
-class WorkerSettings:
-    """How a worker executes runs (the ``fedbench run`` options that do not change results)."""
-
-    device: str = "auto"
-    data_dir: Path = Path("data")
-    download: bool = False
-    client_executor: str = "auto"
-    threads: int = DEFAULT_THREADS  # torch intra-op threads per run (fedbench.engine.threads)
-    chunk: int | None = None  # clients per batched chunk (fedbench.engine.executor); None: by device
-    compile_step: str = "auto"  # --compile: the batched step through torch.compile (fedbench.engine.compiled)
-
-
 _CACHES: dict[tuple[str, bool, str], DataCache] = {}  # per process: datasets stay loaded between runs
 
 
-def data_cache(settings: WorkerSettings, device: str) -> DataCache:
-    key = (str(settings.data_dir), settings.download, device)
+def data_cache(options: RunOptions, device: str) -> DataCache:
+    key = (str(options.data_dir), options.download, device)
     if key not in _CACHES:
-        _CACHES[key] = DataCache(settings.data_dir, settings.download, resolve_device(device))
+        _CACHES[key] = DataCache(options.data_dir, options.download, resolve_device(device))
     return _CACHES[key]
 
 
-def execute(run: SweepRun, store: Any, settings: WorkerSettings, device: str | None = None) -> RunOutcome:
+def execute(run: SweepRun, store: Any, options: RunOptions, device: str | None = None) -> RunOutcome:
     """:func:`~fedbench.engine.runner.execute_run` on ``store`` (a :class:`ResultsStore` or a
-    :class:`RecordingStore`) with ``settings.threads`` torch threads; never raises for a failing run."""
-    cache = data_cache(settings, device or settings.device)
-    return execute_run(
-        run.spec, run.seed, store, cache, run.scenario_hash, None, settings.client_executor, threads=settings.threads,
-        chunk=settings.chunk, compile_step=settings.compile_step,
-    )
+    :class:`RecordingStore`) as ``options`` say, on ``device`` (default ``options.device``; a worker
+    holding one GPU passes its own); never raises for a failing run."""
+    cache = data_cache(options, device or options.device)
+    return execute_run(run.spec, run.seed, store, cache, run.scenario_hash, None, options)
 
 
 @dataclass
@@ -108,11 +93,11 @@ class RecordingStore:
         self.error = error
 
 
-def compute(run: SweepRun, settings: WorkerSettings, device: str | None = None) -> RunResult:
+def compute(run: SweepRun, options: RunOptions, device: str | None = None) -> RunResult:
     """Execute a run in memory and return everything the driver records (the Ray task)."""
     with tempfile.TemporaryDirectory(prefix="fedbench-run-") as tmp:
         store = RecordingStore(Path(tmp))
-        outcome = execute(run, store, settings, device)
+        outcome = execute(run, store, options, device)
     return RunResult(store.record or record_of(run), outcome, store.error, store.rounds)
 
 

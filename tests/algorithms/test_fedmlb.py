@@ -20,6 +20,7 @@ from fedbench.algorithms.fedmlb import MLBObjective
 from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.engine.runner import RoundLoop, execute_run
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.models import build_model
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
@@ -166,7 +167,7 @@ def test_short_run_finishes(tmp_path, dataset, model, name):
     raw = {**copy.deepcopy(RAW), "dataset": dataset, "model": model, "rounds": 3, "algorithms": [{"name": name}]}
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / "store")
-    out = execute_run(spec, 0, store, DataCache(tmp_path, False, torch.device("cpu")), "h", executor="batched")
+    out = execute_run(spec, 0, store, DataCache(tmp_path, False, torch.device("cpu")), "h", options=RunOptions(executor="batched"))
     assert out.status == "finished", out  # batched falls back to sequential for a custom local loss
     metrics = store.metrics([out.run_id])
     assert len(metrics) == 3 and metrics[["train_loss", "test_loss", "test_acc"]].iloc[-1].map(math.isfinite).all()

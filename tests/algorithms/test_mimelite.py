@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.engine.runner import RoundLoop, execute_run, sample_clients
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
@@ -73,7 +74,7 @@ def engine_metrics(tmp_path, name, executor="sequential"):
     raw = {**copy.deepcopy(RAW), "algorithms": [{"name": name}]}
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / f"{name}-{executor}")
-    out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h", executor=executor)
+    out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h", options=RunOptions(executor=executor))
     assert out.status == "finished", out
     return store.metrics([out.run_id])
 

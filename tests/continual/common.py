@@ -6,6 +6,7 @@ import json
 import torch
 
 from fedbench.engine.runner import RoundLoop, execute_run
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
@@ -36,7 +37,7 @@ def cache(tmp_path) -> DataCache:
 def run(tmp_path, spec, name: str, executor: str = "sequential", on_round=None):
     """Execute one run; (metrics frame, parsed extras, outcome)."""
     store = ResultsStore(tmp_path / name)
-    outcome = execute_run(spec, 0, store, cache(tmp_path), "h", on_round, executor)
+    outcome = execute_run(spec, 0, store, cache(tmp_path), "h", on_round, RunOptions(executor=executor))
     frame = store.metrics([outcome.run_id])
     return frame, [json.loads(e) for e in frame["extra"]], outcome
 

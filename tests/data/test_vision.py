@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import os
-import pickle
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.io
 import torch
-from PIL import Image
 
 from fedbench.data import DATASETS, DatasetNotFoundError, DatasetSplits, load_dataset
-
-RNG = np.random.default_rng(0)
-
-
-def _images(n: int, shape: tuple[int, ...]) -> np.ndarray:
-    return RNG.integers(0, 256, (n, *shape), dtype=np.uint8)
+from tests.data.fakes import RNG, cifar_rows, pickle_file, write_mnist, write_tiny_imagenet
+from tests.data.fakes import images as _images
 
 
 def _unnormalize(x: torch.Tensor, train_nchw: np.ndarray) -> np.ndarray:
@@ -52,23 +44,12 @@ def md5_skipped(monkeypatch):
 # --- idx (MNIST, Fashion-MNIST, EMNIST) -----------------------------------------------------
 
 
-def _write_idx(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    path.write_bytes(header + array.astype(np.uint8).tobytes())
-
-
-def _write_mnist(raw: Path, prefix: str, part: str, images: np.ndarray, labels: np.ndarray) -> None:
-    _write_idx(raw / f"{prefix}{part}-images-idx3-ubyte", images)
-    _write_idx(raw / f"{prefix}{part}-labels-idx1-ubyte", labels)
-
-
 @pytest.mark.parametrize("name, folder", [("mnist", "MNIST"), ("fashion_mnist", "FashionMNIST")])
 def test_mnist_like_round_trip(tmp_path, name, folder):
     train = (_images(12, (28, 28)), RNG.integers(0, 10, 12))
     test = (_images(5, (28, 28)), RNG.integers(0, 10, 5))
-    _write_mnist(tmp_path / folder / "raw", "", "train", *train)
-    _write_mnist(tmp_path / folder / "raw", "", "t10k", *test)
+    write_mnist(tmp_path / folder / "raw", "", "train", *train)
+    write_mnist(tmp_path / folder / "raw", "", "t10k", *test)
     splits = load_dataset(name, {}, tmp_path, download=False)
     _assert_round_trip(splits, (train[0][:, None], train[1]), (test[0][:, None], test[1]), 10)
 
@@ -81,7 +62,7 @@ def test_emnist_orientation_and_labels(tmp_path, split, classes, low):
     labels = {part: RNG.integers(low, low + classes, len(upright[part])) for part in upright}
     for part in upright:  # EMNIST's raw files store every image transposed
         raw_images = upright[part].transpose(0, 2, 1)
-        _write_mnist(tmp_path / "EMNIST" / "raw", f"emnist-{split}-", part, raw_images, labels[part])
+        write_mnist(tmp_path / "EMNIST" / "raw", f"emnist-{split}-", part, raw_images, labels[part])
     splits = load_dataset("emnist", {"split": split}, tmp_path, download=False)
     expected = {part: (upright[part][:, None], labels[part] - low) for part in upright}
     _assert_round_trip(splits, expected["train"], expected["test"], classes)
@@ -96,23 +77,14 @@ def test_emnist_rejects_unknown_split(tmp_path):
 # --- CIFAR-10/100 pickles -------------------------------------------------------------------
 
 
-def _pickle(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(obj))
-
-
-def _cifar_rows(images_nchw: np.ndarray) -> np.ndarray:
-    return images_nchw.reshape(len(images_nchw), 3 * 32 * 32)  # R plane, G plane, B plane, row-major
-
-
 def test_cifar10_round_trip(tmp_path, md5_skipped):
     base = tmp_path / "cifar-10-batches-py"
     batches = [(_images(3, (3, 32, 32)), RNG.integers(0, 10, 3)) for _ in range(5)]
     for i, (images, labels) in enumerate(batches, 1):
-        _pickle(base / f"data_batch_{i}", {"data": _cifar_rows(images), "labels": labels.tolist()})
+        pickle_file(base / f"data_batch_{i}", {"data": cifar_rows(images), "labels": labels.tolist()})
     test = (_images(4, (3, 32, 32)), RNG.integers(0, 10, 4))
-    _pickle(base / "test_batch", {"data": _cifar_rows(test[0]), "labels": test[1].tolist()})
-    _pickle(base / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+    pickle_file(base / "test_batch", {"data": cifar_rows(test[0]), "labels": test[1].tolist()})
+    pickle_file(base / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
     splits = load_dataset("cifar10", {}, tmp_path, download=False)
     train = (np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches]))
     _assert_round_trip(splits, train, test, 10)
@@ -122,9 +94,9 @@ def test_cifar100_round_trip_uses_fine_labels(tmp_path, md5_skipped):
     base = tmp_path / "cifar-100-python"
     parts = {part: (_images(n, (3, 32, 32)), RNG.integers(0, 100, n)) for part, n in (("train", 6), ("test", 3))}
     for part, (images, fine) in parts.items():
-        batch = {"data": _cifar_rows(images), "fine_labels": fine.tolist(), "coarse_labels": (fine // 5).tolist()}
-        _pickle(base / part, batch)
-    _pickle(base / "meta", {"fine_label_names": [f"f{i}" for i in range(100)]})
+        batch = {"data": cifar_rows(images), "fine_labels": fine.tolist(), "coarse_labels": (fine // 5).tolist()}
+        pickle_file(base / part, batch)
+    pickle_file(base / "meta", {"fine_label_names": [f"f{i}" for i in range(100)]})
     splits = load_dataset("cifar100", {}, tmp_path, download=False)
     _assert_round_trip(splits, parts["train"], parts["test"], 100)
 
@@ -149,29 +121,10 @@ def test_svhn_round_trip_maps_label_10_to_0(tmp_path, md5_skipped):
 # --- Tiny-ImageNet folder -------------------------------------------------------------------
 
 
-def _write_tiny_imagenet(root: Path, wnids: list[str], colors: dict[str, tuple[int, int, int]]) -> None:
-    base = root / "tiny-imagenet-200"
-    base.mkdir(parents=True)
-    (base / "wnids.txt").write_text("\n".join(wnids) + "\n")
-    for wnid in wnids:
-        folder = base / "train" / wnid / "images"
-        folder.mkdir(parents=True)
-        for i in range(2):
-            Image.new("RGB", (64, 64), colors[wnid]).save(folder / f"{wnid}_{i}.JPEG", quality=95)
-        (base / "train" / wnid / f"{wnid}_boxes.txt").write_text("")
-    (base / "val" / "images").mkdir(parents=True)
-    lines = []
-    for i, wnid in enumerate(wnids):
-        image = Image.new("L", (64, 64), colors[wnid][0]) if i == 0 else Image.new("RGB", (64, 64), colors[wnid])
-        image.save(base / "val" / "images" / f"val_{i}.JPEG", quality=95)
-        lines.append(f"val_{i}.JPEG\t{wnid}\t0\t0\t63\t63")
-    (base / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
-
-
 def test_tiny_imagenet_folder(tmp_path):
     wnids = ["n09999999", "n01443537", "n02124075"]  # wnids.txt is not sorted
     colors = {"n09999999": (250, 10, 10), "n01443537": (10, 250, 10), "n02124075": (10, 10, 250)}
-    _write_tiny_imagenet(tmp_path, wnids, colors)
+    write_tiny_imagenet(tmp_path, wnids, colors)
     splits = load_dataset("tiny_imagenet", {}, tmp_path, download=False)
     order = sorted(wnids)
     assert splits.num_classes == 3 and splits.input_shape == (3, 64, 64)

@@ -14,6 +14,7 @@ from fedbench.data.base import ArraySplit, DatasetSplits
 from fedbench.engine.executor import DEFAULT_CPU_CHUNK, choose_executor
 from fedbench.engine.precision import train_dtype
 from fedbench.engine.runner import execute_run
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache
 from fedbench.models.registry import MODELS, build_model
 from fedbench.scenario import parse_scenario, resolve_runs
@@ -59,7 +60,7 @@ def metrics(tmp_path, raw, executor, chunk=None, shape=None, name=None):
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / (name or f"{executor}{chunk}"))
     cache = DataCache(tmp_path, False, torch.device("cpu")) if shape is None else ImageCache(tmp_path, shape)
-    out = execute_run(spec, 0, store, cache, "h", executor=executor, chunk=chunk)
+    out = execute_run(spec, 0, store, cache, "h", options=RunOptions(executor=executor, chunk=chunk))
     assert out.status == "finished", out
     return store.metrics([out.run_id])[COLS]
 

@@ -10,6 +10,7 @@ import torch
 from fedbench.engine.compiled import COMPILE_MIN_STEPS, compile_choice
 from fedbench.engine.executor import choose_executor
 from fedbench.engine.runner import execute_run
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
@@ -31,7 +32,7 @@ def run_metrics(tmp_path, raw, name, shape=None, **how):
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / name)
     cache = DataCache(tmp_path, False, torch.device("cpu")) if shape is None else ImageCache(tmp_path, shape)
-    out = execute_run(spec, 0, store, cache, "h", executor="batched", **how)
+    out = execute_run(spec, 0, store, cache, "h", options=RunOptions(executor="batched", **how))
     assert out.status == "finished", out
     return store.metrics([out.run_id])[COLS]
 
@@ -68,7 +69,7 @@ def test_a_resumed_compiled_run_equals_an_uninterrupted_one(tmp_path):
     spec = resolve_runs(parse_scenario(raw))[0]
     store, cache = ResultsStore(tmp_path / "cut"), DataCache(tmp_path, False, torch.device("cpu"))
     with pytest.raises(KeyboardInterrupt):
-        execute_run(spec, 0, store, cache, "h", stop_at_4, "batched", compile_step="on")
+        execute_run(spec, 0, store, cache, "h", stop_at_4, RunOptions(executor="batched", compile_step="on"))
     resumed = run_metrics(tmp_path, raw, "cut", compile_step="on")  # from the round-2 checkpoint, compiled afresh
     pd.testing.assert_frame_equal(whole, resumed, check_exact=True)
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fedbench.engine.runner import execute_run
+from fedbench.options import RunOptions
 from fedbench.scenario import run_id_of
 from fedbench.engine.setup import DataCache
 from fedbench.scenario import parse_scenario, resolve_runs
@@ -30,7 +31,7 @@ def run(tmp_path, sc, name, seed=0, on_round=None, executor="sequential", global
     store = ResultsStore(tmp_path / name)
     spec = resolve_runs(sc)[0]
     cache = DataCache(tmp_path / "data", False, torch.device("cpu"))
-    outcome = execute_run(spec, seed, store, cache, "h", on_round, executor)
+    outcome = execute_run(spec, seed, store, cache, "h", on_round, RunOptions(executor=executor))
     assert outcome.status == "finished", outcome.error
     return store.metrics([outcome.run_id])
 

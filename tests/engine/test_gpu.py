@@ -16,6 +16,7 @@ import torch
 
 from fedbench.algorithms.client_table import HostTable
 from fedbench.engine.runner import RoundLoop, execute_run
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
@@ -35,7 +36,8 @@ def run(tmp_path, raw, name, executor="batched", chunk=None, shape=None, on_roun
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / name)
     cache = DataCache(tmp_path / "data", False, CUDA) if shape is None else ImageCache(tmp_path, shape, CUDA)
-    out = execute_run(spec, 0, store, cache, "h", on_round, executor, client_state, chunk=chunk, compile_step=compile_step)
+    out = execute_run(spec, 0, store, cache, "h", on_round,
+                      RunOptions(executor=executor, client_state=client_state, chunk=chunk, compile_step=compile_step))
     assert out.status == "finished", out
     return store.metrics([out.run_id])
 

@@ -22,6 +22,7 @@ from fedbench.engine.axes import Axis, build_plugins
 from fedbench.engine.continual import ContinualStream
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.engine.runner import RoundLoop, execute_run
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
@@ -70,7 +71,7 @@ def cache(tmp_path) -> DataCache:
 
 def run(tmp_path, spec, name: str) -> tuple[pd.DataFrame, list[dict]]:
     store = ResultsStore(tmp_path / name)
-    outcome = execute_run(spec, 0, store, cache(tmp_path), "h", executor="sequential")
+    outcome = execute_run(spec, 0, store, cache(tmp_path), "h", options=RunOptions(executor="sequential"))
     assert outcome.status == "finished", outcome
     frame = store.metrics([outcome.run_id])
     return frame, [json.loads(e) for e in frame["extra"]]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fedbench.engine.runner import execute_run
+from fedbench.options import RunOptions
 from fedbench.scenario import run_id_of
 from fedbench.engine.setup import DataCache
 from fedbench.runs import run_scenario
@@ -95,7 +96,7 @@ def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
 
     monkeypatch.setattr(FedProx, "local_step", explode)
     sc = scenario(algorithms=[{"name": "fedprox"}, {"name": "fedavg"}], rounds=3)
-    outcomes = run_scenario(sc, tmp_path / "div", device="cpu", data_dir=tmp_path / "data")
+    outcomes = run_scenario(sc, tmp_path / "div", RunOptions(device="cpu", data_dir=tmp_path / "data"))
     assert [o.status for o in outcomes] == ["diverged", "finished"]
     store = ResultsStore(tmp_path / "div")
     runs = store.runs().set_index("algorithm")
@@ -143,7 +144,7 @@ def test_a_crashing_run_is_recorded_failed_and_others_still_run(tmp_path, monkey
 
     monkeypatch.setattr(FedProx, "local_step", boom)
     sc = scenario(algorithms=[{"name": "fedprox"}, {"name": "fedavg"}], rounds=2)
-    outcomes = run_scenario(sc, tmp_path / "f", device="cpu", data_dir=tmp_path / "data")
+    outcomes = run_scenario(sc, tmp_path / "f", RunOptions(device="cpu", data_dir=tmp_path / "data"))
     assert [o.status for o in outcomes] == ["failed", "finished"]
     runs = ResultsStore(tmp_path / "f").runs()
     assert "injected failure" in runs.set_index("algorithm").loc["FedProx", "error"]
@@ -269,11 +270,12 @@ def test_round_one_logs_the_executor_and_why(tmp_path):
     assert json.loads(m["extra"].iloc[0])["executor"] == "sequential (auto on cpu: the per-client loop measured faster)"
     spec = resolve_runs(scenario(model={"name": "tinynn"}))[0]  # BatchNorm trains batched too
     store = ResultsStore(tmp_path / "bn")
-    out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h", executor="batched", chunk=2)
+    out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h",
+                      options=RunOptions(executor="batched", chunk=2))
     note = json.loads(store.metrics([out.run_id])["extra"].iloc[0])["executor"]
     assert note == "batched, chunks of 2 clients (asked for; --chunk); step eager (auto: 15 local steps < 20,000, too few to repay compiling)"
     on = execute_run(spec, 0, ResultsStore(tmp_path / "on"), DataCache(tmp_path / "data", False, torch.device("cpu")), "h",
-                     executor="batched", compile_step="on")
+                     options=RunOptions(executor="batched", compile_step="on"))
     note = json.loads(ResultsStore(tmp_path / "on").metrics([on.run_id])["extra"].iloc[0])["executor"]
     assert note == "batched, chunks of 16 clients (asked for; cpu default); step compiled (--compile on)"
 
@@ -290,7 +292,7 @@ def test_client_tables_in_host_memory_give_identical_numbers_and_resume(tmp_path
     frames = {}
     for mode in ("device", "host"):
         store = ResultsStore(tmp_path / mode)
-        outcome = execute_run(spec, 0, store, cache, "h", client_state=mode)
+        outcome = execute_run(spec, 0, store, cache, "h", options=RunOptions(client_state=mode))
         assert outcome.status == "finished", outcome.error
         frames[mode] = store.metrics([outcome.run_id])[COLS]
     pd.testing.assert_frame_equal(frames["device"], frames["host"])
@@ -302,8 +304,8 @@ def test_client_tables_in_host_memory_give_identical_numbers_and_resume(tmp_path
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        execute_run(spec, 0, store, cache, "h", stop_at_3, client_state="host")
-    outcome = execute_run(spec, 0, store, cache, "h", client_state="host")
+        execute_run(spec, 0, store, cache, "h", stop_at_3, RunOptions(client_state="host"))
+    outcome = execute_run(spec, 0, store, cache, "h", options=RunOptions(client_state="host"))
     pd.testing.assert_frame_equal(store.metrics([outcome.run_id])[COLS], frames["device"])
 
 

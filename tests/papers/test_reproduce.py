@@ -94,7 +94,7 @@ def test_dry_run_lists_needed_targets_first(tmp_path: Path, monkeypatch: pytest.
     (["nope"], "'nope'", "cflag, fedcams, fedmim, fedqvr, gradma"),
     (["gradma", "table9"], "'table9'", "runs, table1, table2"),
     (["gradma", "table1", "--scale", "huge"], "'huge'", "paper, small, tiny"),
-    (["gradma", "--executor", "slurm"], "'slurm'", "local, ray"),
+    (["gradma", "--backend", "slurm"], "'slurm'", "local, ray"),
     (["--list", "--scale", "huge"], "'huge'", "paper, small, tiny"),
 ])
 def test_bad_input_exits_2_with_one_line(args: list[str], bad: str, known: str, tmp_path: Path,
@@ -154,6 +154,45 @@ def test_reproduce_tunes_a_tuned_scenario_then_marks_it(tmp_path: Path, monkeypa
     tuning = (tmp_path / "tables" / "fake_tuning_tiny.md").read_text()
     assert "FedProx" in tuning and "FedAvg" not in tuning and "paper" in tuning
     assert rp.plan_lines("fake", chosen, opts)[-3].startswith("  then 2 run(s) of the chosen settings, 0 to run")
+
+
+def test_reproduce_gives_the_run_options_to_every_run_trials_included(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fedbench reproduce` takes the shared run options and every run it makes, the tuning trials
+    first, trains with them (the round-1 log says how)."""
+    import json
+
+    from fedbench.sweeps import worker
+
+    file = _tiny_scenario(tmp_path / "tuned.yaml")
+    raw = yaml.safe_load(file.read_text())
+    raw["algorithms"][1]["tune"] = {"space": {"local.lr": [0.05, 0.2]}, "protocol": "paper", "trials": {"rounds": 1}}
+    file.write_text(yaml.safe_dump(raw))
+    room = PaperRoom("fake", "a fake paper", (Target("t1", "one table", runs=(str(file),), steps=()),))
+    monkeypatch.setattr(rp, "room", lambda paper: room)
+    seen, real = [], worker.execute_run
+    monkeypatch.setattr(worker, "execute_run", lambda *a: seen.append(a[-1]) or real(*a))
+    out = tmp_path / "out"
+    result = invoke("fake", "--scale", "tiny", "--out", str(out), "--jobs", "1", "--device", "cpu", "--data-dir",
+                    str(tmp_path / "d"), "--executor", "batched", "--chunk", "1", "--compile", "off",
+                    "--client-state", "host", "--threads", "2")
+    assert result.exit_code == 0, result.output
+    expected = rp.RunOptions("cpu", tmp_path / "d", False, "batched", 1, "off", "host", 2)
+    assert seen == [expected] * 4  # two trials, then the two final runs
+    store = rp.ResultsStore(out)
+    logs = [json.loads(e) for e in store.metrics(store.runs()["run_id"]).query("round == 1")["extra"]]
+    assert [(x["executor"], x["threads"]) for x in logs] == [
+        ("batched, chunks of 1 clients (asked for; --chunk); step eager (--compile off)", 2)] * 4
+
+
+def test_a_missing_dataset_stops_reproduce_before_anything_is_written(tmp_path: Path) -> None:
+    result = invoke("fedqvr", "fig5_mnist_tau0.08", "--scale", "small", "--data-dir", str(tmp_path / "d"), "--out",
+                    str(tmp_path / "out"), "--tables-dir", str(tmp_path / "t"), "--figures-dir", str(tmp_path / "f"))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"dataset mnist: not in {tmp_path}/d/MNIST/raw/ (pass --download to fetch it into {tmp_path}/d/, or "
+        "--data-dir to the folder that holds MNIST/raw/)"]
+    assert tree(tmp_path) == []
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

@@ -10,10 +10,10 @@ from fedbench.scenario import parse_scenario
 from fedbench.store import ResultsStore
 from fedbench.sweeps.driver import run_sweep, run_tuning
 from fedbench.sweeps.tuning import TuningError, plan, select
-from fedbench.sweeps.worker import WorkerSettings
+from fedbench.options import RunOptions
 from tests.factories import tiny_scenario
 
-SETTINGS = WorkerSettings(device="cpu", threads=1)
+SETTINGS = RunOptions(device="cpu", threads=1)
 QUIET = Console(quiet=True)
 
 
@@ -41,7 +41,7 @@ def test_the_clearly_better_setting_is_chosen(tmp_path, protocol):
 
 def test_rounds_to_picks_the_setting_that_reaches_the_target(tmp_path):
     tuning = plan(scenario(select={"metric": "rounds_to", "target": 0.3}, protocol="paper"))
-    run_sweep(tuning.trial_runs(), tmp_path, jobs=1, settings=SETTINGS, console=QUIET)
+    run_sweep(tuning.trial_runs(), tmp_path, jobs=1, options=SETTINGS, console=QUIET)
     (choice,) = select(ResultsStore(tmp_path), tuning)
     assert choice.best.values == {"local.lr": 0.3}
     assert choice.scores[0] == float("inf") and choice.scores[1] <= 4
@@ -49,7 +49,7 @@ def test_rounds_to_picks_the_setting_that_reaches_the_target(tmp_path):
 
 def test_selection_needs_every_trial(tmp_path):
     tuning = plan(scenario())
-    run_sweep(tuning.trial_runs()[:1], tmp_path, jobs=1, settings=SETTINGS, console=QUIET)
+    run_sweep(tuning.trial_runs()[:1], tmp_path, jobs=1, options=SETTINGS, console=QUIET)
     with pytest.raises(TuningError, match="3 trial run"):
         select(ResultsStore(tmp_path), tuning)
 
@@ -58,7 +58,7 @@ def test_a_tuning_killed_half_way_resumes_and_selects_the_same(tmp_path):
     tuning = plan(scenario())
     fresh, _, _ = run_tuning(tuning, tmp_path / "fresh", 1, SETTINGS, QUIET)
     half = tmp_path / "half"
-    run_sweep(tuning.trial_runs()[:2], half, jobs=1, settings=SETTINGS, console=QUIET)  # killed after two runs
+    run_sweep(tuning.trial_runs()[:2], half, jobs=1, options=SETTINGS, console=QUIET)  # killed after two runs
     resumed, trials, _ = run_tuning(plan(scenario()), half, 1, SETTINGS, QUIET)
     assert (trials.skipped, trials.finished) == (2, 2)
     assert [c.best.values for c in resumed] == [c.best.values for c in fresh]

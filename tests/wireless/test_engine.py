@@ -16,6 +16,7 @@ from fedbench.algorithms import ALGORITHMS, Algorithm
 from fedbench.algorithms.capabilities import Capabilities
 from fedbench.compress import Compressed
 from fedbench.engine.runner import RoundLoop, execute_run
+from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.registry import Entry, NoParams
 from fedbench.scenario import parse_scenario, resolve_runs
@@ -42,7 +43,7 @@ def cache(tmp_path):
 
 def run(tmp_path, spec, name, executor="sequential"):
     store = ResultsStore(tmp_path / name)
-    outcome = execute_run(spec, 0, store, cache(tmp_path), "h", executor=executor)
+    outcome = execute_run(spec, 0, store, cache(tmp_path), "h", options=RunOptions(executor=executor))
     assert outcome.status == "finished", outcome
     frame = store.metrics([outcome.run_id])
     return frame, [json.loads(e) for e in frame["extra"]]
