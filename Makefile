@@ -5,22 +5,36 @@ BIN     = $(VENV)/bin
 OUT    ?= results
 SCALE  ?= paper
 
-.PHONY: install quickstart test clean
+LOCK    = requirements.lock
 
-$(VENV)/.installed: pyproject.toml
+.PHONY: install quickstart test test-fast check-floors lock clean
+
+# The exact versions of the lock (pip constraints); torch's CPU-only build where no NVIDIA GPU is present and
+# PyTorch's CPU index answers, else PyPI's (scripts/torch_index.py says which; TORCH_INDEX=cpu|pypi forces it).
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c $(LOCK) $$($(PYTHON) scripts/torch_index.py) -e ".[test]"
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv and install fedbench with its test extras
+install: $(VENV)/.installed  ## create .venv and install fedbench with its test extras, at the lock's versions
 
 quickstart: install  ## run the embedded default scenario (offline digits) and print its table, write its curves
 	$(BIN)/fedbench run configs/quickstart.yaml --out $(OUT)/quickstart
 	$(BIN)/fedbench table --out $(OUT)/quickstart --scenario quickstart --no-show
 	$(BIN)/fedbench plot --out $(OUT)/quickstart --scenario quickstart
 
-test: install  ## the whole test suite (CPU, offline)
+test: install  ## the whole test suite (CPU, offline; about 15 min on 2 cores): what .ci/run calls
 	$(BIN)/python -m pytest -q
+
+# Everything but the byte-for-byte regeneration of committed outputs and the slowest engine tests (under 5 min).
+test-fast: install  ## a quick subset of the suite: not the `outputs` and `slow` markers
+	$(BIN)/python -m pytest -q -m "not outputs and not slow"
+
+check-floors:  ## install the lowest versions pyproject.toml admits into .floors (needs PyPI) and run a smoke subset
+	PYTHON=$(PYTHON) scripts/check_floors.sh
+
+lock:  ## resolve pyproject.toml afresh into a scratch venv and write requirements.lock (then regenerate the outputs)
+	PYTHON=$(PYTHON) scripts/lock.sh $(LOCK)
 
 clean:
 	rm -rf $(OUT) .pytest_cache
@@ -28,8 +42,9 @@ clean:
 # Per-paper reproduction targets (reproduce-<paper>-...) live in mk/<paper>.mk, each a one-line wrapper around
 # `fedbench reproduce <paper> <target>`: the targets (scenario files, executor options, report steps) are declared
 # in fedbench/papers/<paper>/room.py (docs/reproduce.md). Runs go to $(OUT)/$(SCALE) through the sweep engine,
-# finished runs skipped; SWEEP_OPTS="--executor ray --address auto" runs them on a Ray cluster, "--jobs N" sets the
-# local worker processes (default: every CPU at tiny, one otherwise; one torch thread per run).
+# finished runs skipped; SWEEP_OPTS="--backend ray --address auto" runs them on a Ray cluster, "--jobs N" sets the
+# local worker processes (default: every CPU at tiny, one otherwise; one torch thread per run), and the run options
+# of `fedbench run` pass through too, e.g. SWEEP_OPTS="--device cuda --data-dir /data/fl" (docs/commands.md).
 PAPER_OUT   = $(OUT)/$(SCALE)
 SWEEP_OPTS ?=
 REPRODUCE   = $(BIN)/fedbench reproduce

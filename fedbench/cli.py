@@ -25,6 +25,22 @@ app = typer.Typer(
 )
 console = Console()
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from fedbench.versions import version_text
+
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="fedbench's, torch's and Python's versions and the dependency lock's; then exit"),
+) -> None:
+    """fedbench: run federated-learning scenarios from YAML, then build paper-style tables and curves."""
+
 OUT = typer.Option(Path("results"), "--out", help="results folder: SQLite index + checkpoints")
 SETS = typer.Option(None, "--set", help="override a scenario key, e.g. --set rounds=5 --set partition.omega=0.5")
 

@@ -30,6 +30,49 @@ def lock_id(path: Path = LOCK_FILE) -> str:
     return found.group(1) if found else "none"
 
 
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_pins(path: Path = LOCK_FILE) -> dict[str, str]:
+    """The lock's ``name==version`` lines as {canonical name: version} (empty without a lock)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    pins = (line.split("#")[0].strip().split("==") for line in text.splitlines())
+    return {_canonical(p[0]): p[1].strip() for p in pins if len(p) == 2}
+
+
+def lock_differences(path: Path = LOCK_FILE) -> list[str]:
+    """``name installed (lock pinned)`` for each installed package whose version is not the lock's; a local
+    build label does not count (torch ``2.14.1+cpu`` is the lock's ``2.14.1``), nor a package the lock pins
+    that is not installed (the CPU build of torch needs none of the CUDA wheels)."""
+    found = []
+    for name, pinned in sorted(lock_pins(path).items()):
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if have.split("+")[0] != pinned.split("+")[0]:
+            found.append(f"{name} {have} (lock {pinned})")
+    return found
+
+
+def version_text() -> str:
+    """What ``fedbench --version`` prints: fedbench's, torch's and Python's versions, and the lock's id and
+    whether the installed packages are the lock's."""
+    v = versions()
+    lines = [f"fedbench {v['fedbench']}", f"torch {v['torch']}, numpy {v['numpy']}, python {v['python']}"]
+    if v["lock"] == "none":
+        lines.append("lock: none (not a checkout with requirements.lock)")
+    else:
+        differ = lock_differences()
+        lines.append(f"lock {v['lock']}: " + ("every installed package is at the lock's version" if not differ else
+                     f"{len(differ)} installed package(s) differ from it: " + ", ".join(differ)))
+    return "\n".join(lines)
+
+
 def _installed(name: str) -> str:
     """``name``'s version as imported if it already is, else as installed (no import: torch is slow to load)."""
     import sys

@@ -2,6 +2,7 @@
 
 import json
 import platform
+from importlib import metadata
 from pathlib import Path
 
 import numpy
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import fedbench
-from fedbench.versions import LOCK_FILE, lock_id, versions
+from fedbench.versions import LOCK_FILE, lock_differences, lock_id, lock_pins, versions
 from tests.engine.test_runner import run, scenario
 
 
@@ -39,3 +40,32 @@ def test_a_run_records_the_versions_it_trained_with(tmp_path):
     store, outcome, _ = run(tmp_path, scenario(), "v")
     assert outcome.status == "finished"
     assert json.loads(store.runs()["versions"].item()) == [versions()]
+
+
+def test_lock_differences_name_installed_packages_off_the_lock_only(tmp_path):
+    installed = {"numpy": numpy.__version__, "torch": torch.__version__}
+    path = tmp_path / "requirements.lock"
+    path.write_text("# lock: t\n# a comment\n"
+                    f"numpy=={installed['numpy']}\n"
+                    f"Torch=={installed['torch'].split('+')[0]}+cpu\n"  # another build label of the same version
+                    "no-such-package-installed==1.0\n"  # pinned, not installed (CUDA wheels beside a CPU torch)
+                    "PyYAML==0.0.1\n")
+    assert lock_differences(path) == [f"pyyaml {metadata.version('pyyaml')} (lock 0.0.1)"]
+
+
+def test_the_repository_lock_pins_what_the_suite_runs_with():
+    """`make install` installs with -c requirements.lock: a difference here means the venv was made otherwise."""
+    assert lock_id() != "none" and lock_pins()["torch"].startswith("2.")
+    assert lock_differences() == []
+
+
+def test_fedbench_version_prints_the_versions_and_the_lock():
+    from typer.testing import CliRunner
+
+    from fedbench.cli import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0] == f"fedbench {fedbench.__version__}" and lines[1].startswith(f"torch {torch.__version__}")
+    assert lines[2] == f"lock {lock_id()}: every installed package is at the lock's version"
