@@ -190,22 +190,35 @@ def run(
     *, options: RunOptions,
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
-    from fedbench.engine.preflight import preflight
-    from fedbench.runs import check_only, check_out, run_scenario, selected
+    from fedbench.runs import check_only, run_scenario, selected
     from fedbench.store import ResultsStore
 
     sc = _load(scenario, overrides, scale)
     seed_list, labels = _parse_seeds(seeds), only.split(",") if only else None
     _or_exit(check_only, sc, labels)
-    _data_present([s.dataset for s in selected(sc, labels)], options)
-    _or_exit(preflight, sc.runs, options.device, options.data_dir)
-    _or_exit(check_out, out)
+    _before_runs(selected(sc, labels), options, out)
     with _store_errors(out), _interrupts():
         outcomes = run_scenario(sc, out, options, seed_list, labels, console, quiet)
         if not quiet:
             _print_summary(ResultsStore(out), sc.name)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+def _before_runs(specs, options: RunOptions, out: Path, check_data: bool = True) -> None:
+    """What every command that trains checks before it touches a results store, each failure one line and
+    exit 2: the datasets are under ``--data-dir``, the device exists, the datasets hold the runs' clients,
+    partitions and tasks (:mod:`fedbench.engine.preflight`), and ``out`` can be written. ``check_data``
+    False (a Ray cluster, whose workers read their own disks): the device and ``out`` only."""
+    from fedbench.engine.preflight import preflight
+    from fedbench.runs import check_device, check_out
+
+    if check_data:
+        _data_present([spec.dataset for spec in specs], options)
+        _or_exit(preflight, specs, options.device, options.data_dir)
+    else:
+        _or_exit(check_device, options.device)
+    _or_exit(check_out, out)
 
 
 def _data_present(datasets, options: RunOptions) -> None:
@@ -319,7 +332,6 @@ def tune(
     """Tune a scenario's entries (docs/tuning.md): run the missing trials, select, run the chosen settings."""
     from fedbench.options import BACKENDS
     from fedbench.report.tuning import write_tuning_tables
-    from fedbench.runs import check_device, check_out
     from fedbench.sweeps import driver, tuning
 
     _choice("--backend", backend, BACKENDS)
@@ -334,9 +346,7 @@ def tune(
             lines = tuning.plan_lines(plan) + _trial_status(plan.trial_runs(), out)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
             return
-        _or_exit(check_device, options.device)
-        _data_present([spec.dataset for spec in sc.runs], options)
-        _or_exit(check_out, out)
+        _before_runs(sc.runs, options, out)
         with _interrupts():
             try:
                 choices, trials, final = driver.run_tuning(plan, out, jobs, options, console, backend)
@@ -383,7 +393,6 @@ def sweep(
 ) -> None:
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
     from fedbench.options import BACKENDS
-    from fedbench.runs import check_device, check_out
     from fedbench.sweeps import driver, grid
 
     _choice("--backend", backend, BACKENDS)
@@ -396,10 +405,7 @@ def sweep(
         if dry_run:
             console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(1 if skipped else 0)
-        _or_exit(check_device, options.device)
-        if address is None:  # a Ray cluster's workers read their own disks
-            _data_present([r.spec.dataset for r in runs], options)
-        _or_exit(check_out, out)
+        _before_runs([r.spec for r in runs], options, out, check_data=address is None)
         with _interrupts():
             summary = _or_exit(lambda: driver.run_sweep(
                 runs, out, backend, jobs, options, cpus_per_run, gpus_per_run, address, max_retries, console))
@@ -672,7 +678,7 @@ def reproduce(
     paper / ours tables, claims and figures. The paper rooms are in fedbench/papers/. Every run and
     probe gets the run options."""
     from fedbench.papers import reproduce as rp
-    from fedbench.runs import check_device, check_out
+    from fedbench.scenario import ScenarioError
 
     opts = rp.Options(scale, out, backend, jobs, address, tables_dir, figures_dir, options)
     try:
@@ -696,12 +702,12 @@ def reproduce(
             lines = rp.estimate_lines(paper, chosen, opts, estimator)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
         return
-    from fedbench.runs import check_device, check_out
-
-    _or_exit(check_device, options.device)
-    if address is None:  # a Ray cluster's workers read their own disks
-        _data_present(rp.datasets(chosen, opts), options)
-    _or_exit(check_out, opts.out_dir)
+    try:
+        specs = rp.specs(chosen, opts)
+    except ScenarioError as exc:  # a room names a file this folder lacks (run from the repository root)
+        console.print(_red(exc), soft_wrap=True)
+        raise typer.Exit(2) from None
+    _before_runs(specs, options, opts.out_dir, check_data=address is None)
     with _interrupts():
         code = rp.reproduce(paper, chosen, opts, console)
     raise typer.Exit(code)

@@ -65,12 +65,19 @@ def test_the_out_check_leaves_nothing_behind(tmp_path: Path):
     assert listing(tmp_path) == []
 
 
-def test_reproduce_checks_its_out_folder(tmp_path: Path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    Path("afile").write_text("mine")
-    line = one_line(["reproduce", "fedmim", "--scale", "tiny", "--out", "afile"])
-    assert line == "--out afile: is a file, not a folder"
-    assert listing(tmp_path) == ["afile"] and Path("afile").read_text() == "mine"
+def test_reproduce_checks_its_out_folder(tmp_path: Path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    line = one_line(["reproduce", "fedmim", "--scale", "tiny", "--out", str(afile)])
+    assert line == f"--out {afile}: is a file, not a folder"
+    assert listing(tmp_path) == ["afile"] and afile.read_text() == "mine"
+
+
+def test_reproduce_away_from_the_configs_names_the_missing_file(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the paper rooms name their scenario files relative to the repository
+    line = one_line(["reproduce", "fedmim", "table3", "--scale", "tiny", "--out", "o"])
+    assert line == "configs/fedmim/table3.yaml: file not found: configs/fedmim/table3.yaml"
+    assert listing(tmp_path) == []
 
 
 # -- read-only means read-only --

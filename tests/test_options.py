@@ -26,7 +26,7 @@ def test_defaults_are_the_commands_defaults() -> None:
     ({"executor": "local"}, "--executor local: process placement is --backend local (sweep, tune, reproduce)"),
     ({"compile_step": "yes"}, "--compile: expected one of auto, on, off, got 'yes'"),
     ({"client_state": "disk"}, "--client-state: expected one of device, host, got 'disk'"),
-    ({"device": "gpu"}, "--device gpu: expected auto, cpu, cuda or cuda:N"),
+    ({"device": "gpu"}, "--device gpu: expected auto, cpu, cuda, cuda:N or mps"),
     ({"chunk": 0}, "--chunk: expected a positive integer, got 0"),
     ({"threads": None}, "--threads: expected a positive integer, got None"),
     ({"threads": True}, "--threads: expected a positive integer, got True"),

@@ -22,6 +22,7 @@ from fedbench.estimate import Estimator
 from fedbench.options import BACKENDS, RunOptions
 from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
+from fedbench.scenario import RunSpec
 from fedbench.store import DB_NAME, DONE, ResultsStore, read_statuses
 from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps import tuning
@@ -89,10 +90,10 @@ def target_points(target: Target, scale: str) -> list[SweepPoint]:
     return expand(list(target.runs), scale) if target.runs else []
 
 
-def datasets(targets: list[Target], opts: Options) -> list[dict]:
-    """The ``dataset:`` blocks of the targets' scenarios at ``opts.scale`` (for
-    :func:`fedbench.data.missing`, before anything runs)."""
-    return [spec.dataset for t in targets for p in target_points(t, opts.scale) for spec in p.scenario.runs]
+def specs(targets: list[Target], opts: Options) -> list[RunSpec]:
+    """The run specs of the targets' scenarios at ``opts.scale`` (checked before anything runs: their
+    datasets are on disk and hold their clients)."""
+    return [spec for t in targets for p in target_points(t, opts.scale) for spec in p.scenario.runs]
 
 
 def _unique_runs(points: list[SweepPoint], listed: Callable[[SweepPoint], list[SweepRun]]) -> list[SweepRun]:
