@@ -65,3 +65,17 @@ def tiny_spec(changes: dict[str, Any] | None = None, /, *, algorithm: str | dict
     if algorithm is not None:
         raw["algorithms"] = [algorithm if isinstance(algorithm, dict) else {"name": algorithm}]
     return resolve_runs(parse_scenario(raw))[0]
+
+
+def interrupted_at(execute_run, at: int):
+    """``execute_run`` (fedbench.runs') whose run is interrupted as by Ctrl-C once round ``at`` is recorded."""
+
+    def stopping(spec, seed, store, cache, shash, on_round, *rest):
+        def hook(t, metrics):
+            on_round(t, metrics)
+            if t == at:
+                raise KeyboardInterrupt
+
+        return execute_run(spec, seed, store, cache, shash, hook, *rest)
+
+    return stopping

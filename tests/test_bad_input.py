@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from fedbench.cli import app
 from fedbench.scenario import ScenarioError, load_scenario, parse_scenario
-from tests.factories import tiny_scenario
+from tests.factories import interrupted_at, tiny_scenario
 
 runner = CliRunner()
 TINY = tiny_scenario({"rounds": 1}, algorithms=[{"name": "fedavg"}])
@@ -143,15 +143,7 @@ def test_ctrl_c_says_which_run_and_round_and_exits_130_then_the_same_command_res
     out = tmp_path / "out"
     real = fedbench.runs.execute_run
 
-    def ctrl_c_in_round_3(spec, seed, store, cache, shash, on_round, *rest):
-        def hook(t, metrics):
-            on_round(t, metrics)
-            if t == 2:
-                raise KeyboardInterrupt
-
-        return real(spec, seed, store, cache, shash, hook, *rest)
-
-    monkeypatch.setattr(fedbench.runs, "execute_run", ctrl_c_in_round_3)
+    monkeypatch.setattr(fedbench.runs, "execute_run", interrupted_at(real, 2))
     result = runner.invoke(app, ["run", str(path), "--out", str(out)], terminal_width=300)
     assert result.exit_code == 130 and "Traceback" not in result.output
     assert "interrupted tiny / FedAvg seed 0 in round 3; run the same command to resume it" in result.output

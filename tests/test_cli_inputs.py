@@ -16,7 +16,7 @@ from fedbench import cli_warnings
 from fedbench.cli import app
 from fedbench.runs import check_out
 from fedbench.store import DB_NAME, ResultsStore
-from tests.factories import tiny_scenario
+from tests.factories import interrupted_at, tiny_scenario
 
 runner = CliRunner()
 
@@ -161,15 +161,7 @@ def test_a_warning_prints_as_one_line_without_source(tmp_path: Path, monkeypatch
     path = scenario_file(tmp_path, rounds=3, checkpoint_every=1)
     out, real = tmp_path / "out", fedbench.runs.execute_run
 
-    def stop_in_round_3(spec, seed, store, cache, shash, on_round, *rest):
-        def hook(t, metrics):
-            on_round(t, metrics)
-            if t == 2:
-                raise KeyboardInterrupt
-
-        return real(spec, seed, store, cache, shash, hook, *rest)
-
-    monkeypatch.setattr(fedbench.runs, "execute_run", stop_in_round_3)
+    monkeypatch.setattr(fedbench.runs, "execute_run", interrupted_at(real, 2))
     assert runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet"]).exit_code == 130
     monkeypatch.setattr(fedbench.runs, "execute_run", real)
     (checkpoint,) = (out / "checkpoints").glob("*.pt")
