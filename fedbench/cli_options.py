@@ -29,7 +29,7 @@ console = Console(stderr=True)  # errors go to stderr
 
 DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one Typer declaration)
     "device": (str, typer.Option("auto", "--device", rich_help_panel=PANEL,
-                                 help="auto (CUDA if present), cpu, cuda or cuda:N")),
+                                 help="auto (CUDA if present), cpu, cuda, cuda:N or mps")),
     "data_dir": (Path, typer.Option(Path("data"), "--data-dir", rich_help_panel=PANEL,
                                     help="where real datasets are, or are downloaded to (docs/datasets.md)")),
     "download": (bool, typer.Option(False, "--download", rich_help_panel=PANEL,

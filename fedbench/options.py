@@ -4,7 +4,7 @@
 None of them changes a run's identity (its spec hash): they say where the data is, which device
 trains, and how the S clients of a round are executed. The vocabulary:
 
-    --device        auto | cpu | cuda | cuda:N            where runs train
+    --device        auto | cpu | cuda | cuda:N | mps      where runs train
     --data-dir      folder                                 where real datasets are (docs/datasets.md)
     --download      flag                                   fetch a missing torchvision dataset there
     --executor      auto | sequential | batched            the client executor (docs/commands.md)
