@@ -7,6 +7,10 @@ capped at SSE4.1, MKL's BLAS at SSE4.2, NumPy's dispatch below x86-64-v3 and Ope
 bytes must equal the committed file, which :mod:`tests.test_committed_outputs` regenerates on this machine's
 best path (AVX2 or AVX-512): two kernel paths, one table. It holds because the tiny scale trains in float64
 (``local.precision: fp64``, fedbench/engine/precision.py); in float32 these two paths give other tables.
+
+Not every table is this robust: FedCAMS Figs. 4-5 (convolutions and the sign and top-k compressors, which turn a
+last-bit difference into another coordinate or sign) moved by 0.07 points in one cell on the scalar path
+(92.74 ± 2.38 → 92.67 ± 2.50, 2026-11-26); docs/scenarios.md#precision-and-the-same-numbers-on-every-machine.
 """
 
 from __future__ import annotations
@@ -27,9 +31,8 @@ BASIC_KERNELS = {
     "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
     "OPENBLAS_CORETYPE": "Nehalem",
 }
-# FedQVR Fig. 5 (MLP, stochastic quantizer, wireless uplink) and FedCAMS Figs. 4-5 (a CNN, compressors, error
-# feedback): two of the tables that moved on another CPU, the cheapest ones with convolutions and without.
-KERNEL_CASES = [c for c in CASES if c.name in ("fedqvr", "fedcams")]
+# FedQVR Fig. 5 (MLP, stochastic quantizer, wireless uplink): one of the tables that moved on another CPU.
+KERNEL_CASES = [c for c in CASES if c.name == "fedqvr"]
 
 
 def fedbench(*args: str, cwd: Path = ROOT) -> str:
