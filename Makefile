@@ -6,6 +6,9 @@ OUT    ?= results
 SCALE  ?= paper
 
 LOCK    = requirements.lock
+# pytest-xdist workers for make test: one per core, at most 4 (a run trains on one thread, engine/threads.py).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST  = OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: install quickstart test test-fast check-floors lock clean
 
@@ -24,11 +27,11 @@ quickstart: install  ## run the embedded default scenario (offline digits) and p
 	$(BIN)/fedbench plot --out $(OUT)/quickstart --scenario quickstart
 
 test: install  ## the whole test suite (CPU, offline; about 15 min on 2 cores): what .ci/run calls
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # Everything but the byte-for-byte regeneration of committed outputs and the slowest engine tests (under 5 min).
 test-fast: install  ## a quick subset of the suite: not the `outputs` and `slow` markers
-	$(BIN)/python -m pytest -q -m "not outputs and not slow"
+	$(PYTEST) -m "not outputs and not slow"
 
 check-floors:  ## install the lowest versions pyproject.toml admits into .floors (needs PyPI) and run a smoke subset
 	PYTHON=$(PYTHON) scripts/check_floors.sh

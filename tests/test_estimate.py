@@ -248,6 +248,7 @@ def test_reproduce_dry_run_estimate(tmp_path: Path, fake_clock: None, monkeypatc
     assert "probe: " in result.output and not out.exists()
 
 
+@pytest.mark.slow
 def test_reproduce_gradma_paper_prices_every_target_whose_data_is_in_the_data_dir(
         tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 24's done-when: MNIST and CIFAR-10 files (real formats) in D, CIFAR-100 and Tiny-ImageNet

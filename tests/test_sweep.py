@@ -167,6 +167,7 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_executor_matches_local_and_records_failures(local_sweep, ray_local, tmp_path):
     """Ray's driver-written store equals the local workers' (ids, statuses, every metric but wall
     time, extra logs); a run that raises is recorded as failed and the others finish."""

@@ -153,6 +153,7 @@ def final_model(tmp_path, algorithm, raw=RAW, executor="auto"):
     return loop.state["x"], [(m["train_loss"], m["test_loss"], m["bits_up"]) for m in metrics]
 
 
+@pytest.mark.slow
 def test_moon_with_mu_zero_is_fedavg_exactly(tmp_path):
     x_avg, m_avg = final_model(tmp_path, {"name": "fedavg"})
     x_moon, m_moon = final_model(tmp_path, {"name": "moon", "mu": 0.0})

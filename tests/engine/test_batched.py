@@ -105,7 +105,8 @@ def test_batched_equals_sequential_with_batchnorm_for_every_algorithm(tmp_path, 
 
 
 @pytest.mark.parametrize("model, name", [
-    (m, a) for m in sorted(BN_MODELS) for a in ("fedavg", "fedsam", "scaffold") if m not in HEAVY or a == "fedavg"
+    pytest.param(m, a, marks=[pytest.mark.slow] if m in HEAVY else [])
+    for m in sorted(BN_MODELS) for a in ("fedavg", "fedsam", "scaffold") if m not in HEAVY or a == "fedavg"
 ])
 def test_batched_equals_sequential_for_every_batchnorm_model(tmp_path, model, name):
     """Every BatchNorm model with one-evaluation (FedAvg), two-evaluation (FedSAM: the perturbed point must

@@ -17,6 +17,8 @@ from fedbench.store import ResultsStore
 from tests.continual.common import raw_with
 from tests.engine.test_batched import BASE, COLS, ImageCache, bn_scenario, with_algorithm
 
+pytestmark = pytest.mark.slow  # torch.compile: seconds to tens of seconds per test on 2 cores
+
 # FedAvg: one evaluation a step; FedSAM: two (the perturbed point); SCAFFOLD: per-client state;
 # NCCL-FL: a replay draw differentiated apart (oracle.memory) — the ways algorithms use the step.
 ORACLE_USES = ["fedavg", "fedsam", "scaffold", "nccl_fl"]

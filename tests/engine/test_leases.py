@@ -57,6 +57,7 @@ def test_a_run_held_by_a_live_process_is_left_to_it_and_a_dead_ones_is_taken_ove
     assert store.claim(rid, "otherhost:2") is None  # released after training
 
 
+@pytest.mark.slow
 def test_concurrent_processes_on_one_out_train_each_run_once(tmp_path):
     raw = tiny_scenario({"rounds": 12}, algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.01}], seeds=[0, 1, 2])
     path = tmp_path / "s.yaml"
@@ -184,6 +185,7 @@ def uninterrupted(tmp_path_factory) -> tuple[list[str], ResultsStore]:
     return cmd, ResultsStore(tmp / "full")
 
 
+@pytest.mark.slow
 @linux_only
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_a_killed_run_resumes_at_once_with_the_same_command(tmp_path, sig, uninterrupted):

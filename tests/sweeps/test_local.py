@@ -59,6 +59,7 @@ def _until(check, timeout: float, what: str) -> None:
 
 
 @linux_only
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_pool_workers_end_with_their_driver(tmp_path, sig):
     path = tmp_path / "s.yaml"
