@@ -6,9 +6,10 @@ OUT    ?= results
 SCALE  ?= paper
 
 LOCK    = requirements.lock
-# pytest-xdist workers for make test: one per core, at most 4 (a run trains on one thread, engine/threads.py).
+# pytest-xdist workers for make test: one per core, at most 4 (a run trains on one thread, engine/threads.py),
+# handed two tests at a time in the suite's order (tests/conftest.py: the minutes-long ones first).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
-PYTEST  = OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+PYTEST  = OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk 2
 
 .PHONY: install quickstart test test-fast check-floors lock clean
 

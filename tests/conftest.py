@@ -58,7 +58,10 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the ``gpu``-marked tests, with the reason, where torch sees no CUDA device."""
+    """The ``outputs`` tests first, then the ``slow`` ones (make test hands tests to its pytest-xdist workers a
+    few at a time, in this order, so the minutes-long ones start at once and the short ones fill in around
+    them); skip the ``gpu``-marked tests, with the reason, where torch sees no CUDA device."""
+    items.sort(key=lambda item: (item.get_closest_marker("outputs") is None, item.get_closest_marker("slow") is None))
     marked = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not marked:
         return
