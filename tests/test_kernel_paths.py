@@ -4,13 +4,15 @@ regenerate on an AMD machine).
 A committed table is regenerated in a subprocess whose every numeric library is held to its most basic x86-64
 code path: ATen's scalar kernels (``ATEN_CPU_CAPABILITY=default``: no AVX2, no fused multiply-adds), oneDNN
 capped at SSE4.1, MKL's BLAS at SSE4.2, NumPy's dispatch below x86-64-v3 and OpenBLAS as on a Nehalem. The
-bytes must equal the committed file, which :mod:`tests.test_committed_outputs` regenerates on this machine's
-best path (AVX2 or AVX-512): two kernel paths, one table. It holds because the tiny scale trains in float64
+bytes must equal the committed file, which :mod:`tests.test_committed_outputs` regenerates on the path fedbench
+pins (ATen's AVX2 kernels, fedbench/kernels.py; the machine's best BLAS): two kernel paths, one table. It holds because the tiny scale trains in float64
 (``local.precision: fp64``, fedbench/engine/precision.py); in float32 these two paths give other tables.
 
-Not every table is this robust: FedCAMS Figs. 4-5 (convolutions and the sign and top-k compressors, which turn a
-last-bit difference into another coordinate or sign) moved by 0.07 points in one cell on the scalar path
-(92.74 ± 2.38 → 92.67 ± 2.50, 2026-11-26); docs/scenarios.md#precision-and-the-same-numbers-on-every-machine.
+Not every table is this robust: FedCAMS Figs. 4-5's ConvMixer column (GELU, and the sign and top-k compressors,
+which turn a last-bit difference into another coordinate or sign) moved in its four compressed rows, by up to
+2 points, under ATen's scalar kernels alone, and not at all with only MKL, oneDNN, NumPy and OpenBLAS capped
+(2026-11-26). Hence fedbench pins ATen's AVX2 kernels (fedbench/kernels.py);
+docs/scenarios.md#precision-and-the-same-numbers-on-every-machine.
 """
 
 from __future__ import annotations
