@@ -22,13 +22,13 @@ PINNED = "avx2"
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     """The first processor's flags in ``cpuinfo`` (Linux); empty where the file is absent or has none."""
     try:
-        text = cpuinfo.read_text(errors="ignore")
+        with cpuinfo.open(errors="ignore") as lines:  # stops at the first processor: not the whole file
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return set(value.split())
     except OSError:
-        return set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return set(value.split())
+        pass
     return set()
 
 
