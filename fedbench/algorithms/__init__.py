@@ -25,6 +25,7 @@ from fedbench.algorithms import (  # noqa: F401
     nccl,
     scaffold,
 )
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, RoundContext, State
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, RoundContext, Upload
+from fedbench.algorithms.state import ServerState
 
-__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmContext", "RoundContext", "State"]
+__all__ = ["ALGORITHMS", "Algorithm", "AlgorithmContext", "RoundContext", "ServerState", "Upload"]

@@ -1,43 +1,58 @@
-"""The algorithm API: a few hooks around one round loop that the algorithm does not own.
+"""The algorithm API: a few pure hooks around one round loop that the algorithm does not own.
 
 The engine runs every round the same way (see ``fedbench/engine/runner.py``)::
 
     ctx = RoundContext(clients, lr, steps,
-                       algo.broadcast(state, clients),      # server → every sampled client
-                       algo.client_state(state, clients))   # what each client already holds
-    algo.prepare_round(state, ctx, weights)                 # optional exchange before local work
-    x   = ctx.start                                         # [S, P] local iterates
-    for k in range(K_i):                                    # K_i = ctx.steps[i] local steps
-        x = algo.local_step(ctx, x, grad)                   # grad(z): minibatch gradient at z, [S, P] -> [S, P]
-                                                            # grad(z, objective): of the algorithm's own loss (batchable = False)
-    up  = algo.upload(ctx, x)                               # what each client sends, {name: [S, P]}
-    algo.server_update(state, ctx, up, weights)             # aggregate, move the global model
+                       algo.broadcast(state, clients),          # server → every sampled client
+                       algo.client_state(state, clients),       # what each client already holds
+                       inputs)                                  # engine inputs the algorithm declared
+    ctx = algo.prepare_round(state, ctx, weights)               # optional exchange before local work
+    x, carry = ctx.start, algo.local_init(ctx, ctx.start)       # [S, P] local iterates, their scratch
+    for k in range(K_i):                                        # K_i = ctx.steps[i] local steps
+        x, carry = algo.local_step(ctx, x, carry, grad)         # grad(z): minibatch gradient at z, [S, P] -> [S, P]
+                                                                # grad(z, objective): of the algorithm's own loss (batchable = False)
+    up = algo.upload(ctx, x, carry)                             # Upload(sent={name: [S, P]}, kept=rows the clients keep)
+    state, logs = algo.server_update(state, ctx, up, weights)   # aggregate, move the global model
 
+Every hook is a function of its arguments that returns new values: the server state is the
+algorithm's own typed :class:`~fedbench.algorithms.state.ServerState` (``state_type``), the
+clients' held rows and carry are ``NamedTuple`` s of ``[S, ...]`` rows, and nothing handed to a hook
+is mutated by it (``[N, P]`` client tables are donated, :mod:`~fedbench.algorithms.client_table`).
 Everything is a flat parameter vector: ``[P]`` for server quantities, ``[S, P]`` for the round's
-clients, ``[N, P]`` for per-client state kept across rounds (SCAFFOLD's c_i, FedDyn's ∇L_i),
-so update rules read like the papers' equations and the engine can execute the S clients one
-by one or all at once. Algorithms never do I/O, pick devices or print.
+clients, ``[N, P]`` for per-client state kept across rounds (SCAFFOLD's c_i, FedDyn's ∇L_i), so
+update rules read like the papers' equations and the engine can execute the S clients one by one
+or all at once. Algorithms never do I/O, pick devices or print.
 
-Communication is counted from what the hooks return: every tensor of ``broadcast`` is sent to
-each sampled client and every entry of the upload is sent by each client — at 32 bits per float,
-or at the exact size a :class:`~fedbench.compress.Compressed` entry reports. ``client_state`` is
-free (the client owns it), and so are upload entries whose name starts with ``_``: they are the
-client's own new state (e.g. its error-feedback memory), handed to ``server_update`` only so the
-simulation can keep it in an ``[N, P]`` table. ``server_update`` receives decoded tensors.
+Communication is counted from what the hooks return: every tensor of ``broadcast`` (a
+:data:`Message`) is sent to each sampled client and every entry of ``Upload.sent`` by each
+client — at 32 bits per float, or at the exact size a :class:`~fedbench.compress.Compressed` entry
+reports. ``client_state`` is free (the client owns it), and so is ``Upload.kept``: the client's own
+new state (e.g. its error-feedback memory) or statistics for the logs, handed to ``server_update``
+only so that the simulation can keep it in an ``[N, P]`` table. ``server_update`` receives decoded
+tensors.
+
+Engine inputs an algorithm needs beyond the minibatch gradient (a full local gradient, a replay
+memory's gradient, a bit allocation) are declared by name in its
+:class:`~fedbench.algorithms.capabilities.Capabilities` (``inputs``) and read from ``ctx.inputs``;
+the engine's registered providers (:mod:`fedbench.engine.inputs`) fill them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, NamedTuple, Protocol, TypeVar
 
 import torch
+import torch.utils._pytree as pytree
 from pydantic import BaseModel
 
 from fedbench.algorithms.capabilities import Capabilities
-from fedbench.optim.local import LocalOptimizer
-from fedbench.algorithms.client_table import HostTable
+from fedbench.algorithms.client_table import ClientTable, DeviceTable, HostTable
+from fedbench.algorithms.state import ServerState
 from fedbench.compress import Compressed, Compressor
+from fedbench.optim.client import LocalOptimizer
 from fedbench.optim.server import ServerOptimizer
 from fedbench.registry import NoParams, Registry
 
@@ -45,7 +60,13 @@ if TYPE_CHECKING:
     from fedbench.continual.memory import ReplayMemory
     from fedbench.continual.tasks import TaskStream
 
-State = dict[str, torch.Tensor]
+Message = dict[str, torch.Tensor]
+"""Named tensors on the wire (a broadcast): each entry is charged as communication."""
+
+Logs = dict[str, Any]
+"""A hook's per-round logs (JSON-able values), recorded with the round."""
+
+St = TypeVar("St", bound=ServerState)
 
 
 class GradFn(Protocol):
@@ -59,41 +80,59 @@ class GradFn(Protocol):
     def memory(self, z: torch.Tensor) -> torch.Tensor: ...
 
 
-@dataclass
+class Upload(NamedTuple):
+    """What each client hands over after its local work: ``sent``, its messages ``{name: [S, P]}``
+    (charged, possibly :class:`~fedbench.compress.Compressed`), and ``kept``, a ``NamedTuple`` of
+    ``[S, ...]`` rows that stay with the client (its new per-client state, or statistics for the
+    logs), free, or None."""
+
+    sent: dict[str, Any]
+    kept: Any = None
+
+    def rows(self, index: torch.Tensor | slice) -> Upload:
+        """The upload of a subset of the round's clients."""
+        return Upload({k: v[index] for k, v in self.sent.items()}, select_rows(self.kept, index))
+
+
+def map_rows(f: Callable[..., torch.Tensor], *trees: Any) -> Any:
+    """``f`` over the tensor leaves of pytrees of ``[S, ...]`` row blocks of one structure (None
+    leaves stay None)."""
+    return pytree.tree_map(lambda *leaves: None if leaves[0] is None else f(*leaves), *trees)
+
+
+def select_rows(rows: Any, index: torch.Tensor | slice) -> Any:
+    """``rows`` (a pytree of ``[S, ...]`` tensors, or None) restricted to ``index``."""
+    return map_rows(lambda v: v[index], rows)
+
+
+def where_rows(on: torch.Tensor, new: Any, old: Any) -> Any:
+    """Rows of ``new`` where ``on`` ``[S]``, else rows of ``old``, leaf by leaf (pytrees of ``[S, ...]`` tensors)."""
+    return map_rows(lambda n, o: torch.where(on.view(-1, *[1] * (n.dim() - 1)), n, o), new, old)
+
+
+@dataclass(frozen=True)
 class RoundContext:
     """What the S sampled clients of one round start from.
 
     ``lr`` is the round's local learning rate η_l, ``steps`` ``[S]`` the local steps K_i each
     client takes (float, for divisions); ``broadcast`` holds the server's message (``[P]``
-    tensors, identical for every client); ``per_client`` holds client-specific ``[S, ...]``
-    tensors that the clients already own (e.g. SCAFFOLD's c_i), so they cost no communication.
-
-    ``per_client`` is also the clients' scratch space during the round: ``local_step`` may store
-    rows there (e.g. GradMA's previous local iterate) and read them at the next step; the
-    engine gives each client its own dict when it runs clients one by one. In the batched engine a
-    client that has finished its K_i steps keeps receiving (ignored) scratch updates, so scratch
-    must not feed ``upload`` unless every client runs the same number of steps.
-
-    The engine's per-client inputs are typed fields, filled as the algorithm's
-    :class:`~fedbench.algorithms.capabilities.Capabilities` ask: ``full_grad`` ``[S, P]`` =
-    ∇f_i(x) over client i's whole data (``full_gradient``); ``memory_grad`` ``[S, P]`` = ∇f_i†(x)
-    on a draw from its replay memory and ``memory_size`` ``[S]`` (``memory_gradient``; rows of an
-    empty memory are zeros); ``bits`` ``[S]`` the bit widths of the wireless allocation
-    (``adaptive_bits``). With ``replay_per_step`` and ``replay_apart`` the step's replay draw is not
-    joined to the minibatch: ``grad(z)`` is the current minibatch's gradient and ``grad.memory(z)``
-    the draw's (same clipping/weight decay; exact zero rows while the memory is empty).
+    tensors, identical for every client); ``held`` the rows the clients already own (the
+    algorithm's ``client_state``, a ``NamedTuple`` of ``[S, ...]`` rows, or None), so they cost no
+    communication; ``inputs`` the engine inputs the algorithm declared (``Capabilities.inputs``),
+    each ``[S, ...]``: ``full_grad`` = ∇f_i(x) over client i's whole data; ``memory_grad`` =
+    ∇f_i†(x) on a draw from its replay memory and ``memory_size`` ``[S]`` (rows of an empty memory
+    are zeros); ``bits`` ``[S]`` the bit widths of the wireless allocation. With
+    ``replay_per_step`` and ``replay_apart`` the step's replay draw is not joined to the minibatch:
+    ``grad(z)`` is the current minibatch's gradient and ``grad.memory(z)`` the draw's.
     """
 
     clients: torch.Tensor
     lr: float
     steps: torch.Tensor
-    broadcast: dict[str, torch.Tensor]
-    per_client: dict[str, torch.Tensor] = field(default_factory=dict)
+    broadcast: Message
+    held: Any = None
     round: int = 0
-    full_grad: torch.Tensor | None = None
-    memory_grad: torch.Tensor | None = None
-    memory_size: torch.Tensor | None = None
-    bits: torch.Tensor | None = None
+    inputs: Mapping[str, torch.Tensor] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def start(self) -> torch.Tensor:
@@ -101,17 +140,27 @@ class RoundContext:
         x = self.broadcast["x"]
         return x.unsqueeze(0).expand(len(self.clients), -1).clone()
 
-    def select(self, rows: slice) -> "RoundContext":
+    def select(self, rows: torch.Tensor | slice) -> RoundContext:
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
-        inputs = {k: None if v is None else v[rows] for k, v in self.inputs().items()}
         return RoundContext(
-            self.clients[rows], self.lr, self.steps[rows], self.broadcast,
-            {k: v[rows] for k, v in self.per_client.items()}, self.round, **inputs,
+            self.clients[rows], self.lr, self.steps[rows], self.broadcast, select_rows(self.held, rows), self.round,
+            MappingProxyType({k: v[rows] for k, v in self.inputs.items()}),
         )
 
-    def inputs(self) -> dict[str, torch.Tensor | None]:
-        """The engine's typed per-client inputs (``None`` where the algorithm did not ask)."""
-        return {"full_grad": self.full_grad, "memory_grad": self.memory_grad, "memory_size": self.memory_size, "bits": self.bits}
+    def sending(self, **message: torch.Tensor) -> RoundContext:
+        """This context with ``message`` added to the broadcast (charged as downlink)."""
+        return dataclasses.replace(self, broadcast={**self.broadcast, **message})
+
+    def holding(self, held: Any) -> RoundContext:
+        """This context with the clients' held rows replaced by ``held``."""
+        return dataclasses.replace(self, held=held)
+
+    def input(self, name: str) -> torch.Tensor:
+        """The engine input ``name`` ``[S, ...]``; a KeyError naming the declaration if it is absent."""
+        if name not in self.inputs:
+            raise KeyError(f"engine input {name!r} is not in this round's context: declare it in the algorithm's "
+                           f"Capabilities(inputs=...) (provided: {sorted(self.inputs) or 'none'})")
+        return self.inputs[name]
 
 
 @dataclass(frozen=True)
@@ -163,13 +212,16 @@ class AlgorithmContext:
 class Algorithm:
     """FedAvg (McMahan et al. 2017) and the base of every algorithm.
 
-    Local work is plain SGD, ``x ← x − η_l·∇f_i(x; ξ)``; the server moves the global model along
-    the weighted mean change Δ = Σ_i w_i (x_i − x) with the configured server optimizer
-    (:mod:`fedbench.optim.server`), which makes FedAvgM, FedAdam, FedYogi and FedAMSGrad configuration.
+    Local work is ``local.optimizer`` on the minibatch gradient (plain SGD, ``x ← x − η_l·∇f_i(x; ξ)``,
+    by default); the server moves the global model along the weighted mean change
+    Δ = Σ_i w_i (x_i − x) with the configured server optimizer (:mod:`fedbench.optim.server`),
+    which makes FedAvgM, FedAdam, FedYogi and FedAMSGrad configuration. The parameters' type is
+    the one the registry was given (``ALGORITHMS.register(name, description, Params)``); a
+    subclass may annotate ``params: Params`` for the type checker.
     """
 
-    Params: ClassVar[type[BaseModel]] = NoParams
     caps: ClassVar[Capabilities] = Capabilities(label="FedAvg")  # set by AlgorithmRegistry.register
+    params: BaseModel
 
     def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
         self.params = params
@@ -177,67 +229,72 @@ class Algorithm:
         self.ctx = ctx
 
     # -- state -------------------------------------------------------------------------
-    def init_state(self, x0: torch.Tensor) -> State:
+    def init_state(self, x0: torch.Tensor) -> ServerState:
         """Server state at round 0: the global model ``x`` and the server optimizer's state."""
-        return {"x": x0.clone(), **{f"opt.{k}": v for k, v in self.server.init(x0).items()}}
+        return ServerState(x0.clone(), self.server.init(x0))
 
-    def client_table(self, like: torch.Tensor, fill: torch.Tensor | None = None) -> torch.Tensor:
+    def client_table(self, like: torch.Tensor, fill: torch.Tensor | None = None) -> ClientTable:
         """A preallocated ``[N, P]`` per-client state table with ``like``'s dtype and device, zero or
         every row ``fill``; in host memory (:class:`~fedbench.algorithms.client_table.HostTable`)
-        when the run keeps client state on the host. Use it through ``t[rows]``, ``t[rows] = v``,
-        ``t.index_add_(0, rows, v)`` and ``t += v`` only."""
+        when the run keeps client state on the host."""
         n = self.ctx.num_clients
-        table = HostTable.zeros(n, like) if self.ctx.host_client_state else like.new_zeros((n, like.numel()))
+        table: ClientTable = (HostTable if self.ctx.host_client_state else DeviceTable).zeros(n, like)
         if fill is not None:
-            table[torch.arange(n, device=like.device)] = fill.reshape(1, -1).expand(n, -1)
+            table = table.write(torch.arange(n, device=like.device), fill.reshape(1, -1).expand(n, -1))
         return table
 
     # -- hooks ---------------------------------------------------------------------------
-    def broadcast(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+    def broadcast(self, state: Any, clients: torch.Tensor) -> Message:
         """The server's message to every sampled client (``[P]`` tensors; each one costs bits)."""
-        return {"x": state["x"]}
+        return {"x": state.x}
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Rows ``[S, ...]`` of per-client state the sampled clients hold themselves (free)."""
-        return {}
+    def client_state(self, state: Any, clients: torch.Tensor) -> Any:
+        """Rows ``[S, ...]`` of per-client state the sampled clients hold themselves (free): a
+        ``NamedTuple``, or None (the default)."""
+        return None
 
-    def prepare_round(self, state: State, ctx: RoundContext, weights: torch.Tensor) -> None:
-        """An exchange before local work (e.g. C-FLAG Alg. 1 lines 2–3): the clients' ``full_grad`` /
-        ``memory_grad`` rows are in ``ctx.per_client``; tensors added to ``ctx.broadcast`` here are
-        charged as downlink. ``weights`` are the round's aggregation weights. Default: nothing."""
+    def prepare_round(self, state: Any, ctx: RoundContext, weights: torch.Tensor) -> RoundContext:
+        """An exchange before local work (e.g. C-FLAG Alg. 1 lines 2–3) from the clients' ``ctx.inputs``;
+        returns the context to train with (``ctx.sending(...)`` adds downlink messages, charged;
+        ``ctx.holding(...)`` replaces the held rows). ``weights`` are the round's aggregation weights.
+        Default: ``ctx`` as it is."""
+        return ctx
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_init(self, ctx: RoundContext, x: torch.Tensor) -> Any:
+        """The clients' carry at their first local step from iterates ``x`` ``[S, P]``: every leaf
+        an ``[S, ...]`` row block (the batched engine keeps a finished client's rows as they are).
+        Default: the local optimizer's state."""
+        return self.ctx.local_optimizer.init(x)
+
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         """x ← x − η_l·∇f_i(x; ξ), or an Adam step on ∇f_i(x; ξ) under ``local.optimizer: adam``."""
-        return self.ctx.local_optimizer.step(ctx, x, grad(x))
+        return self.ctx.local_optimizer.step(x, grad(x), carry, ctx.lr)
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor | Compressed]:
-        """Each client's message after its local work, ``{name: [S, P]}``: its model change,
-        through the scenario's uplink compressor."""
-        return {"delta": self.compress(ctx, x - ctx.broadcast["x"])}
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: Any) -> Upload:
+        """Each client's message after its local work: its model change, through the scenario's
+        uplink compressor."""
+        return Upload({"delta": self.compress(ctx, x - ctx.broadcast["x"])})
 
-    def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        """Aggregate and update ``state`` in place; return per-round logs (may be empty)."""
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        return {}
+    def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
+        """The new state from the (decoded) uploads, and per-round logs (may be empty)."""
+        return self.server_step(state, weighted_mean(up.sent["delta"], weights)), {}
 
-    def end_task(self, state: State, data: TaskData) -> dict[str, Any]:
+    def end_task(self, state: Any, data: TaskData) -> tuple[Any, Logs]:
         """Continual scenarios: called after the last round of each task (after its evaluation and the
-        memory fill); may update ``state`` in place (e.g. EWC's Fisher). Returns logs; a ``task_acc``
-        entry replaces the network classifier's accuracy-matrix row (an algorithm's own classifier,
-        e.g. iCaRL's nearest mean of exemplars). Default: nothing."""
-        return {}
+        memory fill); returns the new state (e.g. with EWC's Fisher) and logs; a ``task_acc`` entry
+        replaces the network classifier's accuracy-matrix row (an algorithm's own classifier, e.g.
+        iCaRL's nearest mean of exemplars). Default: nothing."""
+        return state, {}
 
     # -- helpers -------------------------------------------------------------------------
     def compress(self, ctx: RoundContext, rows: torch.Tensor) -> Compressed:
         """The configured compressor applied to ``rows`` [S, P] (random draws keyed by round and client)."""
         return self.ctx.compressor(rows, self.ctx.seed, ctx.round, ctx.clients)
 
-    def apply_server_step(self, state: State, delta: torch.Tensor) -> None:
-        """x ← server optimizer step along Δ, keeping its state under ``opt.*`` keys."""
-        opt = {k[4:]: v for k, v in state.items() if k.startswith("opt.")}
-        state["x"] = self.server.step(state["x"], delta, opt)
+    def server_step(self, state: St, delta: torch.Tensor, **changes: Any) -> St:
+        """``state`` with x ← server optimizer step along Δ, its new optimizer state and ``changes``."""
+        x, opt = self.server.step(state.x, delta, state.opt)
+        return dataclasses.replace(state, x=x, opt=opt, **changes)
 
 
 def weighted_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+INPUTS = ("full_grad", "memory_grad", "memory_size", "bits")
+"""The engine inputs an algorithm may declare (``Capabilities.inputs``), each ``[S, ...]`` per round:
+``full_grad`` = ∇f_i(x_t) on all of client i's data before local work; ``memory_grad`` = ∇f_i†(x_t)
+on a replay-memory draw and ``memory_size`` its memory's size (zeros without a memory); ``bits`` the
+bit widths of a bandwidth allocation (absent without one). Who provides each:
+:mod:`fedbench.engine.inputs`."""
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -17,27 +24,29 @@ class Capabilities:
 
     Scenario side: its table ``label``, its ``server`` defaults (keys of
     :class:`~fedbench.optim.spec.ServerSpec`, overridden by the scenario), whether it accepts an
-    uplink ``compression`` block, a ``local_optimizer`` other than sgd, and per-device bit widths
-    from the wireless allocation (``adaptive_bits``, FedQVR-E).
+    uplink ``compression`` block and a ``local_optimizer`` other than sgd.
 
-    Engine side: ``full_gradient`` fills ``RoundContext.full_grad`` = ∇f_i(x_t) on all local data
-    before local work; ``memory_gradient`` fills ``memory_grad`` = ∇f_i†(x_t) on a replay draw and
-    ``memory_size``; ``replay_per_step`` joins a replay draw to every local minibatch (ER), kept
-    apart from it with ``replay_apart`` (NCCL-FL: ``grad.memory(z)``); ``batchable = False``
-    (a custom local loss) always takes the sequential client executor.
+    Engine side: ``inputs``, the engine inputs of :data:`INPUTS` it reads from ``ctx.inputs``;
+    ``replay_per_step`` joins a replay draw to every local minibatch (ER), kept apart from it with
+    ``replay_apart`` (``grad.memory(z)``); ``batchable = False`` (a custom local loss) always takes
+    the sequential client executor; ``diagnostics`` maps a log key of ``server_update`` to what a
+    non-zero count of it means, which the round loop warns about once per run (e.g. QP blocks left
+    unprojected).
     """
 
     label: str
     server: Mapping[str, Any] = field(default_factory=dict)
     compression: bool = False
     local_optimizer: bool = False
-    adaptive_bits: bool = False
-    full_gradient: bool = False
-    memory_gradient: bool = False
+    inputs: tuple[str, ...] = ()
     replay_per_step: bool = False
     replay_apart: bool = False
     batchable: bool = True
+    diagnostics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.replay_apart and not self.replay_per_step:
             raise ValueError(f"{self.label}: replay_apart needs replay_per_step")
+        unknown = sorted(set(self.inputs) - set(INPUTS))
+        if unknown:
+            raise ValueError(f"{self.label}: unknown engine input(s) {unknown}; known: {', '.join(INPUTS)}")

@@ -32,7 +32,8 @@ client's number of local steps K_i.
 Logged per round (``extra["cflag"]``): each client's Λ_{t,i}, α_{t,i}/α, β_{t,i}/β, the numbers of
 interfering / transferring clients, Γ(t) of eq. (15) with the base rates and its adapted form
 Γ_ad(t) = (L/2)‖Σ p_i β_{t,i} a_i‖² − Σ p_i β_{t,i}(1 − Lα_{t,i})Λ_{t,i} (notes §2.5). a_i and the
-rates reach the server as free ``_`` uploads: they are logs, not part of the protocol.
+rates reach the server as the upload's free ``kept`` rows (:class:`AdapLRStats`): they are logs, not part
+of the protocol.
 
 ``cflag_gd`` is the theory form: local GD (no Adam) with eq. (5)'s IAG (``iag: sample``; exact for
 ``local.batch_size: 1`` and one pass per round, see :mod:`fedbench.algorithms.fedtrack`).
@@ -40,16 +41,23 @@ rates reach the server as free ``_`` uploads: they are logs, not part of the pro
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedbench.algorithms.base import ALGORITHMS, RoundContext, State, weighted_mean
-from fedbench.algorithms.fedtrack import ACC, IAG, IAG_HELP, FedTrack
+from fedbench.algorithms.base import ALGORITHMS, Logs, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.fedtrack import IAG, IAG_HELP, FedTrack, TrackCarry
 from fedbench.strict import check_order
 
-KP = "cflag.kp"  # κ·p_i of Table 1 per client (set in prepare_round)
+
+class KappaP(NamedTuple):
+    kp: torch.Tensor  # κ·p_i of Table 1 per client [S] (set in prepare_round)
+
+
+class AdapLRStats(NamedTuple):
+    a: torch.Tensor  # a_i [S, P]
+    stats: torch.Tensor  # (Λ_{t,i}, α_{t,i}/α, β_{t,i}/β, adapted) [S, 4]
 
 
 class AdapLRParams(BaseModel):
@@ -107,38 +115,35 @@ def adaptive_rates(
     CFLAGParams,
     label="C-FLAG",
     local_optimizer=True,
-    full_gradient=True,
-    memory_gradient=True,
+    inputs=("full_grad", "memory_grad"),
 )
 class CFLAG(FedTrack):
     """C-FLAG Alg. 1 + AdapLR (module docstring); ``iag`` as FedTrack's."""
 
-    Params = CFLAGParams
     params: CFLAGParams  # type: ignore[assignment]  # narrows FedTrack.params (C-FLAG extends its fields)
 
     def alpha(self, ctx: RoundContext) -> float:
         """Memory step α: ``alpha`` or, by default, the round's local rate (α_t = β_t, paper Sec. 5)."""
         return ctx.lr if self.params.alpha is None else self.params.alpha
 
-    def prepare_round(self, state: State, ctx: RoundContext, weights: torch.Tensor) -> None:
+    def prepare_round(self, state: Any, ctx: RoundContext, weights: torch.Tensor) -> RoundContext:
         """Alg. 1 lines 2–3: broadcast ∇g(x_t) and F = ∇f†(x_t) = Σ p_i ∇f_i†(x_t); note κ·p_i per client."""
-        super().prepare_round(state, ctx, weights)
-        ctx.broadcast["grad_f"] = weighted_mean(ctx.memory_grad, weights)
+        ctx = super().prepare_round(state, ctx, weights).sending(grad_f=weighted_mean(ctx.input("memory_grad"), weights))
         kappa = len(weights) if self.params.case == "worst" else 1
-        ctx.per_client[KP] = kappa * weights
+        return ctx.holding(KappaP(kappa * weights))
 
     def rates(self, ctx: RoundContext, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return adaptive_rates(
             ctx.broadcast["grad_f"], a, self.alpha(ctx), ctx.lr, p.L,
-            ctx.per_client[KP], p.adaptive, p.min_scale, p.max_scale,
+            ctx.held.kp, p.adaptive, p.min_scale, p.max_scale,
         )
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry) -> Upload:
         """AdapLR (Alg. 2 reconstructed): Δx_t^i = x̃ − α_{t,i} F, sent with ∇g_i(x_t) and ∇f_i†(x_t)."""
-        pc, x_t, F = ctx.per_client, ctx.broadcast["x"], ctx.broadcast["grad_f"]
+        x_t, F = ctx.broadcast["x"], ctx.broadcast["grad_f"]
         sgd = self.ctx.local_optimizer.name == "sgd"
-        a = pc[ACC] if sgd else (x_t - x) / ctx.lr  # Adam: the displacement in gradient units (Alg. 2 line 4)
+        a = carry.acc if sgd else (x_t - x) / ctx.lr  # Adam: the displacement in gradient units (Alg. 2 line 4)
         lam, alpha_scale, beta_scale, adapted = self.rates(ctx, a)
         if sgd:  # x_t − βK_i c_i − β_{t,i} a_i
             x_tilde = x + (ctx.lr * (1 - beta_scale)).unsqueeze(1) * a
@@ -146,20 +151,18 @@ class CFLAG(FedTrack):
             x_tilde = x_t + beta_scale.unsqueeze(1) * (x - x_t)
         moved = x_tilde - (self.alpha(ctx) * alpha_scale).unsqueeze(1) * F
         stats = torch.stack([lam, alpha_scale, beta_scale, adapted.to(lam.dtype)], 1)
-        sent = {"delta": moved - x_t, "full_grad": ctx.full_grad, "memory_grad": ctx.memory_grad}
-        return {**sent, "_a": a, "_stats": stats}
+        sent = {"delta": moved - x_t, "full_grad": ctx.input("full_grad"), "memory_grad": ctx.input("memory_grad")}
+        return Upload(sent, AdapLRStats(a, stats))
 
-    def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
+    def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         """x_{t+1} = Σ p_i Δx_t^i (App. eq. 22; server optimizer SGD with lr 1) and the round's AdapLR logs."""
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        return {"cflag": self.round_log(ctx, uploads, weights)}
+        new = self.server_step(state, weighted_mean(up.sent["delta"], weights))
+        return new, {"cflag": self.round_log(ctx, up.kept, weights)}
 
-    def round_log(self, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor) -> dict[str, Any]:
+    def round_log(self, ctx: RoundContext, kept: AdapLRStats, weights: torch.Tensor) -> Logs:
         """Λ_{t,i}, α_{t,i}/α, β_{t,i}/β per client; Γ(t) (eq. 15) and Γ_ad(t) (notes §2.5)."""
-        lam, alpha_scale, beta_scale, adapted = uploads["_stats"].T
-        a, L, alpha, beta = uploads["_a"], self.params.L, self.alpha(ctx), ctx.lr
+        lam, alpha_scale, beta_scale, adapted = kept.stats.T
+        a, L, alpha, beta = kept.a, self.params.L, self.alpha(ctx), ctx.lr
         w = weights.to(a.dtype)
         gamma = L * beta**2 / 2 * float((w @ a).square().sum()) - beta * (1 - L * alpha) * float(w @ lam)
         beta_i, alpha_i = beta * beta_scale, alpha * alpha_scale
@@ -186,14 +189,11 @@ class CFLAGGDParams(AdapLRParams):
     "C-FLAG, theory form: local GD with the IAG of eq. (5) (local.batch_size: 1 for per-sample components)",
     CFLAGGDParams,
     label="C-FLAG-GD",
-    full_gradient=True,
-    memory_gradient=True,
+    inputs=("full_grad", "memory_grad"),
 )
 class CFLAGGD(CFLAG):
     """C-FLAG as analysed (Sec. 3–4): plain local GD, eq. (5)'s IAG over the step's components
     (``iag: sample``), AdapLR rescaling only a_i (§2.4). Refuses ``local.optimizer: adam``."""
-
-    Params = CFLAGGDParams
 
     @property
     def iag(self) -> str:

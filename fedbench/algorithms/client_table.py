@@ -1,10 +1,16 @@
-"""Per-client state tables ``[N, P]`` kept in host memory (pinned when CUDA is present) for runs
-whose per-client state does not fit on the device (``fedbench run --client-state host``).
+"""Per-client state tables ``[N, P]`` (SCAFFOLD's c_i, FedDyn's ∇L_i, FedCAMS's error memory, …),
+on the device (:class:`DeviceTable`) or in host memory, pinned when CUDA is present
+(:class:`HostTable`, ``fedbench run --client-state host``) for runs whose per-client state does
+not fit on the device.
 
-The algorithms use their tables through three operations — read rows ``table[clients]``, write
-rows ``table[clients] = rows``, add rows ``table.index_add_(0, clients, rows)`` — plus ``+=`` of a
-whole table (EWC): :class:`HostTable` implements exactly these, moving only the S rows of a round
-between host and device, so the update rules are unchanged and give the same numbers.
+An algorithm uses a table through four operations, each returning the table to keep in its new
+state: read rows ``table[clients]``; ``table.write(clients, rows)``; ``table.add(clients, rows,
+alpha)`` (rows added); ``table.plus(full)`` (a whole ``[N, P]`` or ``[P]`` addend, EWC). A table is
+*donated* to the operation, as a buffer passed to a JAX function with ``donate_argnums``: the
+returned table may reuse its storage (here it always does), so an algorithm keeps only the table it
+got back, the one in the state its hook returns. This keeps an ``[N, P]`` table from being copied
+every round; every other piece of state is a new tensor per update. A host table moves only the S
+rows of a round between host and device, so both kinds give the same numbers.
 """
 
 from __future__ import annotations
@@ -12,16 +18,13 @@ from __future__ import annotations
 import torch
 
 
-class HostTable:
-    """An ``[N, P]`` table in (pinned) host memory whose rows are read onto ``device``."""
+class ClientTable:
+    """An ``[N, P]`` table of per-client rows; ``data`` is the whole table."""
+
+    data: torch.Tensor
 
     def __init__(self, data: torch.Tensor, device: torch.device):
         self.data, self.device = data, torch.device(device)
-
-    @classmethod
-    def zeros(cls, rows: int, like: torch.Tensor) -> "HostTable":
-        pin = torch.cuda.is_available()
-        return cls(torch.zeros((rows, like.numel()), dtype=like.dtype, pin_memory=pin), like.device)
 
     @property
     def shape(self) -> torch.Size:
@@ -37,34 +40,54 @@ class HostTable:
     def element_size(self) -> int:
         return self.data.element_size()
 
-    def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
-        return self.data[index.cpu()].to(self.device, non_blocking=True)
+    def _here(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` where the table lives, in its dtype."""
+        return t.detach().to(self.data.device, dtype=self.data.dtype)
 
-    def __setitem__(self, index: torch.Tensor, rows: torch.Tensor) -> None:
-        self.data[index.cpu()] = rows.detach().to("cpu", dtype=self.data.dtype)
+    def __getitem__(self, clients: torch.Tensor) -> torch.Tensor:
+        """The rows of ``clients`` ``[S, P]``, on the run's device."""
+        return self.data[clients.to(self.data.device)].to(self.device, non_blocking=True)
 
-    def index_add_(self, dim: int, index: torch.Tensor, source: torch.Tensor, alpha: float = 1) -> "HostTable":
-        self.data.index_add_(dim, index.cpu(), source.detach().to("cpu", dtype=self.data.dtype), alpha=alpha)
+    def write(self, clients: torch.Tensor, rows: torch.Tensor) -> ClientTable:
+        """The table with the rows of ``clients`` replaced by ``rows`` (donated, see the module docstring)."""
+        self.data[clients.to(self.data.device)] = self._here(rows)
         return self
 
-    def __iadd__(self, other: torch.Tensor) -> "HostTable":
-        self.data += other.detach().to("cpu", dtype=self.data.dtype)
+    def add(self, clients: torch.Tensor, rows: torch.Tensor, alpha: float = 1) -> ClientTable:
+        """The table with α·``rows`` added to the rows of ``clients`` (donated)."""
+        self.data.index_add_(0, clients.to(self.data.device), self._here(rows), alpha=alpha)
         return self
 
-    def clone(self) -> "HostTable":
-        return HostTable(self.data.clone(), self.device)
+    def plus(self, addend: torch.Tensor) -> ClientTable:
+        """The table plus ``addend`` ``[N, P]`` (or one row for all, ``[P]``) (donated)."""
+        self.data += self._here(addend)
+        return self
+
+    def clone(self) -> ClientTable:
+        return type(self)(self.data.clone(), self.device)
 
 
-def to_checkpoint(state: dict) -> tuple[dict, list[str]]:
-    """Plain tensors for ``torch.save(weights_only)`` and the names of the host tables."""
-    hosted = [k for k, v in state.items() if isinstance(v, HostTable)]
-    return {k: v.data if isinstance(v, HostTable) else v for k, v in state.items()}, hosted
+class DeviceTable(ClientTable):
+    """A table on the run's device."""
+
+    @classmethod
+    def zeros(cls, rows: int, like: torch.Tensor) -> DeviceTable:
+        return cls(like.new_zeros((rows, like.numel())), like.device)
+
+    @classmethod
+    def restore(cls, data: torch.Tensor, device: torch.device) -> DeviceTable:
+        return cls(data.to(device), device)
 
 
-def from_checkpoint(state: dict, hosted: list[str], device: torch.device) -> dict:
-    """Wrap the named tables back into :class:`HostTable` (host memory, rows read onto ``device``)."""
-    out = dict(state)
-    for k in hosted:
-        data = state[k].cpu()
-        out[k] = HostTable(data.pin_memory() if torch.cuda.is_available() else data, device)
-    return out
+class HostTable(ClientTable):
+    """A table in (pinned) host memory whose rows are read onto ``device``."""
+
+    @classmethod
+    def zeros(cls, rows: int, like: torch.Tensor) -> HostTable:
+        pin = torch.cuda.is_available()
+        return cls(torch.zeros((rows, like.numel()), dtype=like.dtype, pin_memory=pin), like.device)
+
+    @classmethod
+    def restore(cls, data: torch.Tensor, device: torch.device) -> HostTable:
+        data = data.cpu()
+        return cls(data.pin_memory() if torch.cuda.is_available() else data, device)

@@ -29,13 +29,32 @@ Choices where the paper (notes §5, §8.14) says nothing:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, TaskData
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.compress import BITS_PER_FLOAT
+
+
+@state
+class EWCState(ServerState):
+    fisher: ClientTable | torch.Tensor  # Φ = Σ_k F_k: [N, P] (local Fisher) or [P] (global)
+    anchor: ClientTable | torch.Tensor  # Ψ = Σ_k F_k ⊙ θ*_k, as Φ
+
+
+class Penalty(NamedTuple):
+    fisher: torch.Tensor  # Φ rows [S, P]
+    anchor: torch.Tensor  # Ψ rows [S, P]
+
+
+def _plus(total: ClientTable | torch.Tensor, addend: torch.Tensor) -> ClientTable | torch.Tensor:
+    """``total + addend`` for a client table (donated) or a tensor (new)."""
+    return total.plus(addend) if isinstance(total, ClientTable) else total + addend
 
 
 class EWCParams(BaseModel):
@@ -53,31 +72,32 @@ class EWCParams(BaseModel):
 class EWCFL(Algorithm):
     """Local step on ∇CE + λ(Φ ⊙ x − Ψ) (module docstring); FedAvg server; Fisher at each task's end."""
 
-    Params = EWCParams
+    params: EWCParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
+    def init_state(self, x0: torch.Tensor) -> EWCState:
         """Φ = Σ_k F_k and Ψ = Σ_k F_k ⊙ θ*_k: ``[N, P]`` (local Fisher) or ``[P]`` (global), zero."""
-        table = self.client_table(x0) if self.params.fisher == "local" else torch.zeros_like(x0)
-        return {**super().init_state(x0), "ewc.fisher": table, "ewc.anchor": table.clone()}
+        local = self.params.fisher == "local"
+        fisher, anchor = (self.client_table(x0), self.client_table(x0)) if local else (torch.zeros_like(x0),) * 2
+        return extend(super().init_state(x0), EWCState, fisher=fisher, anchor=anchor)
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+    def client_state(self, state: EWCState, clients: torch.Tensor) -> Penalty:
         """Each client's Φ and Ψ rows (it computed them itself, or received them at a task's end)."""
-        fisher, anchor = state["ewc.fisher"], state["ewc.anchor"]
-        if self.params.fisher == "local":
-            return {"ewc.fisher": fisher[clients], "ewc.anchor": anchor[clients]}
-        return {"ewc.fisher": fisher.expand(len(clients), -1), "ewc.anchor": anchor.expand(len(clients), -1)}
+        fisher, anchor = state.fisher, state.anchor
+        if isinstance(fisher, ClientTable) and isinstance(anchor, ClientTable):
+            return Penalty(fisher[clients], anchor[clients])
+        return Penalty(fisher.expand(len(clients), -1), anchor.expand(len(clients), -1))
 
     def penalty_gradient(self, ctx: RoundContext, x: torch.Tensor) -> torch.Tensor:
         """λ Σ_k F_k ⊙ (x − θ*_k) = λ (Φ ⊙ x − Ψ), rows ``[S, P]``: the gradient of the penalty
         (λ/2) Σ_k Σ_j F_{k,j}(x_j − θ*_{k,j})² (Kirkpatrick Eq. 3)."""
-        return self.params.lam * (ctx.per_client["ewc.fisher"] * x - ctx.per_client["ewc.anchor"])
+        return self.params.lam * (ctx.held.fisher * x - ctx.held.anchor)
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return self.ctx.local_optimizer.step(ctx, x, grad(x) + self.penalty_gradient(ctx, x))
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return self.ctx.local_optimizer.step(x, grad(x) + self.penalty_gradient(ctx, x), carry, ctx.lr)
 
-    def end_task(self, state: State, data: TaskData) -> dict[str, Any]:
+    def end_task(self, state: EWCState, data: TaskData) -> tuple[EWCState, Logs]:
         """θ*_k = x; F_k from every client's task data at θ*_k; Φ += F_k, Ψ += F_k ⊙ θ*_k."""
-        theta = state["x"]
+        theta = state.x
         fisher = data.gradients(theta, squared=True)  # [N, P]
         logs: dict[str, Any] = {}
         if self.params.fisher == "global":
@@ -85,6 +105,5 @@ class EWCFL(Algorithm):
             fisher = weights @ fisher
             exchanged = self.ctx.num_clients * theta.numel() * BITS_PER_FLOAT
             logs = {"task_end_bits_up": exchanged, "task_end_bits_down": exchanged}
-        state["ewc.fisher"] += fisher
-        state["ewc.anchor"] += fisher * theta
-        return {"ewc_fisher_mean": float(fisher.mean()), **logs}
+        new = dataclasses.replace(state, fisher=_plus(state.fisher, fisher), anchor=_plus(state.anchor, fisher * theta))
+        return new, {"ewc_fisher_mean": float(fisher.mean()), **logs}

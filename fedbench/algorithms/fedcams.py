@@ -1,11 +1,21 @@
 """FedCAMS (Wang et al. 2022, Alg. 2): FedAMS with compressed uplink and client error feedback."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, RoundContext, State, weighted_mean
-from fedbench.compress import Compressed
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Logs, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class FedCAMSState(ServerState):
+    error: ClientTable  # e_i, [N, P]
+
+
+class ErrorRows(NamedTuple):
+    error: torch.Tensor  # e_i of the round's clients, [S, P]
 
 
 @ALGORITHMS.register(
@@ -25,20 +35,19 @@ class FedCAMS(Algorithm):
     With the ``none`` compressor the error stays 0 and FedCAMS is FedAMS exactly.
     """
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {**super().init_state(x0), "error": self.client_table(x0)}
+    def init_state(self, x0: torch.Tensor) -> FedCAMSState:
+        return extend(super().init_state(x0), FedCAMSState, error=self.client_table(x0))  # e_i = 0
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"error": state["error"][clients]}
+    def client_state(self, state: FedCAMSState, clients: torch.Tensor) -> ErrorRows:
+        return ErrorRows(state.error[clients])
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor | Compressed]:
-        corrected = x - ctx.broadcast["x"] + ctx.per_client["error"]
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: Any) -> Upload:
+        corrected = x - ctx.broadcast["x"] + ctx.held.error
         sent = self.compress(ctx, corrected)
-        return {"delta": sent, "_error": corrected - sent.value}
+        return Upload({"delta": sent}, ErrorRows(corrected - sent.value))  # e_i ← Δ_i + e_i − Δ̂_i
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        state["error"][ctx.clients] = uploads["_error"]
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        return {}
+        self, state: FedCAMSState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[FedCAMSState, Logs]:
+        error = state.error.write(ctx.clients, up.kept.error)
+        return self.server_step(state, weighted_mean(up.sent["delta"], weights), error=error), {}

@@ -5,7 +5,13 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, Message, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class FedCMState(ServerState):
+    momentum: torch.Tensor  # Δ_t [P], the last round's average applied gradient
 
 
 class FedCMParams(BaseModel):
@@ -23,22 +29,21 @@ class FedCM(Algorithm):
     divided by the round-t rate, as in the FL-Simulator code.
     """
 
-    Params = FedCMParams
+    params: FedCMParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {**super().init_state(x0), "momentum": torch.zeros_like(x0)}
+    def init_state(self, x0: torch.Tensor) -> FedCMState:
+        return extend(super().init_state(x0), FedCMState, momentum=torch.zeros_like(x0))  # Δ_0 = 0
 
-    def broadcast(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"x": state["x"], "momentum": state["momentum"]}
+    def broadcast(self, state: FedCMState, clients: torch.Tensor) -> Message:
+        return {"x": state.x, "momentum": state.momentum}
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         a = self.params.alpha
-        return x - ctx.lr * (a * grad(x) + (1 - a) * ctx.broadcast["momentum"])
+        return x - ctx.lr * (a * grad(x) + (1 - a) * ctx.broadcast["momentum"]), carry
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        delta = uploads["delta"]
-        state["momentum"] = -weighted_mean(delta / (ctx.steps.unsqueeze(1) * ctx.lr), weights)
-        self.apply_server_step(state, weighted_mean(delta, weights))
-        return {}
+        self, state: FedCMState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[FedCMState, Logs]:
+        delta = up.sent["delta"]
+        momentum = -weighted_mean(delta / (ctx.steps.unsqueeze(1) * ctx.lr), weights)
+        return self.server_step(state, weighted_mean(delta, weights), momentum=momentum), {}

@@ -1,13 +1,27 @@
 """FedCOMGATE (Haddadpour, Kamani, Mokhtari, Mahdavi 2021, AISTATS, Alg. 2): compressed uploads with
 local gradient tracking."""
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
-from fedbench.compress import Compressed
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class FedCOMGATEState(ServerState):
+    delta_i: ClientTable  # δ_i [N, P]
+
+
+class TrackingRows(NamedTuple):
+    delta_i: torch.Tensor  # [S, P]
+
+
+class ExactChange(NamedTuple):
+    change: torch.Tensor  # x_i − x_t = −D_i unquantized, [S, P] (``fedtorch``)
 
 
 class FedCOMGATEParams(BaseModel):
@@ -55,29 +69,29 @@ class FedCOMGATE(Algorithm):
     broadcast is x only).
     """
 
-    Params = FedCOMGATEParams
+    params: FedCOMGATEParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {**super().init_state(x0), "delta_i": self.client_table(x0)}
+    def init_state(self, x0: torch.Tensor) -> FedCOMGATEState:
+        return extend(super().init_state(x0), FedCOMGATEState, delta_i=self.client_table(x0))
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"delta_i": state["delta_i"][clients]}
+    def client_state(self, state: FedCOMGATEState, clients: torch.Tensor) -> TrackingRows:
+        return TrackingRows(state.delta_i[clients])
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         """x ← x − η(g_i(x) − δ_i) (Alg. 2 local update)."""
-        return x - ctx.lr * (grad(x) - ctx.per_client["delta_i"])
+        return x - ctx.lr * (grad(x) - ctx.held.delta_i), carry
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor | Compressed]:
-        """Q(x_i − x_t) = −Q(D_i) on the uplink; for ``fedtorch`` the exact change stays with the client (``_change``)."""
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: Any) -> Upload:
+        """Q(x_i − x_t) = −Q(D_i) on the uplink; for ``fedtorch`` the exact change stays with the client (kept)."""
         change = x - ctx.broadcast["x"]
         sent = {"delta": self.compress(ctx, change)}
-        return {**sent, "_change": change} if self.params.tracking == "fedtorch" else sent
+        return Upload(sent, ExactChange(change) if self.params.tracking == "fedtorch" else None)
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
+        self, state: FedCOMGATEState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[FedCOMGATEState, Logs]:
         """x ← x − η_g D̄; for the sampled i, δ_i += G_i − Ḡ (``sampled``) or (D_i − D̄)/(ηK_i) (``fedtorch``)."""
-        received = uploads["delta"]  # Q(x_i − x_t) = −Q(D_i)
+        received = up.sent["delta"]  # Q(x_i − x_t) = −Q(D_i)
         w = weights.to(received)
         mean = weighted_mean(received, w)  # −D̄
         steps = ctx.lr * ctx.steps.to(received).unsqueeze(1)  # ηK_i
@@ -85,7 +99,6 @@ class FedCOMGATE(Algorithm):
             g = received / steps  # −G_i
             tracking = weighted_mean(g, w / w.sum()) - g  # G_i − Ḡ
         else:
-            tracking = (mean - uploads["_change"]) / steps  # (D_i − D̄)/(ηK_i)
-        state["delta_i"].index_add_(0, ctx.clients, tracking)
-        self.apply_server_step(state, mean)
-        return {}
+            tracking = (mean - up.kept.change) / steps  # (D_i − D̄)/(ηK_i)
+        delta_i = state.delta_i.add(ctx.clients, tracking)
+        return self.server_step(state, mean, delta_i=delta_i), {}

@@ -1,11 +1,23 @@
 """FedDyn (Acar et al. 2021, ICLR): dynamic regularization."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class FedDynState(ServerState):
+    h: torch.Tensor  # h^t [P]
+    grad_i: ClientTable  # ∇L_k(θ_k^t) [N, P]
+
+
+class DynRows(NamedTuple):
+    grad_i: torch.Tensor  # [S, P]
 
 
 class FedDynParams(BaseModel):
@@ -33,23 +45,22 @@ class FedDyn(Algorithm):
     client's relative size; fedbench keeps α as written in the paper.
     """
 
-    Params = FedDynParams
+    params: FedDynParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {**super().init_state(x0), "h": torch.zeros_like(x0), "grad_i": self.client_table(x0)}
+    def init_state(self, x0: torch.Tensor) -> FedDynState:
+        return extend(super().init_state(x0), FedDynState, h=torch.zeros_like(x0), grad_i=self.client_table(x0))
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"grad_i": state["grad_i"][clients]}
+    def client_state(self, state: FedDynState, clients: torch.Tensor) -> DynRows:
+        return DynRows(state.grad_i[clients])
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         alpha = self.params.alpha
-        return x - ctx.lr * (grad(x) - ctx.per_client["grad_i"] + alpha * (x - ctx.broadcast["x"]))
+        return x - ctx.lr * (grad(x) - ctx.held.grad_i + alpha * (x - ctx.broadcast["x"])), carry
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        alpha, delta = self.params.alpha, uploads["delta"]
-        state["grad_i"].index_add_(0, ctx.clients, delta, alpha=-alpha)
-        state["h"] -= alpha * delta.sum(0) / self.ctx.num_clients
-        self.apply_server_step(state, weighted_mean(delta, weights) - state["h"] / alpha)
-        return {}
+        self, state: FedDynState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[FedDynState, Logs]:
+        alpha, delta = self.params.alpha, up.sent["delta"]
+        grad_i = state.grad_i.add(ctx.clients, delta, alpha=-alpha)
+        h = state.h - alpha * delta.sum(0) / self.ctx.num_clients
+        return self.server_step(state, weighted_mean(delta, weights) - h / alpha, h=h, grad_i=grad_i), {}

@@ -1,12 +1,24 @@
 """FedMIM (Liu et al., "Enhance Local Consistency in Federated Learning: A Multi-Step Inertial
 Momentum Approach"): multi-step inertial momentum on every local step."""
 
-from typing import Any
+import dataclasses
+from typing import Any, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class FedMIMState(ServerState):
+    history: torch.Tensor  # [x_t, x_{t−1}, …, x_{t−J}], [J + 1, P]
+
+
+class Pushes(NamedTuple):
+    push_alpha: torch.Tensor  # Σ_j α_j (x_{t−j−1} − x_{t−j}), [S, P]
+    push_beta: torch.Tensor  # Σ_j β_j (x_{t−j−1} − x_{t−j}), [S, P]
 
 
 class FedMIMParams(BaseModel):
@@ -57,30 +69,30 @@ class FedMIM(Algorithm):
     the δ's come from are assumed kept by every client (Alg. 1 broadcasts before sampling).
     """
 
-    Params = FedMIMParams
+    params: FedMIMParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
+    def init_state(self, x0: torch.Tensor) -> FedMIMState:
         history = x0.unsqueeze(0).repeat(self.params.history + 1, 1)  # x_{−1} = … = x_0
-        return {**super().init_state(x0), "history": history}
+        return extend(super().init_state(x0), FedMIMState, history=history)
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+    def client_state(self, state: FedMIMState, clients: torch.Tensor) -> Pushes:
         rows = len(clients)
-        return {
-            "push_alpha": _weighted_changes(state["history"], self.params.alpha).expand(rows, -1),
-            "push_beta": _weighted_changes(state["history"], self.params.beta).expand(rows, -1),
-        }
+        return Pushes(
+            _weighted_changes(state.history, self.params.alpha).expand(rows, -1),
+            _weighted_changes(state.history, self.params.beta).expand(rows, -1),
+        )
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         p = self.params
         steps = ctx.steps.unsqueeze(1)
-        m_alpha = ctx.per_client["push_alpha"] / steps
-        m_beta = ctx.per_client["push_beta"] / steps
+        m_alpha = ctx.held.push_alpha / steps
+        m_beta = ctx.held.push_beta / steps
         damping = 1 - sum(p.alpha)
-        return x - m_alpha - damping * ctx.lr * grad(x - m_beta)
+        return x - m_alpha - damping * ctx.lr * grad(x - m_beta), carry
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        logs = super().server_update(state, ctx, uploads, weights)
-        state["history"] = torch.cat([state["x"].unsqueeze(0), state["history"][:-1]])
-        return logs
+        self, state: FedMIMState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[FedMIMState, Logs]:
+        new, logs = super().server_update(state, ctx, up, weights)
+        history = torch.cat([new.x.unsqueeze(0), state.history[:-1]])
+        return dataclasses.replace(new, history=history), logs

@@ -27,6 +27,7 @@ The custom loss runs on the sequential executor only (``batchable = False``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -96,15 +97,15 @@ class MLBObjective:
 class FedMLB(Algorithm):
     """Local step w ← w − η_l·∇L(w; ξ) with FedMLB's loss L (module docstring); server FedAvg."""
 
-    Params = FedMLBParams
+    params: FedMLBParams
 
     def objective(self, ctx: RoundContext) -> MLBObjective:
         p = self.params
         branches = tuple(p.branches) if p.branches is not None else None
         return MLBObjective(ctx.broadcast["x"], p.lambda1, p.lambda2, p.temperature, branches)
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return x - ctx.lr * grad(x, objective=self.objective(ctx))
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return x - ctx.lr * grad(x, objective=self.objective(ctx)), carry
 
 
 @ALGORITHMS.register(

@@ -1,5 +1,7 @@
 """FedProx (Li et al. 2020, MLSys): local steps on f_i(x) + (μ/2)‖x − x_t‖²."""
 
+from typing import Any
+
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,10 +19,10 @@ class FedProxParams(BaseModel):
 class FedProx(Algorithm):
     """Local step x ← x − η_l(∇f_i(x; ξ) + μ(x − x_t)) (FedProx Alg. 2, the inexact h_k solver)."""
 
-    Params = FedProxParams
+    params: FedProxParams
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return x - ctx.lr * (grad(x) + self.params.mu * (x - ctx.broadcast["x"]))
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return x - ctx.lr * (grad(x) + self.params.mu * (x - ctx.broadcast["x"])), carry
 
 
 @ALGORITHMS.register(

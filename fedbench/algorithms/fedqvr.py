@@ -1,15 +1,34 @@
 """FedQVR and FedQVR-E (Wang, Xu, You, Shao, Quek, "Communication-Efficient Federated Learning by
 Quantized Variance Reduction for Heterogeneous Wireless Edge Networks"), Algorithms 1 and 2."""
 
+import dataclasses
 import math
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, GradFn, RoundContext, State
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, GradFn, Logs, Message, RoundContext, Upload
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, state
 from fedbench.compress import Compressed, StochasticQuantizer
 from fedbench.optim.server import ServerOptimizer
+
+
+@state
+class FedQVRState(ServerState):
+    """θ (``x``), c and the c_i; ``opt`` is empty (no server optimizer, Eq. 12)."""
+
+    c: torch.Tensor  # [P]
+    c_i: ClientTable  # [N, P]
+
+
+class VariateRows(NamedTuple):
+    c_i: torch.Tensor  # [S, P]
+
+
+class StepScale(NamedTuple):
+    scale: torch.Tensor  # s_i = a/(ηẼ_i), [S, 1] (uploaded free unless ``count_scalar``)
 
 
 class FedQVRParams(BaseModel):
@@ -66,7 +85,7 @@ class FedQVR(Algorithm):
     momentum 0 and weighting ``uniform`` (anything else is refused).
     """
 
-    Params = FedQVRParams
+    params: FedQVRParams
 
     def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
         super().__init__(params, server, ctx)
@@ -82,51 +101,53 @@ class FedQVR(Algorithm):
                 f"must be uniform, got {spec.weighting!r}; for n_i/Σ_{{j∈A}} n_j set aggregation: renormalized"
             )
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {"x": x0.clone(), "c": torch.zeros_like(x0), "c_i": self.client_table(x0)}
+    def init_state(self, x0: torch.Tensor) -> FedQVRState:
+        return FedQVRState(x0.clone(), (), torch.zeros_like(x0), self.client_table(x0))
 
-    def broadcast(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+    def broadcast(self, state: FedQVRState, clients: torch.Tensor) -> Message:
         """θ0 = θ − c/γ (Alg. 1 line 3): clients start from it, so ``ctx.start`` is θ0."""
-        return {"x": state["x"] - state["c"] / self.params.gamma}
+        return {"x": state.x - state.c / self.params.gamma}
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"c_i": state["c_i"][clients]}
+    def client_state(self, state: FedQVRState, clients: torch.Tensor) -> VariateRows:
+        return VariateRows(state.c_i[clients])
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         """Eq. 9: φ ← (φ − η(g_i(φ) − c_i) + γη·θ0)/(1 + γη)."""
         ge = self.params.gamma * ctx.lr
-        return (x - ctx.lr * (grad(x) - ctx.per_client["c_i"]) + ge * ctx.broadcast["x"]) / (1 + ge)
+        return (x - ctx.lr * (grad(x) - ctx.held.c_i) + ge * ctx.broadcast["x"]) / (1 + ge), carry
 
     def quantize(self, ctx: RoundContext, rows: torch.Tensor) -> Compressed:
         """Q(φ − θ0, B) with the scenario's compressor (FedQVR-E overrides the width per client)."""
         return self.compress(ctx, rows)
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor | Compressed]:
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: Any) -> Upload:
         """Δ_i = Q(φ − θ0) and s_i = a/(ηẼ_i) (Alg. 1 lines 9–11)."""
         eff = effective_steps(ctx.steps, self.params.gamma * ctx.lr)
         scale = (self.params.a / (ctx.lr * eff)).to(x.dtype).unsqueeze(1)
-        name = "scale" if self.params.count_scalar else "_scale"
-        return {"delta": self.quantize(ctx, x - ctx.broadcast["x"]), name: scale}
+        delta = self.quantize(ctx, x - ctx.broadcast["x"])
+        if self.params.count_scalar:
+            return Upload({"delta": delta, "scale": scale})
+        return Upload({"delta": delta}, StepScale(scale))
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
+        self, state: FedQVRState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[FedQVRState, Logs]:
         """Eqs. 10–12 with the decoded (quantized) Δ_i used in all three; ``weights`` are the
         engine's uniform u_i = 1/m (see the class docstring for outages)."""
-        delta = uploads["delta"]
-        scale = uploads["scale" if self.params.count_scalar else "_scale"]
+        delta = up.sent["delta"]
+        scale = up.sent["scale"] if self.params.count_scalar else up.kept.scale
         sizes = self.ctx.client_sizes.to(delta)
         p = sizes[ctx.clients] / sizes.sum()  # p_i = n_i/n over all N clients
         step = scale * delta  # s_i Δ_i, [S, P]
-        state["c_i"].index_add_(0, ctx.clients, step, alpha=-1.0)
-        state["c"] -= p @ step
+        c_i = state.c_i.add(ctx.clients, step, alpha=-1.0)  # Eq. 10
+        c = state.c - p @ step  # Eq. 11
         u = weights.to(delta)
         if self.params.aggregation == "paper":
             w = self.ctx.num_clients * p * u  # (N/m) p_i
         else:
             w = u.sum() * p / p.sum()  # n_i/Σ_{j∈A} n_j (× the fraction received under zero_fill)
-        state["x"] = ctx.broadcast["x"] + w @ delta
-        return {}
+        x = ctx.broadcast["x"] + w @ delta  # Eq. 12
+        return dataclasses.replace(state, x=x, c=c, c_i=c_i), {}
 
 
 @ALGORITHMS.register(
@@ -136,13 +157,13 @@ class FedQVR(Algorithm):
     label="FedQVR-E",
     server={"weighting": "uniform"},
     compression=True,
-    adaptive_bits=True,
+    inputs=("bits",),
 )
 class FedQVRE(FedQVR):
     """FedQVR-E Alg. 2: FedQVR where received client i quantizes with its own width B_i.
 
-    The engine allocates the widths (Problem 30, floored) and puts them in
-    ``ctx.bits`` ``[S]``, having already removed devices below the minimum width;
+    The engine allocates the widths (Problem 30, floored) and provides them as the input
+    ``bits`` ``[S]`` (``ctx.inputs``), having already removed devices below the minimum width;
     row i then costs d(B_i + 1) + μ bits (Eq. 27). Without allocated widths the scenario's
     configured B is used, i.e. FedQVR. θ follows Eq. 12 with m the number sampled before removal
     under ``zero_fill`` (as Alg. 2 prints it) or |A| after removal and losses under ``renormalize``
@@ -152,7 +173,7 @@ class FedQVRE(FedQVR):
     """
 
     def quantize(self, ctx: RoundContext, rows: torch.Tensor) -> Compressed:
-        bits = ctx.bits
+        bits = ctx.inputs.get("bits")
         if bits is None:
             return self.compress(ctx, rows)
         compressor = self.ctx.compressor

@@ -1,5 +1,7 @@
 """FedSAM (Qu et al. 2022; Caldarola et al. 2022): sharpness-aware local steps."""
 
+from typing import Any
+
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,9 +20,9 @@ class FedSAM(Algorithm):
     forward/backward passes per step); the server averages as FedAvg. The norm is over the
     whole flattened model."""
 
-    Params = FedSAMParams
+    params: FedSAMParams
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         g = grad(x)
         eps = self.params.rho * g / (g.norm(dim=1, keepdim=True) + 1e-12)
-        return x - ctx.lr * grad(x + eps)
+        return x - ctx.lr * grad(x + eps), carry

@@ -30,25 +30,37 @@ The gradient estimate ∇g_i′ (``iag``):
   (the anchor at x_t on the same minibatch) per step. ``cflag_gd`` uses it.
 
 a_i = Σ_k ∇g_i′(x_{t,k}^i) (gradient units, only over the client's own K_i steps) is kept in the
-round's scratch for C-FLAG's AdapLR (:mod:`fedbench.algorithms.cflag`).
+clients' round carry (:class:`TrackCarry`) for C-FLAG's AdapLR (:mod:`fedbench.algorithms.cflag`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload, weighted_mean
+from fedbench.optim.transform import OptState
 
 IAG = Literal["off", "batch_table", "sample"]
 IAG_HELP = (
     "gradient estimate ∇g_i′ of eq. (5): off = minibatch gradient; batch_table = IAG table with one slot per "
     "minibatch of an epoch; sample = eq. (5) with the step's minibatch as component (local.batch_size: 1 = the paper)"
 )
-STEP, ACC = "track.k", "track.a"  # scratch: steps taken this round [S]; a_i = Σ_k ∇g_i′(x_{t,k}) [S, P]
-TABLE, MEAN, SUM = "iag.table", "iag.mean", "iag.sum"  # batch_table slots [S, n_b, P] and their mean; sample's Σ
+
+
+class TrackCarry(NamedTuple):
+    """The clients' round carry: steps taken ``k`` ``[S]``, a_i = Σ_k ∇g_i′(x_{t,k}) ``acc`` ``[S, P]``,
+    the IAG of ``iag`` (``batch_table``: the slots ``table`` ``[S, n_b, P]`` and their ``mean``;
+    ``sample``: the running ``sum``; None where unused) and the local optimizer's state."""
+
+    k: torch.Tensor
+    acc: torch.Tensor
+    table: torch.Tensor | None
+    mean: torch.Tensor | None
+    sum: torch.Tensor | None
+    opt: OptState
 
 
 class FedTrackParams(BaseModel):
@@ -62,61 +74,68 @@ class FedTrackParams(BaseModel):
     FedTrackParams,
     label="FedTrack",
     local_optimizer=True,
-    full_gradient=True,
+    inputs=("full_grad",),
 )
 class FedTrack(Algorithm):
     """FedTrack: local steps (4) with the estimate of ``iag``; clients send Δ_i = x_{t,E}^i − x_t and
     ∇g_i(x_t), the server x_{t+1} = Σ p_i x_{t,E}^i (through the server optimizer, SGD lr 1 by default)."""
 
-    Params = FedTrackParams
     params: FedTrackParams
 
     @property
     def iag(self) -> str:
         return self.params.iag
 
-    def prepare_round(self, state: State, ctx: RoundContext, weights: torch.Tensor) -> None:
+    def prepare_round(self, state: Any, ctx: RoundContext, weights: torch.Tensor) -> RoundContext:
         """Alg. 1 lines 2–3: the server aggregates ∇g(x_t) = Σ p_i ∇g_i(x_t) and broadcasts it."""
-        ctx.broadcast["grad_g"] = weighted_mean(ctx.full_grad, weights)
+        return ctx.sending(grad_g=weighted_mean(ctx.input("full_grad"), weights))
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        """Eq. (4) through ``local.optimizer``; adds ∇g_i′(x_{t,k}) to a_i while k < K_i."""
-        pc = ctx.per_client
-        first = STEP not in pc
-        if first:
-            pc[STEP], pc[ACC] = x.new_zeros(len(x)), torch.zeros_like(x)
-        estimate = self.estimate(ctx, x, grad, first)
-        live = (pc[STEP] < ctx.steps).unsqueeze(1)  # batched engine: rows past their K_i keep being called
-        pc[ACC] = torch.where(live, pc[ACC] + estimate, pc[ACC])
-        pc[STEP] = pc[STEP] + 1
-        drift = ctx.broadcast["grad_g"] - ctx.full_grad
-        return self.ctx.local_optimizer.step(ctx, x, drift + estimate)
+    def slots(self, ctx: RoundContext, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """n_i ``[S]`` and min(B, n_i) per client."""
+        sizes = self.ctx.client_sizes[ctx.clients].to(dtype)
+        return sizes, torch.clamp(sizes, max=float(self.batch_size()))
 
-    def estimate(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn, first: bool) -> torch.Tensor:
-        """∇g_i′(x_{t,k}) per ``iag`` (module docstring)."""
+    def local_init(self, ctx: RoundContext, x: torch.Tensor) -> TrackCarry:
+        """k = 0, a_i = 0; the IAG at τ = 0: every slot (``batch_table``) at ∇g_i(x_t), Σ = 0 (``sample``)."""
+        table = mean = total = None
+        if self.iag == "batch_table":
+            full = ctx.input("full_grad")
+            sizes, batch = self.slots(ctx, x.dtype)
+            table = full.unsqueeze(1).repeat(1, int(torch.ceil(sizes / batch).max()), 1)
+            mean = full.clone()
+        elif self.iag == "sample":
+            total = torch.zeros_like(x)
+        return TrackCarry(x.new_zeros(len(x)), torch.zeros_like(x), table, mean, total, super().local_init(ctx, x))
+
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry, grad: GradFn) -> tuple[torch.Tensor, TrackCarry]:
+        """Eq. (4) through ``local.optimizer``; adds ∇g_i′(x_{t,k}) to a_i."""
+        estimate, carry = self.estimate(ctx, x, carry, grad)
+        drift = ctx.broadcast["grad_g"] - ctx.input("full_grad")
+        x, opt = self.ctx.local_optimizer.step(x, drift + estimate, carry.opt, ctx.lr)
+        return x, carry._replace(k=carry.k + 1, acc=carry.acc + estimate, opt=opt)
+
+    def estimate(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry, grad: GradFn) -> tuple[torch.Tensor, TrackCarry]:
+        """∇g_i′(x_{t,k}) per ``iag`` (module docstring), and the carry with the IAG's new state."""
         g = grad(x)
         if self.iag == "off":
-            return g
-        pc, full = ctx.per_client, ctx.full_grad
-        sizes = self.ctx.client_sizes[ctx.clients].to(x.dtype)
-        batch = torch.clamp(sizes, max=float(self.batch_size()))  # min(B, n_i)
+            return g, carry
+        full = ctx.input("full_grad")
+        sizes, batch = self.slots(ctx, x.dtype)
         if self.iag == "sample":
-            if first:  # k = 0: τ_j = 0 for every component, ∇g_i′ = ∇g_i(x_t)
-                pc[SUM] = torch.zeros_like(x)
-            else:
+            assert carry.sum is not None
+            total = carry.sum
+            if grad.step > 0:  # k = 0: τ_j = 0 for every component, ∇g_i′ = ∇g_i(x_t)
                 anchor = grad(ctx.start)  # the same minibatch at x_t
-                pc[SUM] = pc[SUM] + (batch / sizes).unsqueeze(1) * (g - anchor)
-            return full + pc[SUM]
+                total = total + (batch / sizes).unsqueeze(1) * (g - anchor)
+            return full + total, carry._replace(sum=total)
+        assert carry.table is not None and carry.mean is not None
         slots = torch.ceil(sizes / batch)  # n_b per client
-        if first:
-            pc[TABLE] = full.unsqueeze(1).repeat(1, int(slots.max()), 1)
-            pc[MEAN] = full.clone()
         rows = torch.arange(len(x), device=x.device)
-        slot = torch.remainder(pc[STEP], slots).long()
-        old = pc[TABLE][rows, slot]
-        pc[TABLE][rows, slot] = g
-        pc[MEAN] = pc[MEAN] + (g - old) / slots.unsqueeze(1)
-        return pc[MEAN]
+        slot = torch.remainder(carry.k, slots).long()
+        old = carry.table[rows, slot]
+        table = carry.table.index_put((rows, slot), g)
+        mean = carry.mean + (g - old) / slots.unsqueeze(1)
+        return mean, carry._replace(table=table, mean=mean)
 
     def batch_size(self) -> int:
         if self.ctx.batch_size <= 0:
@@ -126,11 +145,5 @@ class FedTrack(Algorithm):
             )
         return self.ctx.batch_size
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"delta": x - ctx.broadcast["x"], "full_grad": ctx.full_grad}
-
-    def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        return {}
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry) -> Upload:
+        return Upload({"delta": x - ctx.broadcast["x"], "full_grad": ctx.input("full_grad")})

@@ -8,17 +8,60 @@ The QP of Eqs. 2–4 is :func:`fedbench.algorithms.projection.project`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, GradFn, RoundContext, State, weighted_mean
+from fedbench.algorithms.base import (
+    ALGORITHMS, Algorithm, AlgorithmContext, GradFn, Logs, RoundContext, Upload, weighted_mean,
+)
+from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.projection import project
+from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.optim.server import ServerOptimizer
 
 SERVER = {"optimizer": "sgd", "lr": 1.0, "momentum": 0.0}
+DIAGNOSTICS = {"qp_fallbacks": "QP projection block(s) fell back (left unprojected)"}
+
+
+@state
+class GradMAWState(ServerState):
+    last_local: ClientTable | None  # x_{t,−1}^(i): each worker's last local model [N, P] (``prev_anchor: last_local``)
+
+
+@state
+class GradMASState(ServerState):
+    """The server momentum m~ and the worker memory of mem_red (Alg. 4): D_j = exp(``memory_log_scale``_j)·U_j."""
+
+    momentum: torch.Tensor  # m~ [P]
+    memory: torch.Tensor  # U_j [m, P]
+    memory_log_scale: torch.Tensor  # [m] float64
+    memory_client: torch.Tensor  # the worker in each slot [m] int64, −1: empty
+    memory_count: torch.Tensor  # c(j) [m] int64
+    memory_inserted: torch.Tensor  # insertion stamp (tie-break) [m] int64
+    memory_clock: torch.Tensor  # the next stamp, int64 scalar
+
+
+@state
+class GradMAState(GradMASState):
+    last_local: ClientTable | None
+
+
+class PreviousIterate(NamedTuple):
+    x_prev: torch.Tensor  # x_{t,−1}^(i) [S, P]
+
+
+class WorkerCarry(NamedTuple):
+    x_prev: torch.Tensor  # x_{τ−1} [S, P]
+    fallbacks: torch.Tensor  # QP_l blocks left unprojected so far [S] int64
+
+
+class WorkerKept(NamedTuple):
+    fallbacks: torch.Tensor  # [S] int64
+    last_local: torch.Tensor | None  # x_{t+1}^(i) [S, P] (``prev_anchor: last_local``)
 
 
 class _ProjectionParams(BaseModel):
@@ -66,58 +109,50 @@ class GradMAW(Algorithm):
     (plain ``sgd`` by default: no momentum, as Alg. 7). Three gradient evaluations per local step.
     """
 
-    Params = GradMAWParams
+    params: GradMAWParams
 
     def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
         super().__init__(params, server, ctx)
         self.blocks = ctx.blocks if params.projection == "per_tensor" else (ctx.dim,)
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        state = super().init_state(x0)
-        if self.params.prev_anchor == "last_local":
-            state["last_local"] = self.client_table(x0, fill=x0)  # x_0^(i) = x_0
-        return state
+    def worker_table(self, x0: torch.Tensor) -> ClientTable | None:
+        """The table of last local models, x_0^(i) = x_0 (``prev_anchor: last_local``), or None."""
+        return self.client_table(x0, fill=x0) if self.params.prev_anchor == "last_local" else None
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        rows = len(clients)
-        if self.params.prev_anchor == "last_local":
-            x_prev = state["last_local"][clients]
-        else:
-            x_prev = state["x"].unsqueeze(0).expand(rows, -1)
-        zeros = torch.zeros(rows, dtype=torch.int64, device=state["x"].device)
-        return {**super().client_state(state, clients), "x_prev": x_prev, "tau": zeros, "qp_fallbacks": zeros}
+    def init_state(self, x0: torch.Tensor) -> Any:
+        return extend(Algorithm.init_state(self, x0), GradMAWState, last_local=self.worker_table(x0))
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        """Alg. 2 lines 3–6 (Eq. 5); x_{τ−1} and the QP failure count live in ``ctx.per_client``."""
-        scratch = ctx.per_client
+    def client_state(self, state: Any, clients: torch.Tensor) -> PreviousIterate:
+        if state.last_local is not None:
+            return PreviousIterate(state.last_local[clients])
+        return PreviousIterate(state.x.unsqueeze(0).expand(len(clients), -1))
+
+    def local_init(self, ctx: RoundContext, x: torch.Tensor) -> WorkerCarry:
+        return WorkerCarry(ctx.held.x_prev, torch.zeros(len(x), dtype=torch.int64, device=x.device))
+
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: WorkerCarry, grad: GradFn) -> tuple[torch.Tensor, WorkerCarry]:
+        """Alg. 2 lines 3–6 (Eq. 5); x_{τ−1} and the QP failure count ride in the carry."""
         x_t = ctx.broadcast["x"].unsqueeze(0).expand_as(x)
         g = grad(x)
-        G = torch.stack([grad(scratch["x_prev"]), grad(x_t), x - x_t], dim=1)
+        G = torch.stack([grad(carry.x_prev), grad(x_t), x - x_t], dim=1)
         g_tilde, failed = project(g, G, self.blocks)
-        active = scratch["tau"] < ctx.steps  # the batched engine keeps calling finished clients
-        scratch["qp_fallbacks"] = scratch["qp_fallbacks"] + torch.where(active, failed, 0)
-        scratch["tau"] = scratch["tau"] + 1
-        scratch["x_prev"] = x
-        return x - ctx.lr * g_tilde
+        return x - ctx.lr * g_tilde, WorkerCarry(x, carry.fallbacks + failed)
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        up = {"delta": x - ctx.broadcast["x"], "_qp_fallbacks": ctx.per_client["qp_fallbacks"].unsqueeze(1)}
-        if self.params.prev_anchor == "last_local":
-            up["_last_local"] = x
-        return up
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: WorkerCarry) -> Upload:
+        last = x if self.params.prev_anchor == "last_local" else None
+        return Upload({"delta": x - ctx.broadcast["x"]}, WorkerKept(carry.fallbacks, last))
 
-    def worker_round(self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor]) -> int:
-        """Keep x_{t+1}^(i) of the participants (Alg. 1 line 7); return the round's QP_l fallbacks."""
-        if "_last_local" in uploads:
-            state["last_local"][ctx.clients] = uploads["_last_local"]
-        return int(uploads["_qp_fallbacks"].sum())
+    def worker_round(self, state: Any, ctx: RoundContext, kept: WorkerKept) -> tuple[ClientTable | None, int]:
+        """The participants' x_{t+1}^(i) kept (Alg. 1 line 7), and the round's QP_l fallbacks."""
+        table = state.last_local
+        if table is not None and kept.last_local is not None:
+            table = table.write(ctx.clients, kept.last_local)
+        return table, int(kept.fallbacks.sum())
 
-    def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        fallbacks = self.worker_round(state, ctx, uploads)
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        return {"qp_fallbacks": fallbacks}
+    def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
+        table, fallbacks = self.worker_round(state, ctx, up.kept)
+        new = self.server_step(state, weighted_mean(up.sent["delta"], weights), last_local=table)
+        return new, {"qp_fallbacks": fallbacks}
 
 
 class GradMAS(Algorithm):
@@ -137,7 +172,7 @@ class GradMAS(Algorithm):
     QP_g). m = 0 skips memory and QP_g: FedAvgM exactly.
     """
 
-    Params = GradMASParams
+    params: GradMASParams  # type: ignore[assignment]  # GradMA's params have both sides' fields
 
     def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
         super().__init__(params, server, ctx)
@@ -150,10 +185,10 @@ class GradMAS(Algorithm):
         self.blocks = ctx.blocks if params.projection == "per_tensor" else (ctx.dim,)
         self.slots = min(params.memory_size, ctx.num_clients)
 
-    def init_state(self, x0: torch.Tensor) -> State:
+    def memory_fields(self, x0: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The fields of :class:`GradMASState` at round 0 beyond ``x`` and ``opt``."""
         m, dev = self.slots, x0.device
         return {
-            **super().init_state(x0),
             "momentum": torch.zeros_like(x0),  # m~_0 = 0
             "memory": x0.new_zeros((m, x0.numel())),  # U_j; D_j = exp(log_scale_j)·U_j
             "memory_log_scale": torch.zeros(m, dtype=torch.float64, device=dev),
@@ -163,13 +198,17 @@ class GradMAS(Algorithm):
             "memory_clock": torch.zeros((), dtype=torch.int64, device=dev),
         }
 
-    def mem_red(self, state: State, clients: list[int]) -> tuple[list[int], list[bool]]:
-        """Alg. 4: buffer the round's workers, evicting as needed. Returns each participant's slot
-        and whether it entered the buffer this round (a fresh entry)."""
-        owner = state["memory_client"].tolist()
-        count = state["memory_count"].tolist()
-        stamp = state["memory_inserted"].tolist()
-        clock = int(state["memory_clock"])
+    def init_state(self, x0: torch.Tensor) -> Any:
+        return extend(Algorithm.init_state(self, x0), GradMASState, **self.memory_fields(x0))
+
+    def mem_red(self, state: Any, clients: list[int]) -> tuple[dict[str, torch.Tensor], list[int], list[bool]]:
+        """Alg. 4: buffer the round's workers, evicting as needed. Returns the new slot bookkeeping
+        (``memory_client``/``_count``/``_inserted``/``_clock``), each participant's slot and whether it
+        entered the buffer this round (a fresh entry)."""
+        owner = state.memory_client.tolist()
+        count = state.memory_count.tolist()
+        stamp = state.memory_inserted.tolist()
+        clock = int(state.memory_clock)
         slot_of = {c: j for j, c in enumerate(owner) if c >= 0}
         active = set(clients)
         fresh = []
@@ -193,17 +232,21 @@ class GradMAS(Algorithm):
             clock += 1
             slot_of[i] = j
             fresh.append(True)
-        dev = state["memory_client"].device
-        state["memory_client"] = torch.tensor(owner, dtype=torch.int64, device=dev)
-        state["memory_count"] = torch.tensor(count, dtype=torch.int64, device=dev)
-        state["memory_inserted"] = torch.tensor(stamp, dtype=torch.int64, device=dev)
-        state["memory_clock"] = torch.tensor(clock, dtype=torch.int64, device=dev)
-        return [slot_of[i] for i in clients], fresh
+        dev = state.memory_client.device
+        books = {
+            "memory_client": torch.tensor(owner, dtype=torch.int64, device=dev),
+            "memory_count": torch.tensor(count, dtype=torch.int64, device=dev),
+            "memory_inserted": torch.tensor(stamp, dtype=torch.int64, device=dev),
+            "memory_clock": torch.tensor(clock, dtype=torch.int64, device=dev),
+        }
+        return books, [slot_of[i] for i in clients], fresh
 
-    def update_memory(self, state: State, slots: list[int], fresh: list[bool], d_rows: torch.Tensor) -> None:
-        """Eq. 7 on the slots: fresh D_j = d_j, participant D_j = β2·D_j + d_j, others D_j = β2·D_j."""
-        U, log_scale = state["memory"], state["memory_log_scale"]
-        used = int((state["memory_client"] >= 0).sum())
+    def update_memory(
+        self, state: Any, used: int, slots: list[int], fresh: list[bool], d_rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 7 on the slots: fresh D_j = d_j, participant D_j = β2·D_j + d_j, others D_j = β2·D_j;
+        ``used`` slots are filled. Returns the new U and log scales."""
+        U, log_scale = state.memory.clone(), state.memory_log_scale.clone()
         beta2 = self.params.beta2
         log_beta2 = math.log(beta2) if beta2 > 0 else -math.inf
         keep = torch.tensor([0.0 if f else beta2 for f in fresh], dtype=torch.float64, device=U.device)
@@ -219,33 +262,30 @@ class GradMAS(Algorithm):
         if bool(dead.any()):  # β2 = 0: D_j = 0, no constraint
             U[:used][dead] = 0.0
             log_scale[:used][dead] = 0.0
+        return U, log_scale
 
-    def memory_round(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
+    def memory_round(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         """Alg. 4 then Alg. 3 (Eqs. 6–8)."""
-        d_rows = -uploads["delta"]  # d_i = x_t − x_{t+1}^(i)
-        d = -weighted_mean(uploads["delta"], weights)  # Eq. 6
-        m = state["momentum"] * self.params.beta1 + d  # Eq. 6
-        fallbacks, used = 0, 0
+        d_rows = -up.sent["delta"]  # d_i = x_t − x_{t+1}^(i)
+        d = -weighted_mean(up.sent["delta"], weights)  # Eq. 6
+        m = state.momentum * self.params.beta1 + d  # Eq. 6
+        fallbacks, used, changes = 0, 0, {}
         if self.slots > 0:
-            slots, fresh = self.mem_red(state, ctx.clients.tolist())
-            self.update_memory(state, slots, fresh, d_rows)  # Eq. 7
-            used = int((state["memory_client"] >= 0).sum())
-            D = state["memory"][:used]
+            books, slots, fresh = self.mem_red(state, ctx.clients.tolist())
+            used = int((books["memory_client"] >= 0).sum())
+            U, log_scale = self.update_memory(state, used, slots, fresh, d_rows)  # Eq. 7
+            changes = {**books, "memory": U, "memory_log_scale": log_scale}
+            D = U[:used]
             live = D.any(1)
             if not bool(live.all()):  # β2 = 0 zeroes absent workers' D_j: ⟨m~, 0⟩ ≥ 0 holds, not a constraint
                 D = D[live]
             m_tilde, failed = project(m.unsqueeze(0), D.unsqueeze(0), self.blocks)  # Eq. 8
             m, fallbacks = m_tilde.squeeze(0), int(failed.sum())
-        state["momentum"] = m
-        state["x"] = state["x"] - self.server.spec.lr * m
-        return {"qp_fallbacks": fallbacks, "memory_slots": used}
+        x = state.x - self.server.spec.lr * m
+        return dataclasses.replace(state, x=x, momentum=m, **changes), {"qp_fallbacks": fallbacks, "memory_slots": used}
 
-    def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        return self.memory_round(state, ctx, uploads, weights)
+    def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
+        return self.memory_round(state, ctx, up, weights)
 
 
 class GradMA(GradMAW, GradMAS):
@@ -253,25 +293,27 @@ class GradMA(GradMAW, GradMAS):
     mem_red (Alg. 4) with Server_Update (Alg. 3, see :class:`GradMAS`). ``qp_fallbacks`` logs the
     blocks left unprojected by QP_l (all workers, all steps) plus QP_g."""
 
-    Params = GradMAParams
+    params: GradMAParams  # type: ignore[assignment]
 
-    def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        worker_fallbacks = self.worker_round(state, ctx, uploads)
-        logs = self.memory_round(state, ctx, uploads, weights)
-        return {**logs, "qp_fallbacks": logs["qp_fallbacks"] + worker_fallbacks}
+    def init_state(self, x0: torch.Tensor) -> GradMAState:
+        base = Algorithm.init_state(self, x0)
+        return extend(base, GradMAState, **self.memory_fields(x0), last_local=self.worker_table(x0))
+
+    def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
+        table, worker_fallbacks = self.worker_round(state, ctx, up.kept)
+        new, logs = self.memory_round(dataclasses.replace(state, last_local=table), ctx, up, weights)
+        return new, {**logs, "qp_fallbacks": logs["qp_fallbacks"] + worker_fallbacks}
 
 
 ALGORITHMS.register(
     "gradma", "GradMA: QP-projected local steps, server momentum projected onto a worker memory",
-    GradMAParams, label="GradMA", server=SERVER,
+    GradMAParams, label="GradMA", server=SERVER, diagnostics=DIAGNOSTICS,
 )(GradMA)
 ALGORITHMS.register(
     "gradma_w", "GradMA-W: GradMA's QP-projected local steps with plain server averaging",
-    GradMAWParams, label="GradMA-W", server=SERVER,
+    GradMAWParams, label="GradMA-W", server=SERVER, diagnostics=DIAGNOSTICS,
 )(GradMAW)
 ALGORITHMS.register(
     "gradma_s", "GradMA-S: local SGD, server momentum projected onto a worker memory (mem_red + QP_g)",
-    GradMASParams, label="GradMA-S", server=SERVER,
+    GradMASParams, label="GradMA-S", server=SERVER, diagnostics=DIAGNOSTICS,
 )(GradMAS)

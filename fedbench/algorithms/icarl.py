@@ -41,15 +41,17 @@ through ``local.optimizer``. Needs a model with ``stages()`` (features) in a con
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, TaskData
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
+from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.models.flat import Buffers, FlatModel
 
@@ -103,6 +105,17 @@ def nearest_mean(features: torch.Tensor, means: torch.Tensor, allowed: torch.Ten
     return torch.where(torch.isfinite(dist.min(1).values), pred, torch.full_like(pred, -1))
 
 
+@state
+class ICaRLState(ServerState):
+    old_model: torch.Tensor  # θ_old [P]
+    old: torch.Tensor  # which classes are old, [K] bool ([0] before any task has ended)
+
+
+class OldClasses(NamedTuple):
+    old_model: torch.Tensor  # [S, P]
+    old: torch.Tensor  # [S, K]
+
+
 @ALGORITHMS.register(
     "icarl_fl", "iCaRL-FL: FedAvg with herded exemplars, sigmoid distillation and a nearest-mean-of-exemplars classifier",
     ICaRLParams, label="iCaRL-FL", compression=True, local_optimizer=True, batchable=False,
@@ -111,37 +124,36 @@ def nearest_mean(features: torch.Tensor, means: torch.Tensor, allowed: torch.Ten
 class ICaRLFL(Algorithm):
     """Local steps on iCaRL's loss over current data + exemplars; herding and NME at each task's end."""
 
-    Params = ICaRLParams
+    params: ICaRLParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
+    def init_state(self, x0: torch.Tensor) -> ICaRLState:
         old = torch.zeros(0, dtype=torch.bool, device=x0.device)
-        return {**super().init_state(x0), "icarl.old_model": x0.clone(), "icarl.old": old}
+        return extend(super().init_state(x0), ICaRLState, old_model=x0.clone(), old=old)
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+    def client_state(self, state: ICaRLState, clients: torch.Tensor) -> OldClasses:
         """θ_old and the old classes, held by every client (free; module docstring)."""
         rows = len(clients)
-        return {"icarl.old_model": state["icarl.old_model"].expand(rows, -1), "icarl.old": state["icarl.old"].expand(rows, -1)}
+        return OldClasses(state.old_model.expand(rows, -1), state.old.expand(rows, -1))
 
     def objective(self, ctx: RoundContext) -> ICaRLObjective:
         if len(ctx.clients) != 1:
             raise RuntimeError(f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}")
-        return ICaRLObjective(ctx.per_client["icarl.old_model"][0], ctx.per_client["icarl.old"][0])
+        return ICaRLObjective(ctx.held.old_model[0], ctx.held.old[0])
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return self.ctx.local_optimizer.step(ctx, x, grad(x, objective=self.objective(ctx)))  # type: ignore[call-arg]
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return self.ctx.local_optimizer.step(x, grad(x, self.objective(ctx)), carry, ctx.lr)
 
     # -- task end ------------------------------------------------------------------------
-    def end_task(self, state: State, data: TaskData) -> dict[str, Any]:
+    def end_task(self, state: ICaRLState, data: TaskData) -> tuple[ICaRLState, Logs]:
         """Herd every client's exemplars of the task, set θ_old and the old classes, score NME."""
         if data.stream is None or data.memory is None or data.outputs is None:
             raise ValueError("icarl_fl's end_task needs the task stream, the replay memories and outputs (TaskData)")
-        x = state["x"]
+        x = state.x
         for client, part in enumerate(data.parts):
             self.herd(data, x, client, part)
         class_task = torch.as_tensor(data.stream.class_task, device=x.device)
-        state["icarl.old_model"] = x.clone()
-        state["icarl.old"] = (class_task >= 0) & (class_task <= data.task)
-        return self.score(data, x)
+        old = (class_task >= 0) & (class_task <= data.task)
+        return dataclasses.replace(state, old_model=x.clone(), old=old), self.score(data, x)
 
     def herd(self, data: TaskData, x: torch.Tensor, client: int, part: torch.Tensor) -> None:
         """Replace the client's random slot of the task by herded exemplars with the same class counts."""

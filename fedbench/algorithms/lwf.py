@@ -27,15 +27,17 @@ Choices where the paper (notes §5, §8.14) leaves room:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, TaskData
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
+from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.models.flat import Buffers, FlatModel
 
 
@@ -61,6 +63,17 @@ def distillation(new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temp
         target = F.softmax(old[:, cols] / temperature, dim=1)
         total = total - (target * F.log_softmax(new[:, cols] / temperature, dim=1)).sum(1).mean()
     return total
+
+
+@state
+class LwFState(ServerState):
+    old_model: torch.Tensor  # θ_old [P], the global model at the end of the last task
+    heads: torch.Tensor  # the old heads [K] int64 ([0] before any task has ended)
+
+
+class OldModel(NamedTuple):
+    old_model: torch.Tensor  # [S, P]
+    heads: torch.Tensor  # [S, K]
 
 
 @dataclass(frozen=True)
@@ -89,30 +102,29 @@ class LwFObjective:
 class LwFFL(Algorithm):
     """Local steps on CE + λ·KD (module docstring); FedAvg server; θ_old and the old heads set at task ends."""
 
-    Params = LwFParams
+    params: LwFParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
+    def init_state(self, x0: torch.Tensor) -> LwFState:
         heads = torch.zeros(0, dtype=torch.int64, device=x0.device)
-        return {**super().init_state(x0), "lwf.old_model": x0.clone(), "lwf.heads": heads}
+        return extend(super().init_state(x0), LwFState, old_model=x0.clone(), heads=heads)
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+    def client_state(self, state: LwFState, clients: torch.Tensor) -> OldModel:
         """θ_old and the old heads, held by every client (free; module docstring)."""
         rows = len(clients)
-        return {"lwf.old_model": state["lwf.old_model"].expand(rows, -1), "lwf.heads": state["lwf.heads"].expand(rows, -1)}
+        return OldModel(state.old_model.expand(rows, -1), state.heads.expand(rows, -1))
 
     def objective(self, ctx: RoundContext) -> LwFObjective:
         if len(ctx.clients) != 1:
             raise RuntimeError(f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}")
-        pc = ctx.per_client
-        return LwFObjective(pc["lwf.old_model"][0], pc["lwf.heads"][0], self.params.lam, self.params.temperature)
+        held = ctx.held
+        return LwFObjective(held.old_model[0], held.heads[0], self.params.lam, self.params.temperature)
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return self.ctx.local_optimizer.step(ctx, x, grad(x, objective=self.objective(ctx)))  # type: ignore[call-arg]
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return self.ctx.local_optimizer.step(x, grad(x, self.objective(ctx)), carry, ctx.lr)
 
-    def end_task(self, state: State, data: TaskData) -> dict[str, Any]:
+    def end_task(self, state: LwFState, data: TaskData) -> tuple[LwFState, Logs]:
         """θ_old ← x (the global model at the end of this task); the old heads now include its classes."""
         if data.stream is None:
             raise ValueError("lwf_fl's end_task needs the task stream (TaskData.stream)")
-        state["lwf.old_model"] = state["x"].clone()
-        state["lwf.heads"] = old_heads(data.stream.class_task, data.task, data.stream.mode).to(state["x"].device)
-        return {}
+        heads = old_heads(data.stream.class_task, data.task, data.stream.mode).to(state.x.device)
+        return dataclasses.replace(state, old_model=state.x.clone(), heads=heads), {}

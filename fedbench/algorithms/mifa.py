@@ -1,11 +1,18 @@
 """MIFA and MIFAM (Gu et al. 2021, "Fast Federated Learning in the Presence of Arbitrary Device
 Unavailability"), in the server-momentum form of GradMA (Luo et al. 2023) Alg. 6."""
 
-from typing import Any
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, RoundContext, State
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Logs, RoundContext, Upload
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class MIFAState(ServerState):
+    g_old: ClientTable  # every worker's latest Δ_i [N, P]
+    d: torch.Tensor  # Σ_i p_i g_old[i] [P]
 
 
 class MIFA(Algorithm):
@@ -27,8 +34,8 @@ class MIFA(Algorithm):
     Communication is FedAvg's: x down, Δ_i up (the paper's Δ^(i) = g_new − g_old has the same size).
     """
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {**super().init_state(x0), "g_old": self.client_table(x0), "d": torch.zeros_like(x0)}
+    def init_state(self, x0: torch.Tensor) -> MIFAState:
+        return extend(super().init_state(x0), MIFAState, g_old=self.client_table(x0), d=torch.zeros_like(x0))
 
     def mixing_weights(self, like: torch.Tensor) -> torch.Tensor:
         """p_i over all N workers ``[N]``: 1/N (``uniform``) or n_i/Σn (``samples``)."""
@@ -38,14 +45,13 @@ class MIFA(Algorithm):
         return sizes / sizes.sum()
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        new = uploads["delta"]
+        self, state: MIFAState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[MIFAState, Logs]:
+        new = up.sent["delta"]
         p = self.mixing_weights(new)[ctx.clients]
-        state["d"] += p @ (new - state["g_old"][ctx.clients])
-        state["g_old"][ctx.clients] = new
-        self.apply_server_step(state, state["d"])
-        return {}
+        d = state.d + p @ (new - state.g_old[ctx.clients])  # Alg. 6 lines 9–11
+        g_old = state.g_old.write(ctx.clients, new)
+        return self.server_step(state, d, d=d, g_old=g_old), {}
 
 
 ALGORITHMS.register(

@@ -6,7 +6,13 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, Message, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class MimeState(ServerState):
+    s: torch.Tensor  # the mimicked optimizer's momentum [P]
 
 
 class MimeLiteParams(BaseModel):
@@ -21,7 +27,7 @@ class MimeLiteParams(BaseModel):
     "MimeLite: local steps with the server's frozen SGD-momentum state (2x communication)",
     MimeLiteParams,
     label="MimeLite",
-    full_gradient=True,
+    inputs=("full_grad",),
 )
 class MimeLite(Algorithm):
     """MimeLite (Mime Alg. 1 with the SGDm base optimizer, Mime Eq. 3 / GradMA notes §4.10).
@@ -36,25 +42,24 @@ class MimeLite(Algorithm):
     Two P-vectors each way: twice FedAvg's traffic in both directions. β = 0 is FedAvg.
     """
 
-    Params = MimeLiteParams
+    params: MimeLiteParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {**super().init_state(x0), "s": torch.zeros_like(x0)}
+    def init_state(self, x0: torch.Tensor) -> MimeState:
+        return extend(super().init_state(x0), MimeState, s=torch.zeros_like(x0))
 
-    def broadcast(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"x": state["x"], "s": state["s"]}
+    def broadcast(self, state: MimeState, clients: torch.Tensor) -> Message:
+        return {"x": state.x, "s": state.s}
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         beta = self.params.beta
-        return x - ctx.lr * ((1 - beta) * grad(x) + beta * ctx.broadcast["s"])
+        return x - ctx.lr * ((1 - beta) * grad(x) + beta * ctx.broadcast["s"]), carry
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"delta": x - ctx.broadcast["x"], "full_grad": ctx.full_grad}
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: Any) -> Upload:
+        return Upload({"delta": x - ctx.broadcast["x"], "full_grad": ctx.input("full_grad")})
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
+        self, state: MimeState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[MimeState, Logs]:
         beta = self.params.beta
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        state["s"] = (1 - beta) * weighted_mean(uploads["full_grad"], weights) + beta * state["s"]
-        return {}
+        s = (1 - beta) * weighted_mean(up.sent["full_grad"], weights) + beta * state.s
+        return self.server_step(state, weighted_mean(up.sent["delta"], weights), s=s), {}

@@ -26,14 +26,17 @@ executor only (``batchable = False``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.models.flat import Buffers, FlatModel
 
 
@@ -71,6 +74,16 @@ class MoonObjective:
         return F.cross_entropy(model.masked(logits, y), y) + self.mu * contrastive_loss(z, z_glob, z_prev, self.temperature)
 
 
+@state
+class MoonState(ServerState):
+    previous: ClientTable  # each client's last local model [N, P]
+    seen: torch.Tensor  # whether it has taken part yet [N] bool
+
+
+class LocalModel(NamedTuple):
+    previous: torch.Tensor  # [S, P]
+
+
 @ALGORITHMS.register(
     "moon", "MOON: local model-contrastive loss on representations, FedAvg server", MoonParams, label="MOON", compression=True,
     batchable=False,
@@ -78,36 +91,36 @@ class MoonObjective:
 class Moon(Algorithm):
     """Local step w ← w − η_l·∇(CE + μ·ℓ_con)(w; ξ) (MOON Alg. 1, lines 9–17); server FedAvg."""
 
-    Params = MoonParams
+    params: MoonParams
 
-    def init_state(self, x0: torch.Tensor) -> State:
+    def init_state(self, x0: torch.Tensor) -> MoonState:
         seen = torch.zeros(self.ctx.num_clients, dtype=torch.bool, device=x0.device)
-        return {**super().init_state(x0), "previous": self.client_table(x0), "seen": seen}
+        return extend(super().init_state(x0), MoonState, previous=self.client_table(x0), seen=seen)
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
+    def client_state(self, state: MoonState, clients: torch.Tensor) -> LocalModel:
         """Each client's previous local model; the global model x_t at its first participation."""
-        seen = state["seen"][clients].unsqueeze(1)
-        return {"previous": torch.where(seen, state["previous"][clients], state["x"])}
+        seen = state.seen[clients].unsqueeze(1)
+        return LocalModel(torch.where(seen, state.previous[clients], state.x))
 
     def objective(self, ctx: RoundContext) -> MoonObjective:
         if len(ctx.clients) != 1:
             raise RuntimeError(f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}")
-        return MoonObjective(ctx.broadcast["x"], ctx.per_client["previous"][0], self.params.mu, self.params.temperature)
+        return MoonObjective(ctx.broadcast["x"], ctx.held.previous[0], self.params.mu, self.params.temperature)
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return x - ctx.lr * grad(x, objective=self.objective(ctx))
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return x - ctx.lr * grad(x, objective=self.objective(ctx)), carry
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, Any]:
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: Any) -> Upload:
         """Δ_i as FedAvg, plus the final local model kept for the next participation (free)."""
-        return {**super().upload(ctx, x), "_local": x}
+        return Upload(super().upload(ctx, x, carry).sent, LocalModel(x))
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        logs = super().server_update(state, ctx, uploads, weights)
-        state["previous"][ctx.clients] = uploads["_local"]
-        state["seen"][ctx.clients] = True
-        return logs
+        self, state: MoonState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[MoonState, Logs]:
+        new, logs = super().server_update(state, ctx, up, weights)
+        previous = state.previous.write(ctx.clients, up.kept.previous)
+        seen = state.seen.index_fill(0, ctx.clients, True)
+        return dataclasses.replace(new, previous=previous, seen=seen), logs
 
 
 @ALGORITHMS.register(

@@ -22,16 +22,24 @@ Han et al.'s own code.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload, weighted_mean
 from fedbench.algorithms.cflag import adaptive_rates
+from fedbench.optim.transform import OptState
 from fedbench.strict import check_order
 
-STEP, STATS = "nccl.k", "nccl.stats"  # steps taken [S]; Σ over the client's steps of (interfering, transferring, β_H/α)
+
+class StepStats(NamedTuple):
+    stats: torch.Tensor  # Σ over the client's steps of (interfering, transferring, β_H/α), [S, 3]
+
+
+class NCCLCarry(NamedTuple):
+    stats: torch.Tensor  # as StepStats
+    opt: OptState  # the local optimizer's state
 
 
 class NCCLParams(BaseModel):
@@ -59,36 +67,33 @@ class NCCLParams(BaseModel):
 class NCCLFL(Algorithm):
     """NCCL local steps (module docstring), FedAvg server; logs the share of interfering steps."""
 
-    Params = NCCLParams
     params: NCCLParams
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        p, pc = self.params, ctx.per_client
+    def local_init(self, ctx: RoundContext, x: torch.Tensor) -> NCCLCarry:
+        return NCCLCarry(x.new_zeros((len(x), 3)), super().local_init(ctx, x))
+
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: NCCLCarry, grad: GradFn) -> tuple[torch.Tensor, NCCLCarry]:
+        p = self.params
         g = grad(x)
         f = grad.memory(x)
         alpha = ctx.lr if p.alpha is None else p.alpha
         lam, alpha_scale, beta_scale, adapted = adaptive_rates(
             f, g, alpha, alpha, p.L, 1.0, True, p.min_scale, p.max_scale
         )
-        if STEP not in pc:
-            pc[STEP], pc[STATS] = x.new_zeros(len(x)), x.new_zeros((len(x), 3))
-        live = (pc[STEP] < ctx.steps).unsqueeze(1)  # batched engine: rows past their K_i keep being called
         counts = torch.stack([adapted & (lam <= 0), adapted & (lam > 0)], 1).to(x.dtype)
-        pc[STATS] = torch.where(live, pc[STATS] + torch.cat([counts, beta_scale.unsqueeze(1)], 1), pc[STATS])
-        pc[STEP] = pc[STEP] + 1
+        stats = carry.stats + torch.cat([counts, beta_scale.unsqueeze(1)], 1)
         scale = alpha / ctx.lr
         direction = scale * (alpha_scale.unsqueeze(1) * f + beta_scale.unsqueeze(1) * g)
-        return self.ctx.local_optimizer.step(ctx, x, direction)
+        x, opt = self.ctx.local_optimizer.step(x, direction, carry.opt, ctx.lr)
+        return x, NCCLCarry(stats, opt)
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"delta": x - ctx.broadcast["x"], "_stats": ctx.per_client[STATS]}
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: NCCLCarry) -> Upload:
+        return Upload({"delta": x - ctx.broadcast["x"]}, StepStats(carry.stats))
 
-    def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        interfering, transferring, beta_sum = uploads["_stats"].T
-        return {"nccl": {
+    def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
+        new = self.server_step(state, weighted_mean(up.sent["delta"], weights))
+        interfering, transferring, beta_sum = up.kept.stats.T
+        return new, {"nccl": {
             "interfering_steps": interfering.tolist(),
             "transferring_steps": transferring.tolist(),
             "mean_beta_scale": (beta_sum / ctx.steps).tolist(),

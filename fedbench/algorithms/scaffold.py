@@ -1,10 +1,26 @@
 """SCAFFOLD (Karimireddy et al. 2020, ICML), option II control variates."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, State, weighted_mean
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, Message, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import ServerState, extend, state
+
+
+@state
+class ScaffoldState(ServerState):
+    c: torch.Tensor  # server control variate [P]
+    c_i: ClientTable  # client control variates [N, P]
+
+
+class ControlRows(NamedTuple):
+    c_i: torch.Tensor  # [S, P]
+
+
+class ControlChange(NamedTuple):
+    delta_c: torch.Tensor  # Δc_i = c_i⁺ − c_i, [S, P]
 
 
 @ALGORITHMS.register("scaffold", "SCAFFOLD: drift-corrected local steps with control variates (option II)", label="SCAFFOLD")
@@ -19,27 +35,27 @@ class Scaffold(Algorithm):
     FedAvg's traffic in each direction. c and every c_i start at 0.
     """
 
-    def init_state(self, x0: torch.Tensor) -> State:
-        return {**super().init_state(x0), "c": torch.zeros_like(x0), "c_i": self.client_table(x0)}
+    def init_state(self, x0: torch.Tensor) -> ScaffoldState:
+        return extend(super().init_state(x0), ScaffoldState, c=torch.zeros_like(x0), c_i=self.client_table(x0))
 
-    def broadcast(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"x": state["x"], "c": state["c"]}
+    def broadcast(self, state: ScaffoldState, clients: torch.Tensor) -> Message:
+        return {"x": state.x, "c": state.c}
 
-    def client_state(self, state: State, clients: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"c_i": state["c_i"][clients]}
+    def client_state(self, state: ScaffoldState, clients: torch.Tensor) -> ControlRows:
+        return ControlRows(state.c_i[clients])
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, grad: GradFn) -> torch.Tensor:
-        return x - ctx.lr * (grad(x) - ctx.per_client["c_i"] + ctx.broadcast["c"])
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return x - ctx.lr * (grad(x) - ctx.held.c_i + ctx.broadcast["c"]), carry  # line 10
 
-    def upload(self, ctx: RoundContext, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def upload(self, ctx: RoundContext, x: torch.Tensor, carry: Any) -> Upload:
         delta = x - ctx.broadcast["x"]
-        c_new = ctx.per_client["c_i"] - ctx.broadcast["c"] - delta / (ctx.steps.unsqueeze(1) * ctx.lr)
-        return {"delta": delta, "delta_c": c_new - ctx.per_client["c_i"]}
+        c_new = ctx.held.c_i - ctx.broadcast["c"] - delta / (ctx.steps.unsqueeze(1) * ctx.lr)  # line 12, option II
+        return Upload({"delta": delta, "delta_c": c_new - ctx.held.c_i})
 
     def server_update(
-        self, state: State, ctx: RoundContext, uploads: dict[str, torch.Tensor], weights: torch.Tensor
-    ) -> dict[str, Any]:
-        self.apply_server_step(state, weighted_mean(uploads["delta"], weights))
-        state["c_i"].index_add_(0, ctx.clients, uploads["delta_c"])
-        state["c"] += uploads["delta_c"].sum(0) / self.ctx.num_clients
-        return {}
+        self, state: ScaffoldState, ctx: RoundContext, up: Upload, weights: torch.Tensor
+    ) -> tuple[ScaffoldState, Logs]:
+        delta_c = up.sent["delta_c"]
+        c_i = state.c_i.add(ctx.clients, delta_c)
+        c = state.c + delta_c.sum(0) / self.ctx.num_clients  # line 17
+        return self.server_step(state, weighted_mean(up.sent["delta"], weights), c=c, c_i=c_i), {}

@@ -22,10 +22,11 @@ algorithm, and every BatchNorm model, both ways and requires the same numbers to
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from fedbench.algorithms.base import Algorithm, RoundContext
-from fedbench.compress import Compressed
+from fedbench.algorithms.base import Algorithm, RoundContext, Upload, where_rows
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched_layers import RowLayers, mix32
 from fedbench.engine.batches import ClientBatcher
@@ -33,6 +34,7 @@ from fedbench.engine.compiled import step_function
 from fedbench.engine.executor import STATE_ROWS
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.plan import RoundPlan, draw_plan
+from fedbench.engine.uploads import merged
 from fedbench.models.flat import Buffers, FlatModel
 from fedbench.seeding import torch_seed
 
@@ -52,8 +54,9 @@ class BatchedOracle:
     def __init__(
         self, layers: RowLayers, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
         cfg: LocalConfig, memory_mask: torch.Tensor | None = None, keys: torch.Tensor | None = None,
-        compiled: bool = False,
+        compiled: bool = False, step: int = 0,
     ):
+        self.step = step  # the local step's index k in the round
         self.layers, self.buffers, self.x, self.y, self.cfg = layers, buffers, x, y, cfg
         self.keys = torch.zeros(len(y), dtype=torch.int64, device=y.device) if keys is None else keys
         self.mask = mask if memory_mask is None else mask - memory_mask
@@ -99,30 +102,29 @@ def dropout_keys(seed: int, round_: int, clients: list[int], device: torch.devic
     return torch.tensor([torch_seed(seed, "dropout", round_, c) & 0xFFFFFFFF for c in clients], device=device)
 
 
-def _where_rows(on: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """Rows of ``new`` where ``on`` ``[S]``, else rows of ``old``."""
-    return torch.where(on.view(-1, *[1] * (new.dim() - 1)), new, old)
-
-
 def train_rows(
-    algo: Algorithm, ctx: RoundContext, steps: torch.Tensor, plan: RoundPlan, layers: RowLayers, buffers: Buffers,
+    algo: Algorithm, ctx: RoundContext, steps: list[int], plan: RoundPlan, layers: RowLayers, buffers: Buffers,
     train: ArraySplit, cfg: LocalConfig, keys: torch.Tensor, compiled: bool = False,
-) -> tuple[torch.Tensor, Buffers, torch.Tensor]:
-    """The K_i local steps (``steps`` ``[s]``) of one chunk of clients: final iterates ``[s, P]``,
-    buffers ``[s, …]`` and mean minibatch losses ``[s]``."""
+) -> tuple[torch.Tensor, Any, Buffers, torch.Tensor]:
+    """The K_i local steps (``steps``) of one chunk of clients: final iterates ``[s, P]``, the
+    clients' final carry, buffers ``[s, …]`` and mean minibatch losses ``[s]``. A client past its
+    K_i keeps its iterate, carry and buffers."""
     x = ctx.start
+    carry = algo.local_init(ctx, x)
+    k_of = torch.tensor(steps, device=x.device)
     loss_sum = x.new_zeros(len(ctx.clients))
-    for k in range(int(steps.max())):
+    for k in range(max(steps)):
         xb, yb, mask, memory = plan.batch(k, train)
         step_keys = mix32(keys ^ mix32(torch.full_like(keys, 0x10000 + k)))
-        oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys, compiled)
-        moved = algo.local_step(ctx, x, oracle)
-        on = steps > k
-        x = _where_rows(on, moved, x)
+        oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys, compiled, k)
+        moved, moved_carry = algo.local_step(ctx, x, carry, oracle)
+        on = k_of > k
+        x = where_rows(on, moved, x)
+        carry = moved_carry if k < min(steps) else where_rows(on, moved_carry, carry)
         loss_sum += torch.where(on, oracle.first_loss, 0.0)
         if oracle.updated:
-            buffers = {n: _where_rows(on, oracle.updated[n], v) for n, v in buffers.items()}
-    return x, buffers, loss_sum / steps.to(loss_sum.dtype)
+            buffers = {n: where_rows(on, oracle.updated[n], v) for n, v in buffers.items()}
+    return x, carry, buffers, loss_sum / k_of.to(loss_sum.dtype)
 
 
 def chunks(total: int, size: int | None) -> list[slice]:
@@ -141,20 +143,19 @@ def run_clients_batched(
     plan = draw_plan(train, batcher, clients, steps, cfg)
     layers = RowLayers.of(model)
     keys = dropout_keys(cfg.seed, ctx.round, clients, device) if layers.has_dropout else torch.zeros_like(ctx.clients)
-    k_of = torch.tensor(steps, device=device)
-    uploads: dict[str, list] = {}
+    uploads: list[Upload] = []
     finals, per_client, losses = [], [], []
     for rows in chunks(len(clients), chunk):
         sub, size = ctx.select(rows), rows.stop - rows.start
         buffers = {n: v.unsqueeze(0).expand(size, *v.shape).clone() for n, v in global_buffers.items()}
-        x, buffers, loss = train_rows(algo, sub, k_of[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows], compiled)
-        for name, value in algo.upload(sub, x).items():
-            uploads.setdefault(name, []).append(value)
+        x, carry, buffers, loss = train_rows(
+            algo, sub, steps[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows], compiled,
+        )
+        uploads.append(algo.upload(sub, x, carry))
         finals.append(x)
         per_client += [{n: v[i] for n, v in buffers.items()} for i in range(size)]
         losses.append(loss)
-    merged = {k: Compressed.cat(v) if isinstance(v[0], Compressed) else torch.cat(v) for k, v in uploads.items()}
-    return LocalResult(merged, torch.cat(finals), per_client, torch.cat(losses))
+    return LocalResult(merged(uploads), torch.cat(finals), per_client, torch.cat(losses))
 
 
 def probe_client_bytes(model: FlatModel, buffers: Buffers, train: ArraySplit, batch_size: int, cfg: LocalConfig) -> int:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, RoundContext, State, TaskData
+from fedbench.algorithms.base import Algorithm, Logs, TaskData
 from fedbench.continual.memory import ReplayMemory
 from fedbench.engine.batches import ClientBatcher
 from fedbench.models.flat import Buffers
@@ -43,6 +43,7 @@ from fedbench.engine.plugins import RoundPlugin
 from fedbench.seeding import numpy_stream
 
 if TYPE_CHECKING:
+    from fedbench.engine.inputs import InputRequest
     from fedbench.engine.setup import RunSetup
     from fedbench.scenario import RunSpec
 
@@ -100,12 +101,13 @@ class ContinualStream(RoundPlugin):
             return replace(cfg, replay=self.replay)
         return cfg
 
-    def before_local_work(self, ctx: RoundContext, buffers: Buffers, cfg: LocalConfig) -> None:
-        """``memory_gradient``: ∇f_i†(x_t) on a memory draw, zeros for an empty memory (task 0)."""
-        if self.s.algorithm.caps.memory_gradient:
-            ctx.memory_grad, ctx.memory_size = self.memory_gradients(
-                buffers, ctx.clients.tolist(), ctx.broadcast["x"], ctx.round, cfg
-            )
+    def provide(self, request: InputRequest) -> dict[str, torch.Tensor]:
+        """``memory_grad``/``memory_size``: ∇f_i†(x_t) on a memory draw and the memory's size, zeros
+        for an empty memory (task 0)."""
+        if not request.wanted & {"memory_grad", "memory_size"}:
+            return {}
+        grads, sizes = self.memory_gradients(request.buffers, request.clients.tolist(), request.point, request.round, request.cfg)
+        return {"memory_grad": grads, "memory_size": sizes}
 
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self, t: int, due: bool, x: torch.Tensor, buffers: Buffers) -> tuple[float, float] | None:
@@ -115,11 +117,13 @@ class ContinualStream(RoundPlugin):
         acc, loss, self.row = self.score(x, buffers)
         return acc, loss
 
-    def after_evaluation(self, t: int, state: State, buffers: Buffers, cfg: LocalConfig) -> dict[str, Any]:
-        """At a task's end: the accuracy-matrix row ``task_acc``, then :meth:`end_task`'s logs."""
+    def after_evaluation(self, t: int, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:
+        """At a task's end: the algorithm's state after :meth:`end_task`, the accuracy-matrix row
+        ``task_acc`` and the task end's logs."""
         if not self.task_ends(t):
-            return {}
-        return {"task_acc": self.row, **self.end_task(self.s.algorithm, state, buffers, cfg)}
+            return state, {}
+        state, logs = self.end_task(self.s.algorithm, state, buffers, cfg)
+        return state, {"task_acc": self.row, **logs}
 
     def score(self, x: torch.Tensor, buffers: Buffers) -> tuple[float, float, list[float]]:
         """(accuracy, loss) on the test samples of the tasks seen so far, and the accuracy on each
@@ -159,7 +163,7 @@ class ContinualStream(RoundPlugin):
         return grads, sizes
 
     # -- task end --------------------------------------------------------------------------
-    def end_task(self, algo: Algorithm, state: State, buffers: Buffers, cfg: LocalConfig) -> dict[str, Any]:
+    def end_task(self, algo: Algorithm, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:
         """Fill every client's memory slot for the finished task, then ``algo.end_task``."""
         s, task = self.s, self.task
         self.memory.fill(task, [p.cpu().numpy() for p in s.parts], self.train_labels)
@@ -174,8 +178,8 @@ class ContinualStream(RoundPlugin):
             return split_outputs(s, buffers, point, split, indices, self.spec.eval.batch_size)
 
         data = TaskData(task, s.client_sizes.clone(), gradients, self.stream, tuple(parts), outputs, self.memory)
-        logs = algo.end_task(state, data)
-        return {"memory_sizes": [self.memory.size(c) for c in range(self.spec.clients.num)], **logs}
+        state, logs = algo.end_task(state, data)
+        return state, {"memory_sizes": [self.memory.size(c) for c in range(self.spec.clients.num)], **logs}
 
     # -- resume ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -12,12 +12,12 @@ from typing import Callable
 
 import torch
 
-from fedbench.algorithms.base import Algorithm, RoundContext
-from fedbench.compress import Compressed
+from fedbench.algorithms.base import Algorithm, RoundContext, Upload
 from fedbench.data.base import ArraySplit
 from fedbench.scenario import AugmentSpec
 from fedbench.engine.augment import augment_batch
 from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.uploads import merged
 from fedbench.models.flat import Buffers, FlatModel, Objective
 
 
@@ -90,12 +90,14 @@ class GradientOracle:
 
     With ``memory_from`` = m (``replay_apart``), samples m… of the batch are the step's replay draw:
     ``grad`` uses the first m only and ``memory(points)`` differentiates the draw (NCCL-FL's ∇f_I).
+    ``step`` is the local step's index k in the round.
     """
 
     def __init__(
         self, model: FlatModel, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, cfg: LocalConfig,
-        memory_from: int | None = None,
+        memory_from: int | None = None, step: int = 0,
     ):
+        self.step = step
         cut = len(y) if memory_from is None else memory_from
         self.model, self.buffers, self.x, self.y, self.cfg = model, buffers, x[:cut], y[:cut], cfg
         self.memory_x, self.memory_y = x[cut:], y[cut:]
@@ -129,10 +131,10 @@ class GradientOracle:
 
 @dataclass
 class LocalResult:
-    """The round's client work: uploads ``{name: [S, P]}``, final local iterates ``[S, P]``,
-    BatchNorm buffers and each client's mean minibatch loss ``[S]``."""
+    """The round's client work: the clients' :class:`~fedbench.algorithms.base.Upload` (rows in
+    order), final local iterates ``[S, P]``, BatchNorm buffers and each client's mean minibatch loss ``[S]``."""
 
-    uploads: dict[str, torch.Tensor | Compressed]
+    uploads: Upload
     final: torch.Tensor
     buffers: list[Buffers]
     losses: torch.Tensor
@@ -149,22 +151,21 @@ def run_clients_sequential(
     cfg: LocalConfig,
 ) -> LocalResult:
     """Train each sampled client in turn from ``ctx.start`` for its ``steps[row]`` local steps."""
-    uploads: dict[str, list[torch.Tensor]] = {}
+    uploads: list[Upload] = []
     finals, all_buffers, losses = [], [], []
     for row, client in enumerate(ctx.clients.tolist()):
         sub = ctx.select(slice(row, row + 1))
         buffers = {k: v.clone() for k, v in global_buffers.items()}
         x = sub.start
+        carry = algo.local_init(sub, x)
         step_losses = []
-        for _ in range(steps[row]):
+        for k in range(steps[row]):
             xb, yb, current = cfg.batch_parts(train, batcher, client)
-            oracle = GradientOracle(model, buffers, xb, yb, cfg, current if cfg.replay_apart else None)
-            x = algo.local_step(sub, x, oracle)
+            oracle = GradientOracle(model, buffers, xb, yb, cfg, current if cfg.replay_apart else None, k)
+            x, carry = algo.local_step(sub, x, carry, oracle)
             step_losses.append(oracle.first_loss)
-        for name, value in algo.upload(sub, x).items():
-            uploads.setdefault(name, []).append(value)
+        uploads.append(algo.upload(sub, x, carry))
         finals.append(x)
         all_buffers.append(buffers)
         losses.append(torch.stack(step_losses).mean())
-    merged = {k: Compressed.cat(v) if isinstance(v[0], Compressed) else torch.cat(v) for k, v in uploads.items()}
-    return LocalResult(merged, torch.cat(finals), all_buffers, torch.stack(losses))
+    return LocalResult(merged(uploads), torch.cat(finals), all_buffers, torch.stack(losses))

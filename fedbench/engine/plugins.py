@@ -6,39 +6,43 @@ Where each hook runs in round t (every default is plain FL: no logs, nothing cha
     begin_round(t)                      → logs, recorded last in the round's extra
     η_l = learning_rate(t, default)     (each plug-in may replace the default decayed rate)
     clients = sample S; after_sampling(t, clients) → the clients that train (none: an idle round)
-    before_local_work(ctx, buffers, cfg)   per-client inputs (``ctx.bits``, ``ctx.memory_grad``)
+    provide(request) → engine inputs it owns (``bits``, ``memory_grad``; :mod:`fedbench.engine.inputs`)
     local work (LocalConfig from local_config(cfg), once per run)
     received = select_received(received, result) → which uploads reach server_update (None: none)
     round_logs(t)                       → logs after the algorithm's own (idle rounds too)
     evaluate(t, due, x, buffers)        → (accuracy, loss) in place of the test-set score, or None
-    after_evaluation(t, state, buffers, cfg) → logs (e.g. a task's end)
+    after_evaluation(t, state, buffers, cfg) → (state, logs) (e.g. a task's end)
     run_logs()                          → logs of round 1, once per run
     state_dict() / load_state_dict()    checkpoint entry ``name`` (restored before the batcher cursor)
 
 Plug-ins run in the order they are attached (:mod:`fedbench.engine.axes`); a plug-in's state
-between rounds is its own, and every random draw it makes comes from a named stream.
+between rounds is its own, every random draw it makes comes from a named stream, and what it
+changes of the round it returns (never mutating the context, uploads or algorithm state it got).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedbench.algorithms.base import RoundContext, State
-from fedbench.models.flat import Buffers
+from fedbench.algorithms.base import Logs, RoundContext, Upload
 from fedbench.engine.local import LocalConfig, LocalResult
+from fedbench.models.flat import Buffers
+
+if TYPE_CHECKING:
+    from fedbench.engine.inputs import InputRequest
 
 
 @dataclass(frozen=True)
 class Received:
-    """What reaches ``server_update``: the received rows' context, their decoded uploads
-    ``{name: [k, P]}`` and BatchNorm buffers, the aggregation weights ``[k]`` and the weights
-    of the buffers' average ``[k]`` (summing to one)."""
+    """What reaches ``server_update``: the received rows' context, their decoded
+    :class:`~fedbench.algorithms.base.Upload` and BatchNorm buffers, the aggregation weights ``[k]``
+    and the weights of the buffers' average ``[k]`` (summing to one)."""
 
     ctx: RoundContext
-    uploads: dict[str, torch.Tensor]
+    uploads: Upload
     buffers: list[Buffers]
     weights: torch.Tensor
     buffer_weights: torch.Tensor
@@ -65,8 +69,10 @@ class RoundPlugin:
         """The sampled clients that train and upload (a subset, in order; empty: an idle round)."""
         return clients
 
-    def before_local_work(self, ctx: RoundContext, buffers: Buffers, cfg: LocalConfig) -> None:
-        """Fill per-client inputs of ``ctx`` (its typed fields) before ``prepare_round``."""
+    def provide(self, request: InputRequest) -> dict[str, torch.Tensor]:
+        """The engine inputs this plug-in provides for the round's clients (``[S, ...]`` each), of
+        ``request.wanted``; the engine's providers fill the rest (:mod:`fedbench.engine.inputs`)."""
+        return {}
 
     def select_received(self, received: Received, result: LocalResult) -> Received | None:
         """The uploads that reach the server, out of ``received`` (None: none; the model stays)."""
@@ -80,9 +86,10 @@ class RoundPlugin:
         """(accuracy, loss) to record instead of the test-set score, or None for the loop's."""
         return None
 
-    def after_evaluation(self, t: int, state: State, buffers: Buffers, cfg: LocalConfig) -> dict[str, Any]:
-        """Work after round t's evaluation (it may update ``state``); its logs."""
-        return {}
+    def after_evaluation(self, t: int, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:
+        """Work after round t's evaluation: the algorithm's state afterwards (e.g. after a task's
+        end) and its logs."""
+        return state, {}
 
     def run_logs(self) -> dict[str, Any]:
         """Logs recorded once per run, with round 1's."""

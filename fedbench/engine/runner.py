@@ -26,20 +26,22 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Callable, TypeVar
 
 import torch
 
 from fedbench.algorithms.base import RoundContext
-from fedbench.algorithms.client_table import from_checkpoint, to_checkpoint
+from fedbench.algorithms.state import flatten_state, restore_state, state_bytes
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
-from fedbench.engine.batched import dropout_keys, probe_client_bytes, run_clients_batched
+from fedbench.engine.batched import probe_client_bytes, run_clients_batched
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
 from fedbench.engine.executor import ClientExecutor, choose_executor
+from fedbench.engine.inputs import PROVIDERS, InputRequest
 from fedbench.engine.lease import leased
-from fedbench.engine.full_gradient import full_local_gradients
 from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.precision import run_precision
@@ -82,11 +84,6 @@ def local_consistency(final: torch.Tensor) -> float:
 T = TypeVar("T", bound=RoundPlugin)
 
 
-def no_memory(num_rows: int, point: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Without a task stream every replay memory is empty: zero gradients and sizes."""
-    return point.new_zeros((num_rows, point.numel())), point.new_zeros(num_rows)
-
-
 def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int) -> dict[str, float | None]:
     """A trained round's metrics; ``bits_up`` counts every upload sent (the float BatchNorm buffers
     travel both ways at 32 bits), ``test_*`` are filled by the evaluation."""
@@ -106,6 +103,15 @@ def idle_metrics() -> dict[str, float | None]:
     """The metrics of a round in which no sampled client trained: nothing sent."""
     nothing: dict[str, float | None] = {"train_loss": None, "bits_up": 0.0, "bits_down": 0.0, "consistency": None}
     return {**nothing, "test_acc": None, "test_loss": None}
+
+
+def warn_diagnostics(run: str, declared: Mapping[str, str], extra: dict[str, Any], t: int, warned: set[str]) -> None:
+    """Warn once per run about each diagnostic count the algorithm declared (``Capabilities.diagnostics``)
+    that round t's logs report non-zero; the tables footnote the totals."""
+    for key, meaning in declared.items():
+        if extra.get(key) and key not in warned:
+            warned.add(key)
+            warnings.warn(f"{run}: {extra[key]} {meaning} at round {t}; the round logs count every later one", RuntimeWarning)
 
 
 def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:
@@ -191,7 +197,7 @@ class RoundLoop:
         if len(clients) == 0:  # nothing trains or is sent
             return self._finish(t, start, lr, idle_metrics(), self.logs(lambda p: p.round_logs(t)), begun)
         ctx, steps = self.context(t, clients, lr)
-        s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, s.client_sizes[clients]))
+        ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, s.client_sizes[clients]))
         result = self.local_work(ctx, steps)
         extra = self.aggregate(ctx, result)
         extra = {**extra, **self.logs(lambda p: p.round_logs(t))}
@@ -199,25 +205,31 @@ class RoundLoop:
         return self._finish(t, start, lr, metrics, extra, begun)
 
     def context(self, t: int, clients: torch.Tensor, lr: float) -> tuple[RoundContext, list[int]]:
-        """The clients' :class:`RoundContext` (the inputs their algorithm's capabilities ask for)
+        """The clients' :class:`RoundContext` (with the engine inputs their algorithm declared)
         and their local steps."""
-        spec, s, algo = self.spec, self.s, self.s.algorithm
+        s, algo = self.s, self.s.algorithm
         steps = self.steps_of(clients.tolist(), t)
+        broadcast = algo.broadcast(self.state, clients)
         ctx = RoundContext(
             clients, lr, torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
-            algo.broadcast(self.state, clients), algo.client_state(self.state, clients), t,
+            broadcast, algo.client_state(self.state, clients), t, self.inputs(t, clients, broadcast["x"]),
         )
-        if algo.caps.full_gradient:
-            ids = clients.tolist()
-            ctx.full_grad = full_local_gradients(
-                s.model, self.buffers, s.data.train, [s.parts[c] for c in ids], ctx.broadcast["x"],
-                spec.local.batch_size, self.local_cfg, dropout_keys(self.seed, t, ids, s.x0.device),
-            )
-        for plugin in self.plugins:
-            plugin.before_local_work(ctx, self.buffers, self.local_cfg)
-        if algo.caps.memory_gradient and ctx.memory_grad is None:
-            ctx.memory_grad, ctx.memory_size = no_memory(len(clients), ctx.broadcast["x"])
         return ctx, steps
+
+    def inputs(self, t: int, clients: torch.Tensor, point: torch.Tensor) -> MappingProxyType[str, torch.Tensor]:
+        """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`): the plug-ins'
+        first, then the engine's providers for the rest; one nobody provides is absent."""
+        wanted = frozenset(self.s.algorithm.caps.inputs)
+        if not wanted:
+            return MappingProxyType({})
+        req = InputRequest(t, clients, point, self.buffers, self.local_cfg, self.spec.local.batch_size, self.s, wanted)
+        given: dict[str, torch.Tensor] = {}
+        for plugin in self.plugins:
+            given.update({k: v for k, v in plugin.provide(req).items() if k in wanted})
+        for name in sorted(wanted - given.keys()):
+            if name in PROVIDERS:
+                given[name] = PROVIDERS[name](req)
+        return MappingProxyType(given)
 
     def local_work(self, ctx: RoundContext, steps: list[int]) -> LocalResult:
         """The clients' local training on the batched or the sequential executor."""
@@ -241,7 +253,7 @@ class RoundLoop:
             received = plugin.select_received(received, result)
         if received is None:
             return {}
-        extra = self.s.algorithm.server_update(self.state, received.ctx, received.uploads, received.weights)
+        self.state, extra = self.s.algorithm.server_update(self.state, received.ctx, received.uploads, received.weights)
         self.buffers = average_buffers(received.buffers, received.buffer_weights)
         return extra
 
@@ -254,7 +266,9 @@ class RoundLoop:
         scores = self.evaluate(t, due)
         if scores is not None:
             metrics["test_acc"], metrics["test_loss"] = scores
-        extra = {**extra, **self.logs(lambda p: p.after_evaluation(t, self.state, self.buffers, self.local_cfg))}
+        for plugin in self.plugins:
+            self.state, logs = plugin.after_evaluation(t, self.state, self.buffers, self.local_cfg)
+            extra = {**extra, **logs}
         if due and spec.eval.client_spread:
             metrics["client_acc_std"] = self.client_accuracy_spread()
         metrics["wall_s"] = time.perf_counter() - start
@@ -265,7 +279,7 @@ class RoundLoop:
     def evaluate(self, t: int, due: bool) -> tuple[float, float] | None:
         """(accuracy, loss) of round t: the first plug-in's scores (every plug-in is asked), else
         the whole test set's when due, else None."""
-        x, s = self.state["x"], self.s
+        x, s = self.state.x, self.s
         scores = [p.evaluate(t, due, x, self.buffers) for p in self.plugins]
         chosen = next((score for score in scores if score is not None), None)
         if chosen is None and due:
@@ -275,7 +289,7 @@ class RoundLoop:
     def run_logs(self) -> dict[str, Any]:
         """Once per run: the partition's sizes and label skew, the server state's size, the
         executor and threads, then the plug-ins' own."""
-        state_mb = sum(v.numel() * v.element_size() for v in self.state.values()) / 2**20
+        state_mb = state_bytes(self.state) / 2**20
         own = {
             "partition": self.s.partition_info, "server_state_mb": state_mb, "executor": self.executor.note,
             "threads": torch.get_num_threads(),
@@ -292,14 +306,14 @@ class RoundLoop:
     def client_accuracy_spread(self) -> float:
         """Std over all N clients of the global model's accuracy on each client's training data."""
         s = self.s
-        correct, _ = s.model.per_sample(self.state["x"], self.buffers, s.data.train, self.spec.eval.batch_size)
+        correct, _ = s.model.per_sample(self.state.x, self.buffers, s.data.train, self.spec.eval.batch_size)
         per_client = torch.stack([correct[p].float().mean() for p in s.parts])
         return float(per_client.std(correction=0))
 
     def divergence(self, metrics: dict[str, float | None]) -> str | None:
         """Why the round diverged (see the module docstring), or None."""
         values = [metrics["train_loss"], metrics["test_loss"]]
-        if any(v is not None and not math.isfinite(v) for v in values) or not bool(torch.isfinite(self.state["x"]).all()):
+        if any(v is not None and not math.isfinite(v) for v in values) or not bool(torch.isfinite(self.state.x).all()):
             return "non-finite loss or model"
         bound = DIVERGED_LOSS_FACTOR * math.log(self.s.data.num_classes)
         train = metrics["train_loss"]
@@ -309,8 +323,7 @@ class RoundLoop:
 
     def checkpoint(self, t: int) -> dict:
         """The round, server state, buffers, batcher cursor and each plug-in's state (under its name)."""
-        state, hosted = to_checkpoint(self.state)
-        payload = {"round": t, "state": state, "hosted": hosted, "buffers": self.buffers,
+        payload = {"round": t, "state": flatten_state(self.state), "buffers": self.buffers,
                    "batcher": self.s.batcher.state_dict()}
         for plugin in self.plugins:
             kept = plugin.state_dict()
@@ -321,7 +334,7 @@ class RoundLoop:
     def restore(self, payload: dict) -> int:
         """Back to a checkpoint; the plug-ins first (a task stream switches to the checkpointed
         task's batcher), then that batcher's cursor. Returns the checkpoint's round."""
-        self.state = from_checkpoint(payload["state"], payload.get("hosted", []), self.s.x0.device)
+        self.state = restore_state(self.s.algorithm.init_state(self.s.x0), payload["state"], self.s.x0.device)
         self.buffers = payload["buffers"]
         for plugin in self.plugins:
             if plugin.name in payload:
@@ -372,14 +385,11 @@ def _train(
         payload = resume_point(ckpt_path, cache.device, store, run_id, identity)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)
-        warned = False
+        warned: set[str] = set()
         for t in range(done + 1, spec.rounds + 1):
             metrics, extra = loop.round(t)
             store.record_round(run_id, t, metrics, extra)
-            if extra.get("qp_fallbacks") and not warned:  # once per run; the tables footnote the total
-                warned = True
-                warnings.warn(f"{spec.scenario} / {spec.label} seed {seed}: {extra['qp_fallbacks']} QP projection block(s) "
-                              f"fell back (left unprojected) at round {t}; the round logs count every later one", RuntimeWarning)
+            warn_diagnostics(f"{spec.scenario} / {spec.label} seed {seed}", setup.algorithm.caps.diagnostics, extra, t, warned)
             if on_round:
                 on_round(t, metrics)
             why = loop.divergence(metrics)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from fedbench.algorithms import ALGORITHMS, Algorithm, AlgorithmContext
-from fedbench.optim.local import build_local_optimizer
+from fedbench.optim.client import build_local_optimizer
 from fedbench.compress import build_compressor
 from fedbench.continual.tasks import TaskStream, split_tasks
 from fedbench.data import DatasetSplits, load_dataset

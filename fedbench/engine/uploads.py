@@ -8,28 +8,36 @@ from __future__ import annotations
 
 import torch
 
+from fedbench.algorithms.base import Upload, map_rows
 from fedbench.compress import BITS_PER_FLOAT, Compressed
 from fedbench.scenario import RunSpec
 
 
-def decoded(uploads: dict[str, torch.Tensor | Compressed]) -> dict[str, torch.Tensor]:
-    """What the server reconstructs from the clients' messages."""
-    return {k: v.value if isinstance(v, Compressed) else v for k, v in uploads.items()}
+def decoded(upload: Upload) -> Upload:
+    """What the server reconstructs from the clients' messages (``kept`` as it is)."""
+    return Upload({k: v.value if isinstance(v, Compressed) else v for k, v in upload.sent.items()}, upload.kept)
 
 
-def upload_bits(uploads: dict[str, torch.Tensor | Compressed]) -> float:
+def merged(parts: list[Upload]) -> Upload:
+    """The uploads of consecutive groups of clients as one, rows in order."""
+    sent = {name: [p.sent[name] for p in parts] for name in parts[0].sent}
+    cat = {k: Compressed.cat(v) if isinstance(v[0], Compressed) else torch.cat(v) for k, v in sent.items()}
+    kept = map_rows(lambda *rows: torch.cat(rows), *[p.kept for p in parts])
+    return Upload(cat, kept)
+
+
+def upload_bits(upload: Upload) -> float:
     """Bits the round's clients sent: compressed entries at their reported size, others at 32
-    bits per float; entries named ``_…`` stay on the client and cost nothing."""
-    return float(client_upload_bits(uploads).sum())
+    bits per float; ``kept`` rows stay on the client and cost nothing."""
+    return float(client_upload_bits(upload).sum())
 
 
-def client_upload_bits(uploads: dict[str, torch.Tensor | Compressed]) -> torch.Tensor:
+def client_upload_bits(upload: Upload) -> torch.Tensor:
     """Bits each of the round's clients sent ``[S]`` (float64; :func:`upload_bits` is their sum)."""
-    rows = len(decoded(uploads)[next(iter(uploads))])
-    total = torch.zeros(rows, dtype=torch.float64)
-    for name, value in uploads.items():
-        if not name.startswith("_"):
-            total += value.bits.double().cpu() if isinstance(value, Compressed) else value[0].numel() * BITS_PER_FLOAT
+    first = next(iter(decoded(upload).sent.values()))
+    total = torch.zeros(len(first), dtype=torch.float64)
+    for value in upload.sent.values():
+        total += value.bits.double().cpu() if isinstance(value, Compressed) else value[0].numel() * BITS_PER_FLOAT
     return total
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import State
+from fedbench.algorithms.base import Logs
 from fedbench.data.base import ArraySplit
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.plugins import RoundPlugin
@@ -82,9 +82,9 @@ class ValidationScore(RoundPlugin):
         rows = torch.cat(setup.validation)
         self.split = ArraySplit(setup.data.train.x[rows], setup.data.train.y[rows])
 
-    def after_evaluation(self, t: int, state: State, buffers: Buffers, cfg: LocalConfig) -> dict[str, Any]:
+    def after_evaluation(self, t: int, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:
         spec = self.spec
         if not (t % spec.eval.every == 0 or t == spec.rounds) or len(self.split) == 0:
-            return {}
-        acc, loss = self.model.evaluate(state["x"], buffers, self.split, spec.eval.batch_size)
-        return {"val_acc": acc, "val_loss": loss if math.isfinite(loss) else None}
+            return state, {}
+        acc, loss = self.model.evaluate(state.x, buffers, self.split, spec.eval.batch_size)
+        return state, {"val_acc": acc, "val_loss": loss if math.isfinite(loss) else None}

@@ -15,30 +15,57 @@ With ``bias_correction`` m and v are divided by (1−β1^t) and (1−β2^t) befo
 convention of the FedAMS authors' code and of Keras/TFF; the FedOpt paper itself has none).
 
 Each name is one entry of ``SERVER_OPTIMIZERS``, a chain of the transforms below; the step is
-η·m̂ / (√v̂ + τ), computed in that order, and x ← x + step. The state dict holds ``step`` (t, an
-int64 scalar), ``m``, ``v`` and ``v_max``, updated in place (the algorithms keep them as ``opt.*``).
+η·m̂ / (√v̂ + τ), computed in that order, and x ← x + step. Each transform's state is its own type
+(:class:`Count` t, an int64 scalar, handed on in ``Moments.step``; :class:`Trace`/:class:`Ema` m;
+:class:`Second` v; :class:`RunningMax` v̂), returned new by every update (:mod:`.transform`); the algorithms
+keep the chain's state in their :class:`~fedbench.algorithms.state.ServerState` (``opt``). The float
+operations are those the optimizers were pinned with (``tests/optim/frozen.py``), out of place.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.optim.transform import (
-    Moments, OptState, Transform, apply, chain, identity, precondition, scale_by_lr, second_of,
+    Moments, OptState, Transform, apply, chain, identity, precondition, scale_by_lr, second_of, stateless, step_of,
 )
 
 
+class Count(NamedTuple):
+    step: torch.Tensor  # t, int64 scalar
+
+
+class Count(NamedTuple):
+    step: torch.Tensor  # t, int64 scalar
+
+
 def count() -> Transform:
-    """t ← t + 1, the round counter ``step`` (int64 scalar) that bias correction reads."""
+    """t ← t + 1, the round counter that bias correction reads (``Moments.step``)."""
 
-    def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        state["step"] += 1
-        return moments
+    def update(moments: Moments, state: Count, lr: float) -> tuple[Moments, Count]:
+        step = state.step + 1
+        return moments._replace(step=step), Count(step)
 
-    return Transform(lambda x: {"step": torch.zeros((), dtype=torch.int64, device=x.device)}, update)
+    return Transform(lambda x: Count(torch.zeros((), dtype=torch.int64, device=x.device)), update)
+
+
+class Trace(NamedTuple):
+    m: torch.Tensor
+
+
+class Ema(NamedTuple):
+    m: torch.Tensor
+
+
+class Second(NamedTuple):
+    v: torch.Tensor
+
+
+class RunningMax(NamedTuple):
+    v_max: torch.Tensor
 
 
 def trace(beta: float) -> Transform:
@@ -46,65 +73,64 @@ def trace(beta: float) -> Transform:
     if beta == 0:
         return identity()
 
-    def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        state["m"].mul_(beta).add_(moments.first)
-        return moments._replace(first=state["m"])
+    def update(moments: Moments, state: Trace, lr: float) -> tuple[Moments, Trace]:
+        m = state.m.mul(beta).add(moments.first)
+        return moments._replace(first=m), Trace(m)
 
-    return Transform(lambda x: {"m": torch.zeros_like(x)}, update)
+    return Transform(lambda x: Trace(torch.zeros_like(x)), update)
 
 
 def ema(beta1: float) -> Transform:
     """m ← β1·m + (1−β1)·Δ, first ← m (Reddi et al. 2021 Alg. 2 line 9)."""
 
-    def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        state["m"].mul_(beta1).add_(moments.first, alpha=1 - beta1)
-        return moments._replace(first=state["m"])
+    def update(moments: Moments, state: Ema, lr: float) -> tuple[Moments, Ema]:
+        m = state.m.mul(beta1).add(moments.first, alpha=1 - beta1)
+        return moments._replace(first=m), Ema(m)
 
-    return Transform(lambda x: {"m": torch.zeros_like(x)}, update)
+    return Transform(lambda x: Ema(torch.zeros_like(x)), update)
 
 
 def ema_second(beta2: float, initial: float) -> Transform:
     """v ← β2·v + (1−β2)·Δ², second ← v, v_0 = ``initial`` (Alg. 2 line 10, FedAdam)."""
 
-    def update(moments: Moments, state: OptState, lr: float) -> Moments:
+    def update(moments: Moments, state: Second, lr: float) -> tuple[Moments, Second]:
         sq = moments.direction * moments.direction
-        state["v"].mul_(beta2).add_(sq, alpha=1 - beta2)
-        return moments._replace(second=state["v"])
+        v = state.v.mul(beta2).add(sq, alpha=1 - beta2)
+        return moments._replace(second=v), Second(v)
 
-    return Transform(lambda x: {"v": torch.full_like(x, initial)}, update)
+    return Transform(lambda x: Second(torch.full_like(x, initial)), update)
 
 
 def yogi_second(beta2: float, initial: float) -> Transform:
     """v ← v − (1−β2)·Δ²·sign(v − Δ²), second ← v, v_0 = ``initial`` (Alg. 2 line 10, FedYogi)."""
 
-    def update(moments: Moments, state: OptState, lr: float) -> Moments:
+    def update(moments: Moments, state: Second, lr: float) -> tuple[Moments, Second]:
         sq = moments.direction * moments.direction
-        v = state["v"]
-        v.sub_((1 - beta2) * sq * torch.sign(v - sq))
-        return moments._replace(second=v)
+        v = state.v.sub((1 - beta2) * sq * torch.sign(state.v - sq))
+        return moments._replace(second=v), Second(v)
 
-    return Transform(lambda x: {"v": torch.full_like(x, initial)}, update)
+    return Transform(lambda x: Second(torch.full_like(x, initial)), update)
 
 
 def running_max(floor: float) -> Transform:
     """v̂ ← max(v̂, second), second ← v̂, v̂_0 = ``floor`` (FedAMSGrad; FedAMS Alg. 1 line 8 with
     floor ε, which keeps v̂ ≥ ε)."""
 
-    def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        torch.maximum(state["v_max"], second_of(moments, "running_max"), out=state["v_max"])
-        return moments._replace(second=state["v_max"])
+    def update(moments: Moments, state: RunningMax, lr: float) -> tuple[Moments, RunningMax]:
+        v_max = torch.maximum(state.v_max, second_of(moments, "running_max"))
+        return moments._replace(second=v_max), RunningMax(v_max)
 
-    return Transform(lambda x: {"v_max": torch.full_like(x, floor)}, update)
+    return Transform(lambda x: RunningMax(torch.full_like(x, floor)), update)
 
 
 def bias_correction(beta1: float, beta2: float) -> Transform:
     """first ← first/(1−β1^t), second ← second/(1−β2^t), with t from :func:`count` (Kingma & Ba 2015)."""
 
-    def update(moments: Moments, state: OptState, lr: float) -> Moments:
-        t, second = float(state["step"]), second_of(moments, "bias_correction")
+    def update(moments: Moments, lr: float) -> Moments:
+        t, second = float(step_of(moments, "bias_correction")), second_of(moments, "bias_correction")
         return moments._replace(first=moments.first / (1 - beta1**t), second=second / (1 - beta2**t))
 
-    return Transform(lambda x: {}, update)
+    return stateless(update)
 
 
 def adaptive_step(s: ServerSpec, additive: float) -> Transform:
@@ -129,16 +155,17 @@ SERVER_OPTIMIZERS: dict[str, Callable[[ServerSpec], Transform]] = {
 
 
 class ServerOptimizer:
-    """Applies a :class:`ServerSpec` to the global model; state lives in a plain tensor dict."""
+    """Applies a :class:`ServerSpec` to the global model through its ``SERVER_OPTIMIZERS`` chain."""
 
     def __init__(self, spec: ServerSpec):
         self.spec = spec
         self.transform = SERVER_OPTIMIZERS[spec.optimizer](spec)
 
     def init(self, x: torch.Tensor) -> OptState:
-        """The optimizer's state at round 0 (``step``, and ``m``/``v``/``v_max`` as its chain keeps them)."""
+        """The optimizer's state at round 0 (the chain's tuple of transform states)."""
         return self.transform.init(x)
 
-    def step(self, x: torch.Tensor, delta: torch.Tensor, state: OptState) -> torch.Tensor:
-        """Return the new global model x + step(Δ); updates ``state`` in place."""
-        return x + apply(self.transform, delta, state, self.spec.lr)
+    def step(self, x: torch.Tensor, delta: torch.Tensor, state: OptState) -> tuple[torch.Tensor, OptState]:
+        """The new global model x + step(Δ) and the optimizer's new state."""
+        step, state = apply(self.transform, delta, state, self.spec.lr)
+        return x + step, state

@@ -1,8 +1,8 @@
 """The wireless uplink as a round plug-in (scenario block ``wireless``; FedQVR Sec. V, Alg. 2 lines 3–6).
 
 Right after sampling the sampled devices' channel is drawn (:class:`~fedbench.wireless.uplink.Uplink`):
-an ``adaptive_bits`` algorithm (FedQVR-E) gets the allocation of Eq. (30) — devices below B̲ are
-removed before training, the others' bit widths go to ``ctx.bits`` — and every upload is then
+an algorithm that declares the ``bits`` input (FedQVR-E) gets the allocation of Eq. (30) — devices
+below B̲ are removed before training, the others' bit widths are its ``bits`` — and every upload is then
 checked against the deadline τ at its bandwidth (W_total/m for fixed-bit algorithms); only those
 that arrive enter ``server_update``. ``bits_up`` counts every upload sent, lost ones included
 (they used the channel). The round's channel is logged under ``extra["wireless"]``.
@@ -24,6 +24,7 @@ from fedbench.engine.uploads import aggregation_weights, client_upload_bits
 from fedbench.wireless.uplink import RoundRadio, Uplink
 
 if TYPE_CHECKING:
+    from fedbench.engine.inputs import InputRequest
     from fedbench.engine.setup import RunSetup
     from fedbench.scenario import RunSpec
 
@@ -39,7 +40,7 @@ class WirelessUplink(RoundPlugin):
         model = setup.model  # payload d(B+1) + μ, μ = 2·32 bits per parameter tensor (+ fp32 BN buffers)
         overhead = bound_bits(len(model.numels)) + BITS_PER_FLOAT * model.buffer_numel()
         self.uplink = Uplink(spec.wireless, spec.clients.num, seed, model.dim, overhead)
-        self.adaptive = setup.algorithm.caps.adaptive_bits
+        self.adaptive = "bits" in setup.algorithm.caps.inputs
         self.radio: RoundRadio | None = None
 
     def after_sampling(self, t: int, clients: torch.Tensor) -> torch.Tensor:
@@ -50,11 +51,12 @@ class WirelessUplink(RoundPlugin):
             radio.log.update(received=[], lost=[], server_update="skipped: every device was removed")
         return kept
 
-    def before_local_work(self, ctx: RoundContext, buffers: Buffers, cfg: LocalConfig) -> None:
-        """The allocated bit widths of the kept devices (``adaptive_bits``) in ``ctx.bits``."""
+    def provide(self, request: InputRequest) -> dict[str, torch.Tensor]:
+        """``bits``: the allocated bit widths of the kept devices (an algorithm that declares them)."""
         radio = self.current()
-        if radio.bits is not None:
-            ctx.bits = torch.as_tensor(radio.bits[radio.kept], dtype=torch.int64, device=ctx.clients.device)
+        if "bits" not in request.wanted or radio.bits is None:
+            return {}
+        return {"bits": torch.as_tensor(radio.bits[radio.kept], dtype=torch.int64, device=request.clients.device)}
 
     def select_received(self, received: Received, result: LocalResult) -> Received | None:
         """The uploads meeting τ (Eq. 28), with weights renormalised over them or, for ``zero_fill``,
@@ -75,7 +77,7 @@ class WirelessUplink(RoundPlugin):
         removed devices counting as zero."""
         device = received.ctx.clients.device
         rows = torch.as_tensor(ok.nonzero()[0], device=device)
-        ctx, uploads = received.ctx.select(rows), {k: v[rows] for k, v in received.uploads.items()}
+        ctx, uploads = received.ctx.select(rows), received.uploads.rows(rows)
         buffers = [received.buffers[i] for i in rows.tolist()]
         if zero_fill:
             radio, sizes = self.current(), self.s.client_sizes

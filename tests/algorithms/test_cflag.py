@@ -18,7 +18,7 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
 from fedbench.algorithms.cflag import adaptive_rates
-from fedbench.optim.local import LocalAdam, LocalOptimizer
+from fedbench.optim.client import LocalAdam, LocalOptimizer
 from fedbench.compress import Compressed
 from fedbench.optim.server import ServerOptimizer
 from fedbench.optim.spec import ServerSpec

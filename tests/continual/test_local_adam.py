@@ -4,7 +4,7 @@ reset every round; sgd is the plain step bit for bit."""
 import torch
 
 from fedbench.algorithms.base import RoundContext
-from fedbench.optim.local import LocalAdam, LocalOptimizer, build_local_optimizer
+from fedbench.optim.client import LocalAdam, LocalOptimizer, build_local_optimizer
 
 
 def ctx_for(rows: int, lr: float) -> RoundContext:

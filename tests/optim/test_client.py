@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedbench.algorithms.base import RoundContext
-from fedbench.optim.local import LOCAL_OPTIMIZERS, LocalAdam, LocalOptimizer, build_local_optimizer
+from fedbench.optim.client import LOCAL_OPTIMIZERS, LocalAdam, LocalOptimizer, build_local_optimizer
 from fedbench.scenario import LocalSpec
 from tests.optim import frozen
 
@@ -78,7 +78,7 @@ def test_names_and_errors():
 def test_optim_imports_nothing_above_it_and_spec_stays_torch_free():
     code = (
         "import sys, fedbench.optim.spec; assert 'torch' not in sys.modules; "
-        "import fedbench.optim.local, fedbench.optim.server; "
+        "import fedbench.optim.client, fedbench.optim.server; "
         "assert not [m for m in sys.modules if m.startswith('fedbench.') and not m.startswith(('fedbench.optim', 'fedbench.strict', 'fedbench.kernels'))]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
