@@ -1,7 +1,9 @@
 """The local optimizers as transform chains against the frozen implementation (tests/optim/frozen.py):
-bit for bit in the iterates and the round's scratch, for sgd and Adam with varying β, ε, η_l, rows
-and steps K, over several rounds (moments reset each round), in float32 and float64."""
+bit for bit in the iterates and the optimizer's state, for sgd and Adam with varying β, ε, η_l, rows
+and steps K, over several rounds (moments reset each round), in float32 and float64; every step
+returns a new state and leaves the one it was given alone."""
 
+import dataclasses
 import subprocess
 import sys
 import typing
@@ -9,35 +11,43 @@ import typing
 import pytest
 import torch
 
-from fedbench.algorithms.base import RoundContext
 from fedbench.optim.client import LOCAL_OPTIMIZERS, LocalAdam, LocalOptimizer, build_local_optimizer
 from fedbench.scenario import LocalSpec
-from tests.optim import frozen
+from tests.optim import frozen, named, snapshot, unchanged
 
 DTYPES = [torch.float32, torch.float64]
 
 
-def round_ctx(rows: int, lr: float, scratch: dict[str, torch.Tensor]) -> RoundContext:
-    return RoundContext(torch.arange(rows), lr, torch.full((rows,), 3.0), {"x": torch.zeros(1)}, scratch)
+@dataclasses.dataclass
+class Scratch:
+    """What the frozen optimizer read of its round: η_l and the clients' scratch dict."""
+
+    lr: float
+    per_client: dict[str, torch.Tensor]
+
+
+def round_ctx(rows: int, lr: float, scratch: dict[str, torch.Tensor]) -> Scratch:
+    return Scratch(lr, scratch)
 
 
 def run_rounds(new, old, dtype: torch.dtype, rows: int, seed: int) -> None:
-    """Rounds of K steps (K varies by round) with a fresh scratch each; direction at mixed scales."""
+    """Rounds of K steps (K varies by round) from a fresh state each; direction at mixed scales."""
     gen = torch.Generator().manual_seed(seed)
     x_new = x_old = torch.randn(rows, 129, dtype=torch.float64, generator=gen).to(dtype)
     for r, k in enumerate([1, 2, 7, 3, 12]):
         lr = [0.1, 0.013, 1.0, 0.37, 2e-3][r]
-        keep = torch.randn(rows, 4, generator=gen)  # an algorithm's own scratch entry, left alone
-        c_new, c_old = round_ctx(rows, lr, {"acc": keep}), round_ctx(rows, lr, {"acc": keep})
+        c_old, state = round_ctx(rows, lr, {}), new.init(x_new)
         for step in range(k):
             scale = 10.0 ** torch.empty(rows, 129, dtype=torch.float64).uniform_(-6, 1, generator=gen)
             d = (torch.randn(rows, 129, dtype=torch.float64, generator=gen) * scale).to(dtype)
             d[:, step % 5 :: 11] = 0
-            x_new, x_old = new.step(c_new, x_new, d.clone()), old.step(c_old, x_old, d.clone())
+            before, previous = snapshot(state), state
+            (x_new, state), x_old = new.step(x_new, d.clone(), state, lr), old.step(c_old, x_old, d.clone())
+            assert unchanged(previous, before), f"round {r} step {step + 1}: the given state changed"
             assert torch.equal(x_new, x_old), f"round {r} step {step + 1}"
-            assert c_new.per_client.keys() == c_old.per_client.keys()
-            assert all(torch.equal(c_new.per_client[n], v) for n, v in c_old.per_client.items())
-        assert c_new.per_client["acc"] is keep
+            prefix = f"{new.name}."
+            assert named(state).keys() == {n[len(prefix):] for n in c_old.per_client}
+            assert all(torch.equal(named(state)[n[len(prefix):]], v) for n, v in c_old.per_client.items())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -49,23 +59,24 @@ def test_adam_matches_frozen_bit_for_bit(dtype, hyper, rows):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sgd_matches_frozen_bit_for_bit_and_leaves_the_scratch_alone(dtype):
+def test_sgd_matches_frozen_bit_for_bit_and_keeps_no_state(dtype):
     run_rounds(LocalOptimizer(), frozen.LocalOptimizer(), dtype, 3, seed=0)
     run_rounds(build_local_optimizer("sgd", (0.5, 0.6), 1e-3), frozen.LocalOptimizer(), dtype, 3, seed=0)
 
 
-def test_adam_through_the_sequential_engines_row_contexts():
-    """The sequential engine runs ``ctx.select(rows)``: a client's moments live in its own dict."""
-    new, old = LocalAdam(0.8, 0.95, 1e-6), frozen.LocalAdam(0.8, 0.95, 1e-6)
-    ctx = round_ctx(3, 0.05, {})
+def test_adam_rows_are_independent_clients():
+    """Rows are clients: stepping three rows together equals stepping each alone, bit for bit."""
+    opt = LocalAdam(0.8, 0.95, 1e-6)
     x = torch.randn(3, 6, dtype=torch.float64)
+    ds = [torch.randn(3, 6, dtype=torch.float64) for _ in range(4)]
+    together, state = x, opt.init(x)
+    for d in ds:
+        together, state = opt.step(together, d, state, 0.05)
     for i in range(3):
-        c_new, c_old = ctx.select(slice(i, i + 1)), ctx.select(slice(i, i + 1))
-        x_new = x_old = x[i : i + 1]
-        for _ in range(i + 2):
-            d = torch.randn(1, 6, dtype=torch.float64)
-            x_new, x_old = new.step(c_new, x_new, d), old.step(c_old, x_old, d)
-        assert torch.equal(x_new, x_old) and c_new.per_client["adam.k"].tolist() == [i + 2.0]
+        alone, own = x[i : i + 1], opt.init(x[i : i + 1])
+        for d in ds:
+            alone, own = opt.step(alone, d[i : i + 1], own, 0.05)
+        assert torch.equal(alone, together[i : i + 1]) and named(own)["k"].tolist() == [4.0]
 
 
 def test_names_and_errors():
