@@ -21,7 +21,7 @@ def test_readme_algorithm_example_registers_and_runs():
     fed = Quadratics()
     algo, _ = make_algorithm("myalgo", fed, beta=0.5)
     state = run_rounds(algo, fed, np.zeros(3), [[0, 1], [1, 2]], [2, 2, 2, 2], 0.05)
-    assert np.isfinite(state["x"].numpy()).all() and state["h"][1].abs().sum() > 0
+    assert np.isfinite(state.x.numpy()).all() and state.h[1].abs().sum() > 0
 
 
 def test_readme_two_commands_come_first_and_ci_runs_the_test_command():

@@ -195,6 +195,8 @@ class CFLAGGD(CFLAG):
     """C-FLAG as analysed (Sec. 3–4): plain local GD, eq. (5)'s IAG over the step's components
     (``iag: sample``), AdapLR rescaling only a_i (§2.4). Refuses ``local.optimizer: adam``."""
 
+    params: CFLAGGDParams  # type: ignore[assignment]  # no iag: the theory form fixes it (below)
+
     @property
     def iag(self) -> str:
         return "sample"

@@ -9,6 +9,7 @@ with ``local.batch_size: 1``) and, for NCCL-FL, ``grad.memory`` one memory row's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -18,8 +19,9 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
 from fedbench.algorithms.cflag import adaptive_rates
+from tests.algorithms.toy import run_rows
 from fedbench.optim.client import LocalAdam, LocalOptimizer
-from fedbench.compress import Compressed
+from fedbench.engine.uploads import decoded, merged
 from fedbench.optim.server import ServerOptimizer
 from fedbench.optim.spec import ServerSpec
 from tests.continual.common import COLS, P, matrix, raw_with, run, spec_of
@@ -74,6 +76,7 @@ class Toy:
             return a * ((a * z).sum(1) - b).unsqueeze(1)
 
         grad.memory = (lambda z: m * ((m * z).sum(1) - y).unsqueeze(1)) if memory else torch.zeros_like
+        grad.step = k
         return grad
 
 
@@ -88,46 +91,45 @@ def build(name: str, toy: Toy, batch_size: int = 1, adam: bool = False, **params
     return entry.obj(entry.params.model_validate(params), ServerOptimizer(spec), ctx)
 
 
-def decoded(value):
-    return value.value if isinstance(value, Compressed) else value
+def round_ctx(algo, state, toy: Toy, clients: list[int], t: int, lr: float, on: bool) -> RoundContext:
+    """The engine's context of round t (runner.py ``context``): the declared inputs at x_t."""
+    idx = torch.tensor(clients)
+    steps = torch.tensor([float(STEPS[i]) for i in clients], dtype=torch.float64)
+    broadcast = algo.broadcast(state, idx)
+    x_t = broadcast["x"].numpy()
+    inputs = {}
+    if "full_grad" in algo.caps.inputs:
+        inputs["full_grad"] = torch.tensor(np.stack([toy.full_np(i, x_t) for i in clients]))
+    if "memory_grad" in algo.caps.inputs:
+        rows = [toy.memory_np(i, x_t) if on else np.zeros(toy.dim) for i in clients]
+        inputs["memory_grad"] = torch.tensor(np.stack(rows))
+    return RoundContext(idx, lr, steps, broadcast, algo.client_state(state, idx), t, inputs)
 
 
 def drive(algo, toy: Toy, batched: bool = False, schedule=SCHEDULE, memory_on=MEMORY_ON, steps_of=STEPS, lr=LR):
-    """The engine's round (runner.py) on the toy: full/memory gradients at x_t, prepare_round, local
+    """The engine's round (runner.py) on the toy: the declared inputs at x_t, prepare_round, local
     steps (client by client, or all rows at once with rows past K_i frozen), upload, server_update."""
     state, logs = algo.init_state(torch.tensor(X0)), []
     for t, clients in enumerate(schedule, start=1):
-        idx = torch.tensor(clients)
-        steps = torch.tensor([float(steps_of[i]) for i in clients], dtype=torch.float64)
-        ctx = RoundContext(idx, lr, steps, algo.broadcast(state, idx), algo.client_state(state, idx), t)
-        x_t = ctx.broadcast["x"].numpy()
         on = memory_on[t - 1]
-        if algo.caps.full_gradient:
-            ctx.full_grad = torch.tensor(np.stack([toy.full_np(i, x_t) for i in clients]))
-        if algo.caps.memory_gradient:
-            rows = [toy.memory_np(i, x_t) if on else np.zeros(toy.dim) for i in clients]
-            ctx.memory_grad = torch.tensor(np.stack(rows))
-            ctx.memory_size = torch.full((len(clients),), 4.0 if on else 0.0, dtype=torch.float64)
+        ctx = round_ctx(algo, state, toy, clients, t, lr, on)
+        ctx = dataclasses.replace(ctx, steps=torch.tensor([float(steps_of[i]) for i in clients], dtype=torch.float64))
         n = torch.tensor([float(toy.sizes[i]) for i in clients], dtype=torch.float64)
         weights = n / n.sum()
-        algo.prepare_round(state, ctx, weights)
+        ctx = algo.prepare_round(state, ctx, weights)
         if batched:
-            x = ctx.start
-            for k in range(max(steps_of[i] for i in clients)):
-                moved = algo.local_step(ctx, x, toy.oracle(clients, t, k, on))
-                x = torch.where((steps > k).unsqueeze(1), moved, x)
-            uploads = {k: decoded(v) for k, v in algo.upload(ctx, x).items()}
+            _, up = run_rows(algo, ctx, [steps_of[i] for i in clients], lambda k: toy.oracle(clients, t, k, on))
         else:
-            parts: dict[str, list] = {}
+            parts = []
             for row, i in enumerate(clients):
                 sub = ctx.select(slice(row, row + 1))
-                x = sub.start
+                x, carry = sub.start, algo.local_init(sub, sub.start)
                 for k in range(steps_of[i]):
-                    x = algo.local_step(sub, x, toy.oracle([i], t, k, on))
-                for name, v in algo.upload(sub, x).items():
-                    parts.setdefault(name, []).append(decoded(v))
-            uploads = {name: torch.cat(v) for name, v in parts.items()}
-        logs.append(algo.server_update(state, ctx, uploads, weights))
+                    x, carry = algo.local_step(sub, x, carry, toy.oracle([i], t, k, on))
+                parts.append(algo.upload(sub, x, carry))
+            up = merged(parts)
+        state, log = algo.server_update(state, ctx, decoded(up), weights)
+        logs.append(log)
     return state, logs
 
 
@@ -220,7 +222,7 @@ def test_cflag_gd_matches_the_papers_equations(case):
     toy = Toy()
     state, logs = drive(build("cflag_gd", toy, case=case), toy)
     x, ref = cflag_reference(toy, "sample", case=case)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10, atol=1e-13)
     assert_logs_match(logs, ref)
     assert sum(r["interfering"] for r in ref) > 0 and sum(r["transferring"] for r in ref) > 0  # both cases of Table 1
     assert all(r["interfering"] == r["transferring"] == 0 for r in ref[:1])  # task 0: F = 0, no adaptation
@@ -234,7 +236,7 @@ def test_cflag_matches_reference_for_each_estimate_and_local_optimizer(iag, adam
     toy = Toy()
     state, logs = drive(build("cflag", toy, batch_size=batch, adam=adam, iag=iag), toy)
     x, ref = cflag_reference(toy, iag, adam=adam, batch=batch)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10, atol=1e-13)
     assert_logs_match(logs, ref)
 
 
@@ -247,7 +249,7 @@ def test_cflag_options_alpha_clipping_and_no_adaptation():
     ]:
         state, logs = drive(build("cflag", toy, **params), toy)
         x, ref = cflag_reference(toy, **ref_kw)
-        np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10, atol=1e-13)
         assert_logs_match(logs, ref)
     _, clipped = cflag_reference(toy, max_scale=1.2, min_scale=0.5)
     scales = [s for r in clipped for s in r["beta_scale"] + r["alpha_scale"]]
@@ -255,13 +257,13 @@ def test_cflag_options_alpha_clipping_and_no_adaptation():
 
 
 def test_the_batched_driver_equals_the_sequential_one():
-    """Rows past their K_i keep receiving local_step calls in the batched engine: a_i must not grow."""
+    """Rows past their K_i keep their iterate and carry in the batched engine: a_i does not grow."""
     toy = Toy()
     for name, kw in [("cflag_gd", {}), ("cflag", {"iag": "batch_table", "batch_size": 2, "adam": True}),
                      ("fedtrack", {"iag": "sample"}), ("nccl_fl", {"adam": True})]:
         seq, seq_logs = drive(build(name, toy, **kw), toy)
         bat, bat_logs = drive(build(name, toy, **kw), toy, batched=True)
-        torch.testing.assert_close(bat["x"], seq["x"], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(bat.x, seq.x, rtol=1e-12, atol=1e-14)
         for b, s in zip(bat_logs, seq_logs):
             for key, value in s.get("cflag", s.get("nccl", {})).items():
                 got = b.get("cflag", b.get("nccl"))[key]
@@ -275,27 +277,23 @@ def test_interference_with_alpha_equal_beta_is_an_agem_projection():
     toy = Toy()
     algo = build("cflag_gd", toy)
     state = algo.init_state(torch.tensor(X0))
-    idx = torch.tensor([0, 1, 2])
-    steps = torch.tensor([float(STEPS[i]) for i in idx.tolist()], dtype=torch.float64)
-    ctx = RoundContext(idx, LR, steps, algo.broadcast(state, idx), {}, 2)
-    ctx.full_grad = torch.tensor(np.stack([toy.full_np(i, X0) for i in range(3)]))
-    ctx.memory_grad = torch.tensor(np.stack([toy.memory_np(i, X0) for i in range(3)]))
+    ctx = round_ctx(algo, state, toy, [0, 1, 2], 2, LR, True)
     n = torch.tensor(SIZES, dtype=torch.float64)
-    algo.prepare_round(state, ctx, n / n.sum())
+    ctx = algo.prepare_round(state, ctx, n / n.sum())
     seen = 0
     for row, i in enumerate(range(3)):
         sub = ctx.select(slice(row, row + 1))
-        x = sub.start
+        x, carry = sub.start, algo.local_init(sub, sub.start)
         for k in range(STEPS[i]):
-            x = algo.local_step(sub, x, toy.oracle([i], 2, k, True))
-        up = algo.upload(sub, x)
-        F, a = ctx.broadcast["grad_f"], up["_a"][0]
+            x, carry = algo.local_step(sub, x, carry, toy.oracle([i], 2, k, True))
+        up = algo.upload(sub, x, carry)
+        F, a = ctx.broadcast["grad_f"], up.kept.a[0]
         if float(F @ a) > 0:
             continue
         seen += 1
-        c = ctx.broadcast["grad_g"] - ctx.full_grad[row]
+        c = ctx.broadcast["grad_g"] - ctx.inputs["full_grad"][row]
         projected = a - (F @ a) / (F @ F) * F
-        torch.testing.assert_close(up["delta"][0] + LR * STEPS[i] * c, -LR * F - LR * projected, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(up.sent["delta"][0] + LR * STEPS[i] * c, -LR * F - LR * projected, rtol=1e-12, atol=1e-14)
         assert abs(float(projected @ F)) < 1e-12
     assert seen > 0
 
@@ -308,31 +306,26 @@ def test_with_adam_adaplr_reads_the_displacement_projects_it_or_bounds_it():
     toy = Toy()
     algo = build("cflag", toy, batch_size=2, adam=True)
     state = algo.init_state(torch.tensor(X0))
-    idx = torch.tensor([0, 1, 2])
-    steps = torch.tensor([float(STEPS[i]) for i in idx.tolist()], dtype=torch.float64)
     n = torch.tensor(SIZES, dtype=torch.float64)
     weights = n / n.sum()
     seen = {True: 0, False: 0}
     for t in range(2, 10):  # rounds from X0 with different component orders
-        ctx = RoundContext(idx, LR, steps, algo.broadcast(state, idx), {}, t)
-        ctx.full_grad = torch.tensor(np.stack([toy.full_np(i, X0) for i in range(3)]))
-        ctx.memory_grad = torch.tensor(np.stack([toy.memory_np(i, X0) for i in range(3)]))
-        algo.prepare_round(state, ctx, weights)
+        ctx = algo.prepare_round(state, round_ctx(algo, state, toy, [0, 1, 2], t, LR, True), weights)
         F = ctx.broadcast["grad_f"]
         for row in range(3):
             sub = ctx.select(slice(row, row + 1))
-            x = sub.start
+            x, carry = sub.start, algo.local_init(sub, sub.start)
             for k in range(STEPS[row]):
-                x = algo.local_step(sub, x, toy.oracle([row], t, k, True))
-            up = algo.upload(sub, x)
+                x, carry = algo.local_step(sub, x, carry, toy.oracle([row], t, k, True))
+            up = algo.upload(sub, x, carry)
             d = (x - sub.start)[0]
-            torch.testing.assert_close(up["_a"][0], -d / LR, rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(up.kept.a[0], -d / LR, rtol=1e-12, atol=1e-14)
             interference = float(F @ d) >= 0
             if interference:
                 projected = d - (F @ d) / (F @ F) * F
-                torch.testing.assert_close(up["delta"][0], -LR * F + projected, rtol=1e-12, atol=1e-14)
+                torch.testing.assert_close(up.sent["delta"][0], -LR * F + projected, rtol=1e-12, atol=1e-14)
             else:
-                step = up["delta"][0] + LR * F  # −β_{t,i} a_i: along d_i, bounded
+                step = up.sent["delta"][0] + LR * F  # −β_{t,i} a_i: along d_i, bounded
                 bound = (1 - 5.0 * LR) * float(F.norm()) / (5.0 * 3 * float(weights[row]))
                 assert 0 < float(step.norm()) <= bound * (1 + 1e-12)
                 torch.testing.assert_close(step / step.norm(), d / d.norm(), rtol=1e-12, atol=1e-14)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,13 +42,13 @@ def test_correction_is_the_autograd_gradient_of_the_penalty(fisher):
     rng = np.random.default_rng(3)
     tables, anchors = [], []
     for task in range(2):  # two finished tasks, each with its own θ*_k and Fisher table
-        state["x"] = torch.tensor(rng.normal(size=5))
+        state = dataclasses.replace(state, x=torch.tensor(rng.normal(size=5)))
         table = torch.tensor(rng.uniform(0.1, 2.0, size=(4, 5)))
         sizes = rng.integers(5, 50, size=4).astype(float)
-        algo.end_task(state, fake_task(task, sizes, lambda p, t=table: t))
+        state, _ = algo.end_task(state, fake_task(task, sizes, lambda p, t=table: t))
         w = torch.tensor(sizes / sizes.sum())
         tables.append(table if fisher == "local" else (w @ table).expand(4, -1))
-        anchors.append(state["x"].clone())
+        anchors.append(state.x.clone())
     clients = torch.tensor([0, 2, 3])
     ctx = RoundContext(clients, 0.1, torch.ones(3), algo.broadcast(state, clients), algo.client_state(state, clients))
     x = torch.tensor(rng.normal(size=(3, 5)), requires_grad=True)
@@ -66,11 +68,11 @@ def test_local_steps_and_fedavg_server_match_numpy():
     theta = rng.normal(size=4)  # θ*_0
     state = algo.init_state(torch.tensor(theta))
     sq = lambda p: torch.stack([torch.tensor(fed.grad_np(i, p.numpy()) ** 2) for i in range(3)])  # noqa: E731
-    algo.end_task(state, fake_task(0, fed.sizes, sq))
-    state["x"] = torch.tensor(x0)
+    state, _ = algo.end_task(state, fake_task(0, fed.sizes, sq))
+    state = dataclasses.replace(state, x=torch.tensor(x0))
     schedule = [[0, 2], [1, 2]]
     # run_rounds starts from init_state: hand it the state after the task boundary instead
-    algo.init_state = lambda x, s=state: {k: v.clone() for k, v in s.items()}  # type: ignore[method-assign]
+    algo.init_state = lambda x, s=state: s  # type: ignore[method-assign]
     final = run_rounds(algo, fed, x0, schedule, steps, lr)
     fisher = np.stack([fed.grad_np(i, theta) ** 2 for i in range(3)])  # NumPy re-derivation
     x = x0.copy()
@@ -82,7 +84,7 @@ def test_local_steps_and_fedavg_server_match_numpy():
                 z = z - lr * (fed.grad_np(i, z) + lam * fisher[i] * (z - theta))
             locals_.append(z)
         x = x + weights_np(fed, clients) @ (np.array(locals_) - x)
-    np.testing.assert_allclose(final["x"].numpy(), x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(final.x.numpy(), x, rtol=1e-12, atol=1e-12)
 
 
 def spec_with(algorithm: dict, changes: dict | None = None):
@@ -108,7 +110,7 @@ def test_fisher_is_the_mean_squared_minibatch_gradient_at_the_task_end_model(tmp
     loop = loop_of(tmp_path, spec_with({"name": "ewc_fl", "fisher": fisher}))
     loop.round(1)
     loop.round(2)  # task 0 ends: θ*_0 = x, Fisher at x
-    theta = loop.state["x"].clone()
+    theta = loop.state.x.clone()
     train, module = loop.s.data.train, copy.deepcopy(loop.s.model.module)
     rows, sizes = [], []
     for part in loop.s.tasks.parts[0]:
@@ -122,8 +124,8 @@ def test_fisher_is_the_mean_squared_minibatch_gradient_at_the_task_end_model(tmp
     want = torch.stack(rows)
     if fisher == "global":
         want = torch.tensor(sizes, dtype=torch.float32) / sum(sizes) @ want
-    torch.testing.assert_close(loop.state["ewc.fisher"], want, rtol=1e-4, atol=1e-9)
-    torch.testing.assert_close(loop.state["ewc.anchor"], want * theta, rtol=1e-4, atol=1e-9)
+    torch.testing.assert_close(loop.state.fisher.data, want, rtol=1e-4, atol=1e-9)
+    torch.testing.assert_close(loop.state.anchor.data, want * theta, rtol=1e-4, atol=1e-9)
     assert float(want.sum()) > 0
 
 

@@ -57,7 +57,7 @@ def test_fedams_option_1(bias_correction):
     algo, spec = make_algorithm("fedams", fed, server={"bias_correction": bias_correction, "eps": 0.01, "lr": 0.5})
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
     x, *_ = fedams_reference(fed, 0.5, 0.01, bias_correction)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
 
 
 def test_fedcams_with_identity_compressor_is_fedams_exactly():
@@ -66,7 +66,7 @@ def test_fedcams_with_identity_compressor_is_fedams_exactly():
     ams, _ = make_algorithm("fedams", fed)
     a = run_rounds(cams, fed, X0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
     b = run_rounds(ams, fed, X0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
-    assert torch.equal(a["x"], b["x"]) and not a["error"].any()
+    assert torch.equal(a.x, b.x) and not a.error.data.any()
 
 
 def test_fedcams_error_feedback_with_scaled_sign():
@@ -74,6 +74,6 @@ def test_fedcams_error_feedback_with_scaled_sign():
     algo, spec = make_algorithm("fedcams", fed, compression={"kind": "sign"}, server={"bias_correction": True})
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
     x, err, sent, true = fedams_reference(fed, 1.0, 1e-3, True, compress=sign_c)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-10)
-    np.testing.assert_allclose(state["error"].numpy(), err, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10)
+    np.testing.assert_allclose(state.error.data.numpy(), err, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(sent, true - err, atol=1e-12)  # telescoping: ΣΔ̂ = ΣΔ − e_final

@@ -30,7 +30,7 @@ def test_fedavg_matches_weighted_local_sgd():
     state = run_rounds(algo, fed, x, SCHEDULE, STEPS, LR)
     for clients in SCHEDULE:
         x = x + mean_delta(fed, x, clients)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-12)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-12)
 
 
 def test_fedprox_adds_proximal_gradient_and_reduces_to_fedavg_at_mu_zero():
@@ -40,10 +40,10 @@ def test_fedprox_adds_proximal_gradient_and_reduces_to_fedavg_at_mu_zero():
     x = x0
     for clients in SCHEDULE:
         x = x + mean_delta(fed, x, clients, mu=0.7)
-    np.testing.assert_allclose(run_rounds(prox, fed, x0, SCHEDULE, STEPS, LR)["x"].numpy(), x, rtol=1e-12)
+    np.testing.assert_allclose(run_rounds(prox, fed, x0, SCHEDULE, STEPS, LR).x.numpy(), x, rtol=1e-12)
     zero, _ = make_algorithm("fedprox", fed, mu=0.0)
     avg, _ = make_algorithm("fedavg", fed)
-    assert torch.equal(run_rounds(zero, fed, x0, SCHEDULE, STEPS, LR)["x"], run_rounds(avg, fed, x0, SCHEDULE, STEPS, LR)["x"])
+    assert torch.equal(run_rounds(zero, fed, x0, SCHEDULE, STEPS, LR).x, run_rounds(avg, fed, x0, SCHEDULE, STEPS, LR).x)
 
 
 def test_fedavgm_momentum_and_server_lr():
@@ -55,7 +55,7 @@ def test_fedavgm_momentum_and_server_lr():
     for clients in SCHEDULE:
         m = 0.8 * m + mean_delta(fed, x, clients)
         x = x + 0.5 * m
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-12)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-12)
 
 
 def test_fedavgm_with_zero_momentum_unit_lr_is_fedavg():
@@ -63,7 +63,7 @@ def test_fedavgm_with_zero_momentum_unit_lr_is_fedavg():
     x0 = np.array([0.3, -0.2, 0.1])
     m0, _ = make_algorithm("fedavgm", fed, server={"momentum": 0.0})
     avg, _ = make_algorithm("fedavg", fed)
-    assert torch.equal(run_rounds(m0, fed, x0, SCHEDULE, STEPS, LR)["x"], run_rounds(avg, fed, x0, SCHEDULE, STEPS, LR)["x"])
+    assert torch.equal(run_rounds(m0, fed, x0, SCHEDULE, STEPS, LR).x, run_rounds(avg, fed, x0, SCHEDULE, STEPS, LR).x)
 
 
 @pytest.mark.parametrize("name", ["fedadam", "fedyogi", "fedamsgrad"])
@@ -89,7 +89,7 @@ def test_adaptive_server_optimizers(name, bias_correction):
         if bias_correction:
             first, second = m / (1 - b1**t), second / (1 - b2**t)
         x = x + eta * first / (np.sqrt(second) + tau)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-10)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10)
 
 
 def test_uniform_weighting_is_plain_mean():
@@ -98,4 +98,4 @@ def test_uniform_weighting_is_plain_mean():
     algo, _ = make_algorithm("fedavg", fed)
     state = run_rounds(algo, fed, x0, [[0, 1, 3]], STEPS, LR, weighting="uniform")
     expected = np.mean([local_sgd(fed, i, x0, LR, STEPS[i]) for i in [0, 1, 3]], axis=0)
-    np.testing.assert_allclose(state["x"].numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(state.x.numpy(), expected, rtol=1e-12)

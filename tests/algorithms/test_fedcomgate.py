@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedbench.algorithms.base import Upload
 from fedbench.algorithms import RoundContext
 from fedbench.compress import build_compressor
 from tests.algorithms.test_fedqvr import quantizer_np
@@ -55,8 +56,8 @@ def test_fedcomgate_matches_the_reference_under_partial_participation(eta_g, tra
     assert spec.weighting == "uniform"
     history = fedcomgate_reference(fed, eta_g, quantizer_np(2), tracking)
     for (state, _), (x, delta) in zip(iterate_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, spec.weighting), history, strict=True):
-        np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
-        np.testing.assert_allclose(state["delta_i"].numpy(), delta, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
+        np.testing.assert_allclose(state.delta_i.data.numpy(), delta, rtol=1e-10, atol=1e-13)
     assert not np.allclose(history[-1][0], fedcomgate_reference(fed, eta_g, lambda z, t, i: z, tracking)[-1][0])  # Q mattered
 
 
@@ -79,9 +80,9 @@ def test_sampled_tracking_keeps_the_weighted_sum_of_delta_zero_every_round(weigh
         iterate_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting), iterate_rounds(old, fed, X0, SCHEDULE, STEPS, LR, weighting)
     )
     for (state, _), (old_state, _) in rounds:
-        torch.testing.assert_close(mass @ state["delta_i"], torch.zeros(5, dtype=torch.float64), atol=1e-12, rtol=0)
-        drift.append(float((mass @ old_state["delta_i"]).abs().max()))
-    assert state["delta_i"].abs().max() > 0.1 and max(drift) > 1e-2
+        torch.testing.assert_close(mass @ state.delta_i.data, torch.zeros(5, dtype=torch.float64), atol=1e-12, rtol=0)
+        drift.append(float((mass @ old_state.delta_i.data).abs().max()))
+    assert state.delta_i.data.abs().max() > 0.1 and max(drift) > 1e-2
 
 
 def test_a_lost_upload_under_zero_fill_keeps_the_invariant_and_the_sampled_sets_step():
@@ -94,13 +95,13 @@ def test_a_lost_upload_under_zero_fill_keeps_the_invariant_and_the_sampled_sets_
     received, steps = torch.tensor([0, 2, 3]), torch.tensor([3.0, 1.0, 2.0], dtype=torch.float64)
     change = torch.tensor(rng.normal(size=(3, 5)))
     w = torch.full((3,), 0.25, dtype=torch.float64)  # 4 sampled, 1 lost
-    ctx = RoundContext(received, LR, steps, {"x": state["x"]}, algo.client_state(state, received), 1)
-    algo.server_update(state, ctx, {"delta": change}, w)
-    np.testing.assert_allclose(state["x"].numpy(), X0 + 0.5 * 0.25 * change.sum(0).numpy(), rtol=1e-13)
+    ctx = RoundContext(received, LR, steps, {"x": state.x}, algo.client_state(state, received), 1)
+    state, _ = algo.server_update(state, ctx, Upload({"delta": change}), w)
+    np.testing.assert_allclose(state.x.numpy(), X0 + 0.5 * 0.25 * change.sum(0).numpy(), rtol=1e-13)
     g = -change.numpy() / (LR * steps.numpy()[:, None])
-    np.testing.assert_allclose(state["delta_i"].numpy()[[0, 2, 3]], g - g.mean(0), rtol=1e-12)
-    assert (state["delta_i"][1] == 0).all()
-    torch.testing.assert_close(state["delta_i"].sum(0), torch.zeros(5, dtype=torch.float64), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(state.delta_i.data.numpy()[[0, 2, 3]], g - g.mean(0), rtol=1e-12)
+    assert (state.delta_i.data[1] == 0).all()
+    torch.testing.assert_close(state.delta_i.data.sum(0), torch.zeros(5, dtype=torch.float64), atol=1e-12, rtol=0)
 
 
 def test_both_rules_are_algorithm_2_with_full_participation_equal_steps_and_no_compression():
@@ -110,21 +111,22 @@ def test_both_rules_are_algorithm_2_with_full_participation_equal_steps_and_no_c
     for tracking in ("sampled", "fedtorch"):
         algo, spec = make_algorithm("fedcomgate", fed, tracking=tracking)
         states.append(run_rounds(algo, fed, X0, schedule, steps, LR, weighting=spec.weighting))
-    torch.testing.assert_close(states[0]["delta_i"], states[1]["delta_i"], rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(states[0]["x"], states[1]["x"], rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(states[0]["delta_i"].sum(0), torch.zeros(5, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(states[0].delta_i.data, states[1].delta_i.data, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(states[0].x, states[1].x, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(states[0].delta_i.data.sum(0), torch.zeros(5, dtype=torch.float64), atol=1e-12, rtol=0)
     _, delta = fedcomgate_reference(fed, 1.0, lambda z, t, i: z, "fedtorch", schedule, steps)[-1]
-    np.testing.assert_allclose(states[1]["delta_i"].numpy(), delta, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(states[1].delta_i.data.numpy(), delta, rtol=1e-10, atol=1e-13)
 
 
 def test_only_fedtorch_tracking_keeps_the_exact_change_as_client_state():
     fed = Quadratics(dim=5)
-    for tracking, names in (("sampled", ["delta"]), ("fedtorch", ["delta", "_change"])):
+    for tracking, kept in (("sampled", False), ("fedtorch", True)):
         algo, _ = make_algorithm("fedcomgate", fed, tracking=tracking)
         state = algo.init_state(torch.tensor(X0))
         clients = torch.tensor([1])
         ctx = RoundContext(clients, LR, torch.tensor([2.0]), algo.broadcast(state, clients), algo.client_state(state, clients), 1)
-        assert list(algo.upload(ctx, ctx.start + 1.0)) == names
+        up = algo.upload(ctx, ctx.start + 1.0, algo.local_init(ctx, ctx.start))
+        assert list(up.sent) == ["delta"] and (up.kept is not None) == kept
 
 
 def test_quantizing_the_model_change_equals_the_papers_scaled_gradient_form():

@@ -34,6 +34,6 @@ def test_feddyn_matches_algorithm_1():
     assert spec.weighting == "uniform"  # the paper averages the active models uniformly
     state = run_rounds(algo, fed, x0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
     theta, h, grad_prev = feddyn_reference(fed, x0)
-    np.testing.assert_allclose(state["x"].numpy(), theta, rtol=1e-11)
-    np.testing.assert_allclose(state["h"].numpy(), h, rtol=1e-11, atol=1e-14)
-    np.testing.assert_allclose(state["grad_i"].numpy(), grad_prev, rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(state.x.numpy(), theta, rtol=1e-11)
+    np.testing.assert_allclose(state.h.numpy(), h, rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(state.grad_i.data.numpy(), grad_prev, rtol=1e-11, atol=1e-14)

@@ -43,7 +43,7 @@ def test_fedmim_matches_algorithm_1(alpha, beta):
     fed = Quadratics()
     algo, _ = make_algorithm("fedmim", fed, alpha=alpha, beta=beta)
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR)
-    np.testing.assert_allclose(state["x"].numpy(), fedmim_reference(fed, alpha, beta, STEPS), rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), fedmim_reference(fed, alpha, beta, STEPS), rtol=1e-11)
 
 
 def test_fedmim_without_momentum_is_fedavg_exactly():
@@ -51,9 +51,9 @@ def test_fedmim_without_momentum_is_fedavg_exactly():
     mim, _ = make_algorithm("fedmim", fed, alpha=[], beta=[])
     mim0, _ = make_algorithm("fedmim", fed, alpha=[0.0, 0.0], beta=[0.0])
     avg, _ = make_algorithm("fedavg", fed)
-    x_avg = run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR)["x"]
-    assert torch.equal(run_rounds(mim, fed, X0, SCHEDULE, STEPS, LR)["x"], x_avg)
-    assert torch.equal(run_rounds(mim0, fed, X0, SCHEDULE, STEPS, LR)["x"], x_avg)
+    x_avg = run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR).x
+    assert torch.equal(run_rounds(mim, fed, X0, SCHEDULE, STEPS, LR).x, x_avg)
+    assert torch.equal(run_rounds(mim0, fed, X0, SCHEDULE, STEPS, LR).x, x_avg)
 
 
 def test_fedmim_one_alpha_no_beta_is_fedcm_at_constant_lr():
@@ -61,7 +61,7 @@ def test_fedmim_one_alpha_no_beta_is_fedcm_at_constant_lr():
     mim, _ = make_algorithm("fedmim", fed, alpha=[0.9], beta=[])
     cm, _ = make_algorithm("fedcm", fed, alpha=0.1)
     torch.testing.assert_close(
-        run_rounds(mim, fed, X0, SCHEDULE, EQUAL, LR)["x"], run_rounds(cm, fed, X0, SCHEDULE, EQUAL, LR)["x"], rtol=1e-12, atol=1e-14
+        run_rounds(mim, fed, X0, SCHEDULE, EQUAL, LR).x, run_rounds(cm, fed, X0, SCHEDULE, EQUAL, LR).x, rtol=1e-12, atol=1e-14
     )
 
 
@@ -72,7 +72,7 @@ def test_fedmim_round_recursion_is_multi_lag_heavy_ball_for_one_step():
     algo, _ = make_algorithm("fedmim", fed, alpha=alpha, beta=[])
     xs = [X0, X0, X0]
     for r in range(1, len(SCHEDULE) + 1):
-        xs.append(run_rounds(algo, fed, X0, SCHEDULE[:r], [1, 1, 1, 1], LR)["x"].numpy())
+        xs.append(run_rounds(algo, fed, X0, SCHEDULE[:r], [1, 1, 1, 1], LR).x.numpy())
     for t in range(3, len(xs) - 1):
         clients = SCHEDULE[t - 2]
         g = sum(w * fed.grad_np(i, xs[t]) for w, i in zip(weights_np(fed, clients), clients))
@@ -104,8 +104,8 @@ def test_fedcm_matches_algorithm():
         w = weights_np(fed, clients)
         mom = -sum(wi * d / (STEPS[i] * LR) for wi, d, i in zip(w, deltas, clients))
         x = x + sum(wi * d for wi, d in zip(w, deltas))
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
-    np.testing.assert_allclose(state["momentum"].numpy(), mom, rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.momentum.numpy(), mom, rtol=1e-11)
 
 
 def test_fedsam_matches_sam_step():
@@ -123,4 +123,4 @@ def test_fedsam_matches_sam_step():
                 y = y - LR * fed.grad_np(i, y + rho * g / np.linalg.norm(g))
             new.append(y)
         x = x + sum(wi * (y - x) for wi, y in zip(weights_np(fed, clients), new))
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)

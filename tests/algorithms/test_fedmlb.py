@@ -143,7 +143,7 @@ def final_model(tmp_path, algorithm):
     spec = resolve_runs(parse_scenario(raw))[0]
     loop = RoundLoop(spec, 0, build_run(spec, 0, DataCache(tmp_path, False, torch.device("cpu"))))
     metrics = [loop.round(t)[0] for t in range(1, spec.rounds + 1)]
-    return loop.state["x"], [(m["train_loss"], m["test_loss"], m["bits_up"]) for m in metrics]
+    return loop.state.x, [(m["train_loss"], m["test_loss"], m["bits_up"]) for m in metrics]
 
 
 def test_fedmlb_with_zero_lambdas_is_fedavg_exactly(tmp_path):

@@ -34,9 +34,9 @@ def test_fedpaq_matches_algorithm_1(eta_g):
     algo, spec = make_algorithm("fedpaq", fed, server={"lr": eta_g}, compression={"kind": "stochastic", "bits": 2})
     assert spec.weighting == "uniform" and ALGORITHMS.capabilities("fedpaq").compression
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
-    np.testing.assert_allclose(state["x"].numpy(), fedpaq_reference(fed, eta_g, quantizer_np(2)), rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), fedpaq_reference(fed, eta_g, quantizer_np(2)), rtol=1e-11)
     unquantized = fedpaq_reference(fed, eta_g, lambda z, t, i: z)
-    assert not np.allclose(state["x"].numpy(), unquantized)  # the quantizer was applied
+    assert not np.allclose(state.x.numpy(), unquantized)  # the quantizer was applied
 
 
 def test_fedpaq_with_identity_compressor_is_uniform_fedavg():
@@ -45,4 +45,4 @@ def test_fedpaq_with_identity_compressor_is_uniform_fedavg():
     avg, _ = make_algorithm("fedavg", fed)
     a = run_rounds(paq, fed, X0, SCHEDULE, STEPS, LR, weighting=spec.weighting)
     b = run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR, weighting="uniform")
-    assert torch.equal(a["x"], b["x"])
+    assert torch.equal(a.x, b.x)

@@ -39,18 +39,18 @@ def test_fedproxm_matches_algorithm_5():
     algo, spec = make_algorithm("fedproxm", fed, server={"lr": 0.7}, mu=0.4)
     assert spec.momentum == 0.5
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR)
-    np.testing.assert_allclose(state["x"].numpy(), fedproxm_reference(fed, X0, 0.4, 0.5, 0.7), rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), fedproxm_reference(fed, X0, 0.4, 0.5, 0.7), rtol=1e-11)
 
 
 def test_fedproxm_uniform_weighting_other_momentum():
     fed = Quadratics()
     algo, _ = make_algorithm("fedproxm", fed, server={"momentum": 0.9, "weighting": "uniform"}, mu=0.1)
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting="uniform")
-    np.testing.assert_allclose(state["x"].numpy(), fedproxm_reference(fed, X0, 0.1, 0.9, 1.0, "uniform"), rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), fedproxm_reference(fed, X0, 0.1, 0.9, 1.0, "uniform"), rtol=1e-11)
 
 
 def test_fedproxm_without_momentum_is_fedprox():
     fed = Quadratics()
     m0, _ = make_algorithm("fedproxm", fed, server={"momentum": 0.0}, mu=0.3)
     prox, _ = make_algorithm("fedprox", fed, mu=0.3)
-    assert torch.equal(run_rounds(m0, fed, X0, SCHEDULE, STEPS, LR)["x"], run_rounds(prox, fed, X0, SCHEDULE, STEPS, LR)["x"])
+    assert torch.equal(run_rounds(m0, fed, X0, SCHEDULE, STEPS, LR).x, run_rounds(prox, fed, X0, SCHEDULE, STEPS, LR).x)

@@ -1,16 +1,17 @@
 """FedQVR / FedQVR-E against a NumPy float64 transcription of Wang et al. Alg. 1–2 (Eqs. 9–12) and
 the paper's identities (Eqs. 18, 39, 40, c = Σ p_i c_i)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from fedbench.algorithms import ALGORITHMS, RoundContext
-from fedbench.algorithms.fedqvr import effective_steps
-from fedbench.compress import Compressed
-from fedbench.engine.uploads import upload_bits
+from fedbench.algorithms.fedqvr import VariateRows, effective_steps
+from fedbench.engine.uploads import decoded, merged, upload_bits
 from fedbench.seeding import torch_stream
-from tests.algorithms.toy import Quadratics, make_algorithm
+from tests.algorithms.toy import Quadratics, StepOracle, ToyOracle, make_algorithm
 from tests.test_compress import numpy_quantize
 
 SCHEDULE = [[0, 2], [1, 2, 3], [0, 3], [1, 2], [0, 1, 2, 3], [2, 3]]
@@ -79,26 +80,23 @@ def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0, received=None, ou
     for t, clients in enumerate(schedule, start=1):
         index = torch.tensor(clients)
         k = torch.tensor([float(steps[i]) for i in clients], dtype=torch.float64)
-        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t)
-        if bits is not None:
-            ctx.bits = torch.tensor([bits[t - 1][i] for i in clients])
-        raw = {}
+        inputs = {} if bits is None else {"bits": torch.tensor([bits[t - 1][i] for i in clients])}
+        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t, inputs)
+        parts = []
         for row, i in enumerate(clients):
             sub = ctx.select(slice(row, row + 1))
-            x = sub.start
-            for _ in range(steps[i]):
-                x = algo.local_step(sub, x, fed.oracle(i))
-            for name, v in algo.upload(sub, x).items():
-                raw.setdefault(name, []).append(v)
-        merged = {k: Compressed.cat(v) if isinstance(v[0], Compressed) else torch.cat(v) for k, v in raw.items()}
-        spent.append(upload_bits(merged))
-        decoded = {k: v.value if isinstance(v, Compressed) else v for k, v in merged.items()}
+            x, carry = sub.start, algo.local_init(sub, sub.start)
+            for step in range(steps[i]):
+                x, carry = algo.local_step(sub, x, carry, ToyOracle(fed, i, step))
+            parts.append(algo.upload(sub, x, carry))
+        up = merged(parts)
+        spent.append(upload_bits(up))
         arrived = clients if received is None else received[t - 1]
         rows = torch.tensor([clients.index(i) for i in arrived])
         m = len(clients) if outage == "zero_fill" else len(arrived)
         u = torch.full((len(arrived),), 1 / m, dtype=torch.float64)  # the engine's uniform weights
-        algo.server_update(state, ctx.select(rows), {k: v[rows] for k, v in decoded.items()}, u)
-        states.append({k: v.clone() for k, v in state.items()})
+        state, _ = algo.server_update(state, ctx.select(rows), decoded(up).rows(rows), u)
+        states.append(SimpleNamespace(x=state.x.clone(), c=state.c.clone(), c_i=state.c_i.data.clone()))
     return states, spent
 
 
@@ -109,9 +107,9 @@ def balanced(fed):
 
 def assert_matches(states, history, rtol=1e-11):
     for s, (theta, c, ci) in zip(states, history, strict=True):
-        np.testing.assert_allclose(s["x"].numpy(), theta, rtol=rtol, atol=1e-13)
-        np.testing.assert_allclose(s["c"].numpy(), c, rtol=rtol, atol=1e-13)
-        np.testing.assert_allclose(s["c_i"].numpy(), ci, rtol=rtol, atol=1e-13)
+        np.testing.assert_allclose(s.x.numpy(), theta, rtol=rtol, atol=1e-13)
+        np.testing.assert_allclose(s.c.numpy(), c, rtol=rtol, atol=1e-13)
+        np.testing.assert_allclose(s.c_i.numpy(), ci, rtol=rtol, atol=1e-13)
 
 
 def test_identity_compressor_matches_algorithm_1_with_balanced_data():
@@ -155,7 +153,7 @@ def test_lost_uploads_contribute_zero_and_keep_c_equal_to_sum_p_i_c_i(aggregatio
     assert_matches(states, history, rtol=1e-10)
     p = torch.tensor(fed.sizes / fed.sizes.sum())
     for s in states:
-        torch.testing.assert_close(s["c"], p @ s["c_i"], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(s.c, p @ s.c_i, rtol=1e-12, atol=1e-14)
     other = fedqvr_reference(
         fed, SCHEDULE, STEPS, quant=quantizer_np(2), aggregate=aggregate, x0=x0, received=RECEIVED,
         outage="renormalize" if outage == "zero_fill" else "zero_fill",
@@ -178,7 +176,7 @@ def test_stochastic_quantizer_round_matches_numpy_and_keeps_c_equal_to_sum_p_i_c
     assert_matches(states, history, rtol=1e-10)
     p = torch.tensor(fed.sizes / fed.sizes.sum())
     for s in states:  # Lemma 3 / Eq. 41: the same quantized Δ_i enters Eqs. 10 and 11
-        torch.testing.assert_close(s["c"], p @ s["c_i"], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(s.c, p @ s.c_i, rtol=1e-12, atol=1e-14)
     assert spent == [len(c) * (6 * 3 + 64) for c in SCHEDULE]  # d(B+1) + μ per client; scalar not counted
     assert not np.allclose(history[-1][0], fedqvr_reference(fed, SCHEDULE, STEPS, x0=x0)[-1][0])  # Q mattered
 
@@ -189,13 +187,13 @@ def test_count_scalar_charges_32_bits_per_client():
     states, spent = drive(algo, fed, SCHEDULE[:2], STEPS)
     assert spent == [len(c) * (3 * 4 + 64 + 32) for c in SCHEDULE[:2]]
     free, _ = make_algorithm("fedqvr", fed, compression={"kind": "stochastic", "bits": 3}, gamma=GAMMA)
-    assert torch.equal(drive(free, fed, SCHEDULE[:2], STEPS)[0][-1]["x"], states[-1]["x"])
+    assert torch.equal(drive(free, fed, SCHEDULE[:2], STEPS)[0][-1].x, states[-1].x)
 
 
 def test_broadcast_is_theta0_only():
     fed = Quadratics()
     algo, _ = make_algorithm("fedqvr", fed, gamma=0.5)
-    state = {"x": torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), "c": torch.tensor([0.5, -1.0, 0.0], dtype=torch.float64)}
+    state = SimpleNamespace(x=torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), c=torch.tensor([0.5, -1.0, 0.0], dtype=torch.float64))
     sent = algo.broadcast(state, torch.tensor([0]))
     assert list(sent) == ["x"] and sent["x"].tolist() == [0.0, 4.0, 3.0]
 
@@ -206,10 +204,11 @@ def test_local_step_eq_9_equals_eq_18():
     algo, _ = make_algorithm("fedqvr", fed, gamma=0.4)
     rng = np.random.default_rng(3)
     theta, c, ci, phi = (rng.normal(size=(2, 3)) for _ in range(4))
-    state = {"x": torch.tensor(theta[0]), "c": torch.tensor(c[0])}
-    ctx = RoundContext(torch.tensor([0, 1]), 0.07, torch.tensor([4.0, 4.0]), algo.broadcast(state, None), {"c_i": torch.tensor(ci)})
+    state = SimpleNamespace(x=torch.tensor(theta[0]), c=torch.tensor(c[0]))
+    ctx = RoundContext(torch.tensor([0, 1]), 0.07, torch.tensor([4.0, 4.0]), algo.broadcast(state, None), VariateRows(torch.tensor(ci)))
     g = rng.normal(size=(2, 3))
-    out = algo.local_step(ctx, torch.tensor(phi), lambda z: torch.tensor(g)).numpy()
+    out, _ = algo.local_step(ctx, torch.tensor(phi), (), StepOracle(lambda z: torch.tensor(g)))
+    out = out.numpy()
     ge = 0.4 * 0.07
     expected = (phi - 0.07 * (g + c[0] - ci)) / (1 + ge) + ge / (1 + ge) * theta[0]
     np.testing.assert_allclose(out, expected, rtol=1e-13)
@@ -221,17 +220,17 @@ def test_accumulated_update_is_eq_39():
     algo, _ = make_algorithm("fedqvr", fed, gamma=GAMMA)
     K, i = 7, 2
     ci = np.array([[0.2, -0.1, 0.4]])
-    state = {"x": torch.tensor(X0), "c": torch.tensor([0.1, 0.0, -0.2], dtype=torch.float64)}
-    ctx = RoundContext(torch.tensor([i]), LR, torch.tensor([float(K)]), algo.broadcast(state, None), {"c_i": torch.tensor(ci)})
+    state = SimpleNamespace(x=torch.tensor(X0), c=torch.tensor([0.1, 0.0, -0.2], dtype=torch.float64))
+    ctx = RoundContext(torch.tensor([i]), LR, torch.tensor([float(K)]), algo.broadcast(state, None), VariateRows(torch.tensor(ci)))
     grads, oracle = [], fed.oracle(i)
 
     def recording(z):
         grads.append(oracle(z).numpy()[0])
         return oracle(z)
 
-    x = ctx.start
+    x, carry = ctx.start, algo.local_init(ctx, ctx.start)
     for _ in range(K):
-        x = algo.local_step(ctx, x, recording)
+        x, carry = algo.local_step(ctx, x, carry, StepOracle(recording))
     ge = GAMMA * LR
     closed = -LR * sum((1 + ge) ** (-(K - t)) * (grads[t] - ci[0]) for t in range(K))
     np.testing.assert_allclose((x - ctx.broadcast["x"]).numpy()[0], closed, rtol=1e-12)
@@ -242,17 +241,17 @@ def test_constant_gradient_gives_the_ema_control_variate_of_eq_40():
     fed = Quadratics()
     algo, _ = make_algorithm("fedqvr", fed, a=0.25, gamma=GAMMA)
     state = algo.init_state(torch.tensor(X0))
-    state["c_i"][1] = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    state.c_i.data[1] = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
     G = torch.tensor([[0.3, 0.7, -1.1]], dtype=torch.float64)
     clients = torch.tensor([1])
     ctx = RoundContext(clients, LR, torch.tensor([9.0]), algo.broadcast(state, clients), algo.client_state(state, clients))
-    x = ctx.start
+    x, carry = ctx.start, algo.local_init(ctx, ctx.start)
     for _ in range(9):
-        x = algo.local_step(ctx, x, lambda z: G)
-    up = algo.upload(ctx, x)
-    ci_old = state["c_i"][1].clone()
-    algo.server_update(state, ctx, {k: v.value if isinstance(v, Compressed) else v for k, v in up.items()}, torch.ones(1, dtype=torch.float64))
-    torch.testing.assert_close(state["c_i"][1], 0.75 * ci_old + 0.25 * G[0], rtol=1e-12, atol=1e-14)
+        x, carry = algo.local_step(ctx, x, carry, StepOracle(lambda z: G))
+    up = algo.upload(ctx, x, carry)
+    ci_old = state.c_i.data[1].clone()
+    state, _ = algo.server_update(state, ctx, decoded(up), torch.ones(1, dtype=torch.float64))
+    torch.testing.assert_close(state.c_i.data[1], 0.75 * ci_old + 0.25 * G[0], rtol=1e-12, atol=1e-14)
 
 
 def test_effective_steps_values_and_limit():
@@ -278,7 +277,7 @@ BITS = [{0: 2, 1: 5, 2: 3, 3: 7}, {0: 4, 1: 2, 2: 9, 3: 30}] * 3  # allocated B_
 
 def test_fedqvr_e_uses_each_devices_allocated_width():
     fed = Quadratics(num_clients=4, dim=6, seed=2)
-    assert ALGORITHMS.capabilities("fedqvr_e").adaptive_bits is True
+    assert ALGORITHMS.capabilities("fedqvr_e").inputs == ("bits",)
     algo, _ = make_algorithm("fedqvr_e", fed, compression={"kind": "stochastic", "bits": 2}, gamma=GAMMA)
     x0 = np.linspace(0.5, -0.5, 6)
     states, spent = drive(algo, fed, SCHEDULE, STEPS, bits=BITS, x0=x0)
@@ -286,7 +285,7 @@ def test_fedqvr_e_uses_each_devices_allocated_width():
     assert_matches(states, history, rtol=1e-10)
     p = torch.tensor(fed.sizes / fed.sizes.sum())
     for s in states:  # Eq. 11 (not Alg. 2's extra 1/N) keeps the invariant
-        torch.testing.assert_close(s["c"], p @ s["c_i"], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(s.c, p @ s.c_i, rtol=1e-12, atol=1e-14)
     assert spent == [sum(6 * (BITS[t][i] + 1) + 64 for i in c) for t, c in enumerate(SCHEDULE)]  # Eq. 27
 
 
@@ -294,7 +293,7 @@ def test_fedqvr_e_without_allocated_widths_is_fedqvr():
     fed = Quadratics()
     e, _ = make_algorithm("fedqvr_e", fed, compression={"kind": "stochastic", "bits": 3}, gamma=GAMMA)
     plain, _ = make_algorithm("fedqvr", fed, compression={"kind": "stochastic", "bits": 3}, gamma=GAMMA)
-    assert torch.equal(drive(e, fed, SCHEDULE, STEPS)[0][-1]["x"], drive(plain, fed, SCHEDULE, STEPS)[0][-1]["x"])
+    assert torch.equal(drive(e, fed, SCHEDULE, STEPS)[0][-1].x, drive(plain, fed, SCHEDULE, STEPS)[0][-1].x)
 
 
 def test_fedqvr_e_widths_need_the_stochastic_quantizer():

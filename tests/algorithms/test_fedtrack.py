@@ -18,7 +18,7 @@ def test_fedtrack_matches_eq_4_with_each_estimate(iag, adam, batch):
     toy = Toy()
     state, logs = drive(build("fedtrack", toy, batch_size=batch, adam=adam, iag=iag), toy)
     x, _ = cflag_reference(toy, iag, adaptive=False, memory=False, adam=adam, batch=batch)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10, atol=1e-13)
     assert logs == [{}] * len(logs)
 
 
@@ -29,7 +29,7 @@ def test_drift_correction_cancels_at_the_server():
     state, _ = drive(build("fedtrack", toy, iag="sample"), toy, schedule=[[0, 1, 2]], memory_on=[False], steps_of=[1, 1, 1])
     n = np.array(toy.sizes, float)
     grad = sum(ni / n.sum() * toy.full_np(i, X0) for i, ni in enumerate(n))
-    np.testing.assert_allclose(state["x"].numpy(), X0 - LR * grad, rtol=1e-12)
+    np.testing.assert_allclose(state.x.numpy(), X0 - LR * grad, rtol=1e-12)
 
 
 @pytest.mark.parametrize("iag,adam", [("off", False), ("batch_table", True), ("sample", False)])
@@ -41,12 +41,12 @@ def test_cflag_on_an_empty_memory_is_fedtrack(iag, adam):
     track, _ = drive(build("fedtrack", toy, batch_size=2, adam=adam, iag=iag), toy, memory_on=empty)
     for adaptive in (True, False):
         cflag, logs = drive(build("cflag", toy, batch_size=2, adam=adam, iag=iag, adaptive=adaptive), toy, memory_on=empty)
-        assert torch.equal(cflag["x"], track["x"])
+        assert torch.equal(cflag.x, track.x)
         for log in (entry["cflag"] for entry in logs):
             assert log["alpha_scale"] == log["beta_scale"] == [1.0] * len(log["clients"]) and log["interfering"] == 0
     if iag == "sample" and not adam:
         gd, _ = drive(build("cflag_gd", toy, batch_size=2), toy, memory_on=empty)
-        assert torch.equal(gd["x"], track["x"])
+        assert torch.equal(gd.x, track.x)
 
 
 def test_through_the_engine_cflag_is_fedtrack_during_task_0_with_fedtracks_traffic(tmp_path):

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from fedbench.algorithms import RoundContext
-from tests.algorithms.toy import Quadratics, iterate_rounds, make_algorithm, weights_np
+from fedbench.algorithms.base import Upload
+from tests.algorithms.toy import Quadratics, StepOracle, iterate_rounds, make_algorithm, run_rows, weights_np
 from tests.factories import tiny_scenario
+from tests.optim import named
 
 LAYOUT = (2, 3)  # two "parameter tensors" of the 5-dim toy model
 SCHEDULE = [[0, 2], [1, 4], [0, 3], [2, 5], [1, 3], [0, 4], [5, 2], [1, 0]]  # sorted per round by the engine
@@ -108,9 +110,9 @@ def server_reference(fed, x0, schedule, steps, lr, beta1, beta2, m, eta_g, block
 def memory_of(state) -> dict[int, np.ndarray]:
     """client → D_j = exp(log_scale_j)·U_j from the slot table."""
     out = {}
-    for j, c in enumerate(state["memory_client"].tolist()):
+    for j, c in enumerate(state.memory_client.tolist()):
         if c >= 0:
-            out[c] = (state["memory_log_scale"][j].exp() * state["memory"][j]).numpy()
+            out[c] = (state.memory_log_scale[j].exp() * state.memory[j]).numpy()
     return out
 
 
@@ -122,8 +124,8 @@ def test_gradma_s_with_no_memory_is_fedavgm_bitwise():
     s, _ = make_algorithm("gradma_s", fed, server={"lr": 0.7}, beta1=0.9, memory_size=0)
     f, _ = make_algorithm("fedavgm", fed, server={"lr": 0.7, "momentum": 0.9})
     for (sa, logs), (fa, _) in zip(drive(s, fed, x0, SCHEDULE, STEPS, LR), drive(f, fed, x0, SCHEDULE, STEPS, LR)):
-        assert torch.equal(sa["x"], fa["x"])
-        assert torch.equal(sa["momentum"], -fa["opt.m"])  # m = Σ w (x_t − x_i) is FedAvgM's −Δ momentum
+        assert torch.equal(sa.x, fa.x)
+        assert torch.equal(sa.momentum, -named(fa.opt)["m"])  # m = Σ w (x_t − x_i) is FedAvgM's −Δ momentum
         assert logs == {"qp_fallbacks": 0, "memory_slots": 0}
 
 
@@ -140,13 +142,13 @@ def test_gradma_s_server_update_matches_algorithms_3_and_4(projection, blocks, m
     ref = server_reference(fed, x0, SCHEDULE, STEPS, LR, 0.5, beta2, m, 0.8, blocks)
     projected = 0
     for (state, logs), (x, mom, D, buf) in zip(drive(algo, fed, x0, SCHEDULE, STEPS, LR), ref):
-        np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-7, atol=1e-9)
-        np.testing.assert_allclose(state["momentum"].numpy(), mom, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(state.momentum.numpy(), mom, rtol=1e-7, atol=1e-9)
         ours = memory_of(state)
         assert set(ours) == set(D) and logs == {"qp_fallbacks": 0, "memory_slots": len(D)}
         for k in D:
             np.testing.assert_allclose(ours[k], D[k], rtol=1e-7, atol=1e-9)  # d_i inherits x_t's cvxpy error
-        counts = dict(zip(state["memory_client"].tolist(), state["memory_count"].tolist()))
+        counts = dict(zip(state.memory_client.tolist(), state.memory_count.tolist()))
         assert all(counts[k] == c for k, c in buf.items())
         projected += 1
     assert projected == len(SCHEDULE)
@@ -166,10 +168,10 @@ def _server_only(algo, fed, schedule, deltas):
     seen = []
     for t, (clients, delta) in enumerate(zip(schedule, deltas), start=1):
         index = torch.tensor(clients)
-        ctx = RoundContext(index, 0.1, torch.ones(len(clients), dtype=torch.float64), algo.broadcast(state, index), {}, t)
+        ctx = RoundContext(index, 0.1, torch.ones(len(clients), dtype=torch.float64), algo.broadcast(state, index), None, t)
         uniform = torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
-        algo.server_update(state, ctx, {"delta": torch.tensor(delta)}, uniform)
-        seen.append(sorted(c for c in state["memory_client"].tolist() if c >= 0))
+        state, _ = algo.server_update(state, ctx, Upload({"delta": torch.tensor(delta)}), uniform)
+        seen.append(sorted(c for c in state.memory_client.tolist() if c >= 0))
     return state, seen
 
 
@@ -190,7 +192,7 @@ def test_eviction_least_count_non_active_then_earliest_inserted():
         [0, 3], [0, 3],
         [0, 4],  # 4 evicts 3 (count 1; 0 has 4)
     ]
-    assert dict(zip(state["memory_client"].tolist(), state["memory_count"].tolist())) == {0: 4, 4: 1}
+    assert dict(zip(state.memory_client.tolist(), state.memory_count.tolist())) == {0: 4, 4: 1}
     # the tie-break: equal counts → earliest inserted goes, even after a count update of the other
     algo, _ = make_algorithm("gradma_s", fed, memory_size=2)
     _, seen = _server_only(algo, fed, [[0], [1], [0], [1], [2], [3]], deltas)
@@ -229,11 +231,11 @@ def test_gradma_w_matches_algorithm_7_with_active_constraints(anchor, projection
             ys.append(worker_reference(fed, i, x, prev, STEPS[i], lr, blocks, active))
             last_local[i] = ys[-1]
         x = x - 0.9 * sum(w * (x - y) for w, y in zip(weights_np(fed, clients), ys))
-        np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-7, atol=1e-9)
         assert logs == {"qp_fallbacks": 0}
         if anchor == "last_local":
             stored = np.stack([last_local[i] for i in range(6)])  # x_0 for workers not yet sampled
-            np.testing.assert_allclose(state["last_local"].numpy(), stored, rtol=1e-7, atol=1e-9)
+            np.testing.assert_allclose(state.last_local.data.numpy(), stored, rtol=1e-7, atol=1e-9)
     assert min(active) > 0, active  # ∇f(x_{τ−1}), ∇f(x_t) and x_τ − x_t each violated at some step
 
 
@@ -245,8 +247,8 @@ def test_gradma_matches_algorithm_1():
     worker = lambda i, x_t, prev: worker_reference(fed, i, x_t, prev, STEPS[i], lr, LAYOUT)  # noqa: E731
     ref = server_reference(fed, x0, SCHEDULE, STEPS, lr, 0.5, 0.5, 3, 0.8, LAYOUT, worker=worker)
     for (state, logs), (x, mom, D, _) in zip(drive(algo, fed, x0, SCHEDULE, STEPS, lr), ref):
-        np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-6, atol=1e-8)
-        np.testing.assert_allclose(state["momentum"].numpy(), mom, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(state.momentum.numpy(), mom, rtol=1e-6, atol=1e-8)
         assert logs == {"qp_fallbacks": 0, "memory_slots": len(D)}
 
 
@@ -258,7 +260,7 @@ def test_projected_momentum_agrees_with_every_memory(projection):
     blocks = [slice(0, 2), slice(2, 5)] if projection == "per_tensor" else [slice(0, 5)]
     checked = 0
     for state, _ in drive(algo, fed, np.linspace(-1.0, 1.0, 5), SCHEDULE * 2, STEPS, 0.12):
-        m = state["momentum"].numpy()
+        m = state.momentum.numpy()
         for D in memory_of(state).values():
             for b in blocks:
                 assert m[b] @ D[b] >= -1e-12 * np.linalg.norm(D[b])  # ‖m‖ = O(0.1) before projection
@@ -274,8 +276,8 @@ def test_prev_anchor_global_and_last_local_differ_only_after_a_worker_has_traine
     runs = {}
     for anchor in ("last_local", "global"):
         algo, _ = make_algorithm("gradma", fed, layout=LAYOUT, memory_size=3, prev_anchor=anchor)
-        runs[anchor] = [s["x"].clone() for s, _ in drive(algo, fed, x0, SCHEDULE[:3], STEPS, 0.12)]
-        assert ("last_local" in algo.init_state(torch.tensor(x0))) == (anchor == "last_local")
+        runs[anchor] = [s.x.clone() for s, _ in drive(algo, fed, x0, SCHEDULE[:3], STEPS, 0.12)]
+        assert (algo.init_state(torch.tensor(x0)).last_local is not None) == (anchor == "last_local")
     assert torch.equal(runs["last_local"][0], runs["global"][0])
     assert not torch.allclose(runs["last_local"][2], runs["global"][2])
 
@@ -287,12 +289,12 @@ def test_gradma_without_memory_and_momentum_is_gradma_w():
     worker, _ = make_algorithm("gradma_w", fed, server={"lr": 0.9}, layout=LAYOUT)
     a = last(drive(full, fed, x0, SCHEDULE, STEPS, 0.12))[0]
     b = last(drive(worker, fed, x0, SCHEDULE, STEPS, 0.12))[0]
-    torch.testing.assert_close(a["x"], b["x"], rtol=1e-14, atol=1e-15)
+    torch.testing.assert_close(a.x, b.x, rtol=1e-14, atol=1e-15)
 
 
 def test_worker_fallbacks_are_counted_only_for_steps_a_client_takes(monkeypatch):
-    """A failed QP_l block is logged (never silent); the batched engine's extra calls for clients
-    that have finished their K_i steps are not counted."""
+    """A failed QP_l block is logged (never silent); a client that has finished its K_i steps in the
+    batched engine keeps its count."""
     from fedbench.algorithms import gradma
 
     fed = Quadratics(num_clients=6, dim=5)
@@ -306,13 +308,10 @@ def test_worker_fallbacks_are_counted_only_for_steps_a_client_takes(monkeypatch)
     clients = torch.tensor([0, 1])
     steps = torch.tensor([1.0, 3.0], dtype=torch.float64)
     ctx = RoundContext(clients, 0.1, steps, algo.broadcast(state, clients), algo.client_state(state, clients))
-    x = ctx.start
-    oracle = lambda z: torch.stack([fed.oracle(0)(z[:1])[0], fed.oracle(1)(z[1:])[0]])  # noqa: E731
-    for _ in range(3):  # client 0 finished after 1 step, as in the batched engine
-        x = algo.local_step(ctx, x, oracle)
-    up = algo.upload(ctx, x)
-    assert up["_qp_fallbacks"].squeeze(1).tolist() == [2, 6]
-    logs = algo.server_update(state, ctx, up, torch.tensor([0.5, 0.5], dtype=torch.float64))
+    both = lambda z: torch.stack([fed.oracle(0)(z[:1])[0], fed.oracle(1)(z[1:])[0]])  # noqa: E731
+    _, up = run_rows(algo, ctx, [1, 3], lambda k: StepOracle(both, k))  # client 0 finishes after 1 step
+    assert up.kept.fallbacks.tolist() == [2, 6]
+    _, logs = algo.server_update(state, ctx, up, torch.tensor([0.5, 0.5], dtype=torch.float64))
     assert logs == {"qp_fallbacks": 8}
 
 

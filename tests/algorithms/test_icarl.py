@@ -155,7 +155,7 @@ def test_task_end_herds_exemplars_and_scores_the_nearest_mean_of_exemplars(tmp_p
     loop = loop_of(tmp_path, spec_with({"name": "icarl_fl"}, {"continual.mode": mode}))
     loop.round(1)
     _, extra = loop.round(2)  # task 0 ends
-    x, train, test = loop.state["x"].clone(), loop.s.data.train, loop.s.data.test
+    x, train, test = loop.state.x.clone(), loop.s.data.train, loop.s.data.test
     module = copy.deepcopy(loop.s.model.module)
     labels = train.y.numpy()
     parts = [p.numpy() for p in loop.s.tasks.parts[0]]
@@ -192,8 +192,8 @@ def test_task_end_herds_exemplars_and_scores_the_nearest_mean_of_exemplars(tmp_p
     assert extra["task_acc_network"] == pytest.approx([float((net_pred == t_y)[t].mean()) for t in tasks], abs=1e-6)
     assert extra["task_acc"][1:] == [0.0, 0.0]  # no exemplar means for tasks not seen yet
     assert extra["nme_bits_up"] == 3 * 3 * 17 * 32 and extra["nme_bits_down"] == 3 * 3 * 16 * 32
-    torch.testing.assert_close(loop.state["icarl.old_model"], x, rtol=0, atol=0)
-    assert loop.state["icarl.old"].tolist() == [True] * 3 + [False] * 7
+    torch.testing.assert_close(loop.state.old_model, x, rtol=0, atol=0)
+    assert loop.state.old.tolist() == [True] * 3 + [False] * 7
 
 
 def test_network_classifier_keeps_the_engine_row_and_training_is_unchanged(tmp_path):

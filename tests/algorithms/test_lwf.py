@@ -99,18 +99,18 @@ def frame_of(tmp_path, name, algorithm, changes=None):
 def test_task_ends_set_the_old_model_and_the_old_heads(tmp_path, mode):
     loop = loop_of(tmp_path, spec_with({"name": "lwf_fl"}, {"continual.mode": mode}))
     loop.round(1)
-    assert loop.state["lwf.heads"].numel() == 0
+    assert loop.state.heads.numel() == 0
     loop.round(2)  # task 0 ends
-    torch.testing.assert_close(loop.state["lwf.old_model"], loop.state["x"], rtol=0, atol=0)
+    torch.testing.assert_close(loop.state.old_model, loop.state.x, rtol=0, atol=0)
     old = [0, 0, 0] + [-1] * 7  # classes 0-2 are task 0's; class 9 is in no task
-    assert loop.state["lwf.heads"].tolist() == old
-    end_of_task0 = loop.state["x"].clone()
+    assert loop.state.heads.tolist() == old
+    end_of_task0 = loop.state.x.clone()
     loop.round(3)
     loop.round(4)  # task 1 ends
-    assert not torch.equal(loop.state["x"], end_of_task0)
-    torch.testing.assert_close(loop.state["lwf.old_model"], loop.state["x"], rtol=0, atol=0)
+    assert not torch.equal(loop.state.x, end_of_task0)
+    torch.testing.assert_close(loop.state.old_model, loop.state.x, rtol=0, atol=0)
     want = [0, 0, 0, 1, 1, 1] if mode == "task" else [0] * 6
-    assert loop.state["lwf.heads"].tolist() == want + [-1] * 4
+    assert loop.state.heads.tolist() == want + [-1] * 4
     assert not ALGORITHMS.capabilities("lwf_fl").batchable
 
 

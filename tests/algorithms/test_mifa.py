@@ -42,9 +42,9 @@ def test_mifa_matches_algorithm_6(weighting):
     assert spec.momentum == 0
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting=weighting)
     x, g_old = mifa_reference(fed, X0, 0.0, 0.8, weighting)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
-    np.testing.assert_allclose(state["g_old"].numpy(), -g_old, rtol=1e-11)  # fedbench stores x_i − x_t
-    assert not state["g_old"][4].any()
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.g_old.data.numpy(), -g_old, rtol=1e-11)  # fedbench stores x_i − x_t
+    assert not state.g_old.data[4].any()
 
 
 @pytest.mark.parametrize("weighting", ["samples", "uniform"])
@@ -54,7 +54,7 @@ def test_mifam_matches_algorithm_6_with_momentum(weighting):
     assert spec.momentum == 0.5
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting=weighting)
     x, _ = mifa_reference(fed, X0, 0.5, 1.5, weighting)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
 
 
 def test_first_round_is_fedavg_scaled_by_s_over_n():
@@ -64,8 +64,8 @@ def test_first_round_is_fedavg_scaled_by_s_over_n():
     mifa, _ = make_algorithm("mifa", fed, server={"weighting": "uniform"})
     avg, _ = make_algorithm("fedavg", fed, server={"weighting": "uniform"})
     first = SCHEDULE[:1]
-    x_mifa = run_rounds(mifa, fed, X0, first, STEPS, LR, weighting="uniform")["x"].numpy()
-    x_avg = run_rounds(avg, fed, X0, first, STEPS, LR, weighting="uniform")["x"].numpy()
+    x_mifa = run_rounds(mifa, fed, X0, first, STEPS, LR, weighting="uniform").x.numpy()
+    x_avg = run_rounds(avg, fed, X0, first, STEPS, LR, weighting="uniform").x.numpy()
     np.testing.assert_allclose(x_mifa - X0, (2 / 5) * (x_avg - X0), rtol=1e-12)
 
 
@@ -74,7 +74,7 @@ def test_full_participation_with_sample_weights_is_fedavg():
     fed = Quadratics(num_clients=4)
     everyone = [[0, 1, 2, 3]] * 3
     mifa, _ = make_algorithm("mifa", fed)
-    x = run_rounds(mifa, fed, X0, everyone, STEPS, LR)["x"].numpy()
+    x = run_rounds(mifa, fed, X0, everyone, STEPS, LR).x.numpy()
     ref = X0.copy()
     for clients in everyone:
         ys = []
@@ -93,4 +93,4 @@ def test_registrations():
     fed = Quadratics()
     algo, _ = make_algorithm("mifa", fed)
     state = algo.init_state(torch.tensor(X0))
-    assert state["g_old"].shape == (4, 3) and not state["d"].any()
+    assert state.g_old.data.shape == (4, 3) and not state.d.any()

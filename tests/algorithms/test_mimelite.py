@@ -46,8 +46,8 @@ def test_mimelite_matches_mime_algorithm_1():
     assert spec.optimizer == "sgd" and spec.momentum == 0
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR)
     x, s = mimelite_reference(fed, X0, 0.6, 0.7)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
-    np.testing.assert_allclose(state["s"].numpy(), s, rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.s.numpy(), s, rtol=1e-11)
 
 
 def test_mimelite_default_beta_uniform_weights():
@@ -56,15 +56,15 @@ def test_mimelite_default_beta_uniform_weights():
     assert algo.params.beta == 0.9
     state = run_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting="uniform")
     x, s = mimelite_reference(fed, X0, 0.9, 1.0, "uniform")
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
-    np.testing.assert_allclose(state["s"].numpy(), s, rtol=1e-11)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.s.numpy(), s, rtol=1e-11)
 
 
 def test_mimelite_without_momentum_is_fedavg():
     fed = Quadratics()
     mime, _ = make_algorithm("mimelite", fed, beta=0.0)
     avg, _ = make_algorithm("fedavg", fed)
-    assert torch.equal(run_rounds(mime, fed, X0, SCHEDULE, STEPS, LR)["x"], run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR)["x"])
+    assert torch.equal(run_rounds(mime, fed, X0, SCHEDULE, STEPS, LR).x, run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR).x)
 
 
 RAW = tiny_scenario({"partition.omega": 0.3}, name="mime", rounds=2)
@@ -110,4 +110,4 @@ def test_engine_momentum_is_built_from_full_local_gradients(tmp_path):
         module.zero_grad()
         F.cross_entropy(module(setup.data.train.x[idx]), setup.data.train.y[idx]).backward()
         expected += w * torch.cat([p.grad.reshape(-1) for p in module.parameters()])
-    torch.testing.assert_close(loop.state["s"], 0.1 * expected, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(loop.state.s, 0.1 * expected, rtol=1e-4, atol=1e-6)

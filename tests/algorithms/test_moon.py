@@ -119,15 +119,15 @@ def test_previous_model_is_the_global_model_until_a_client_has_trained():
     x0 = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
     state = algo.init_state(x0)
     clients = torch.tensor([1, 3])
-    assert torch.equal(algo.client_state(state, clients)["previous"], x0.expand(2, -1))
+    assert torch.equal(algo.client_state(state, clients).previous, x0.expand(2, -1))
     local = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
     ctx = RoundContext(clients, 0.1, torch.ones(2), algo.broadcast(state, clients), algo.client_state(state, clients), 1)
-    up = algo.upload(ctx, local)
-    assert set(up) == {"delta", "_local"} and torch.equal(up["_local"], local)
-    algo.server_update(state, ctx, decoded(up), torch.tensor([0.5, 0.5], dtype=torch.float64))
-    torch.testing.assert_close(state["x"], local.mean(0))  # FedAvg, η_g = 1
-    prev = algo.client_state(state, torch.tensor([0, 1, 3]))["previous"]
-    assert torch.equal(prev[0], state["x"]) and torch.equal(prev[1], local[0]) and torch.equal(prev[2], local[1])
+    up = algo.upload(ctx, local, algo.local_init(ctx, local))
+    assert set(up.sent) == {"delta"} and torch.equal(up.kept.previous, local)
+    state, _ = algo.server_update(state, ctx, decoded(up), torch.tensor([0.5, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(state.x, local.mean(0))  # FedAvg, η_g = 1
+    prev = algo.client_state(state, torch.tensor([0, 1, 3])).previous
+    assert torch.equal(prev[0], state.x) and torch.equal(prev[1], local[0]) and torch.equal(prev[2], local[1])
     assert not ALGORITHMS.capabilities("moon").batchable and not ALGORITHMS.capabilities("moonm").batchable
 
 
@@ -150,7 +150,7 @@ def final_model(tmp_path, algorithm, raw=RAW, executor="auto"):
     spec = resolve_runs(parse_scenario(raw))[0]
     loop = RoundLoop(spec, 0, build_run(spec, 0, DataCache(tmp_path, False, torch.device("cpu"))), executor)
     metrics = [loop.round(t)[0] for t in range(1, spec.rounds + 1)]
-    return loop.state["x"], [(m["train_loss"], m["test_loss"], m["bits_up"]) for m in metrics]
+    return loop.state.x, [(m["train_loss"], m["test_loss"], m["bits_up"]) for m in metrics]
 
 
 @pytest.mark.slow

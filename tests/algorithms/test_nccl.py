@@ -66,7 +66,7 @@ def test_nccl_fl_matches_the_lambda_sign_rule(params, adam):
     toy = Toy()
     state, logs = drive(build("nccl_fl", toy, adam=adam, **params), toy)
     x, counts = nccl_reference(toy, adam=adam, **params)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10, atol=1e-13)
     assert [log["nccl"]["interfering_steps"] for log in logs] == counts
     total = sum(STEPS[i] for clients in SCHEDULE[1:] for i in clients)
     interfering = sum(map(sum, counts))
@@ -79,7 +79,7 @@ def test_nccl_fl_on_an_empty_memory_is_fedavg():
     for adam in (False, True):
         nccl, _ = drive(build("nccl_fl", toy, adam=adam), toy, memory_on=[False] * 5)
         avg, _ = drive(build("fedavg", toy, adam=adam), toy, memory_on=[False] * 5)
-        assert torch.equal(nccl["x"], avg["x"])
+        assert torch.equal(nccl.x, avg.x)
 
 
 # -- the engine hook: replay_apart ---------------------------------------------------------------------

@@ -35,9 +35,9 @@ def test_scaffold_matches_algorithm_1_option_2():
     algo, _ = make_algorithm("scaffold", fed, server={"lr": 0.7})
     state = run_rounds(algo, fed, x0, SCHEDULE, STEPS, LR)
     x, c, ci = scaffold_reference(fed, x0, eta_g=0.7)
-    np.testing.assert_allclose(state["x"].numpy(), x, rtol=1e-11)
-    np.testing.assert_allclose(state["c"].numpy(), c, rtol=1e-11, atol=1e-14)
-    np.testing.assert_allclose(state["c_i"].numpy(), ci, rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
+    np.testing.assert_allclose(state.c.numpy(), c, rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(state.c_i.data.numpy(), ci, rtol=1e-11, atol=1e-14)
 
 
 def test_scaffold_invariant_c_is_mean_of_client_variates():
@@ -45,7 +45,7 @@ def test_scaffold_invariant_c_is_mean_of_client_variates():
     fed = Quadratics()
     algo, _ = make_algorithm("scaffold", fed)
     state = run_rounds(algo, fed, np.array([0.3, -0.2, 0.1]), SCHEDULE, STEPS, LR)
-    torch.testing.assert_close(state["c"], state["c_i"].mean(0))
+    torch.testing.assert_close(state.c, state.c_i.data.mean(0))
 
 
 def test_scaffold_first_round_equals_fedavg():
@@ -54,4 +54,4 @@ def test_scaffold_first_round_equals_fedavg():
     sc, _ = make_algorithm("scaffold", fed)
     avg, _ = make_algorithm("fedavg", fed)
     first = SCHEDULE[:1]
-    assert torch.equal(run_rounds(sc, fed, x0, first, STEPS, LR)["x"], run_rounds(avg, fed, x0, first, STEPS, LR)["x"])
+    assert torch.equal(run_rounds(sc, fed, x0, first, STEPS, LR).x, run_rounds(avg, fed, x0, first, STEPS, LR).x)

@@ -10,7 +10,9 @@ import numpy as np
 import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
-from fedbench.compress import Compressed, build_compressor
+from fedbench.algorithms.base import Upload, where_rows
+from fedbench.compress import build_compressor
+from fedbench.engine.uploads import decoded, merged
 from fedbench.optim.server import ServerOptimizer
 from fedbench.optim.spec import ServerSpec
 
@@ -40,6 +42,16 @@ def make_algorithm(name: str, fed: Quadratics, server: dict | None = None, compr
     return entry.obj(entry.params.model_validate(params), ServerOptimizer(spec), ctx), spec
 
 
+class ToyOracle:
+    """The exact gradient of client i's quadratic at every row, for local step ``step``."""
+
+    def __init__(self, fed: "Quadratics", i: int, step: int = 0):
+        self.grad, self.step = fed.oracle(i), step
+
+    def __call__(self, z: torch.Tensor, objective=None) -> torch.Tensor:
+        return self.grad(z)
+
+
 def run_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[int]], steps: list[int], lr: float, weighting: str = "samples"):
     """Drive the hooks like the sequential engine; returns the final state."""
     state = algo.init_state(torch.tensor(x0))
@@ -54,26 +66,53 @@ def iterate_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[in
     for t, clients in enumerate(schedule, start=1):
         index = torch.tensor(clients)
         k = torch.tensor([float(steps[i]) for i in clients], dtype=torch.float64)
-        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t)
-        if algo.caps.full_gradient:  # the exact ∇f_i(x_t), as the engine's full_local_gradients
-            x_t = ctx.broadcast["x"].unsqueeze(0)
-            ctx.full_grad = torch.cat([fed.oracle(i)(x_t) for i in clients])
-        uploads = {}
+        inputs = {}
+        if "full_grad" in algo.caps.inputs:  # the exact ∇f_i(x_t), as the engine's full_local_gradients
+            x_t = algo.broadcast(state, index)["x"].unsqueeze(0)
+            inputs["full_grad"] = torch.cat([fed.oracle(i)(x_t) for i in clients])
+        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t, inputs)
+        sizes = torch.tensor(fed.sizes[clients])
+        w = sizes / sizes.sum() if weighting == "samples" else torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
+        ctx = algo.prepare_round(state, ctx, w)
+        parts = []
         for row, i in enumerate(clients):
             sub = ctx.select(slice(row, row + 1))
             x = sub.start
-            for _ in range(steps[i]):
-                x = algo.local_step(sub, x, fed.oracle(i))
-            for name, v in algo.upload(sub, x).items():
-                uploads.setdefault(name, []).append(v.value if isinstance(v, Compressed) else v)
-        uploads = {name: torch.cat(v) for name, v in uploads.items()}
-        sizes = torch.tensor(fed.sizes[clients])
-        w = sizes / sizes.sum() if weighting == "samples" else torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
-        yield state, algo.server_update(state, ctx, uploads, w)
-
-
+            carry = algo.local_init(sub, x)
+            for step in range(steps[i]):
+                x, carry = algo.local_step(sub, x, carry, ToyOracle(fed, i, step))
+            parts.append(algo.upload(sub, x, carry))
+        up = decoded(merged(parts))
+        state, logs = algo.server_update(state, ctx, up, w)
+        yield state, logs
 def weights_np(fed: Quadratics, clients: list[int], weighting: str = "samples") -> np.ndarray:
     if weighting == "uniform":
         return np.full(len(clients), 1 / len(clients))
     n = fed.sizes[clients]
     return n / n.sum()
+
+
+def run_rows(algo, ctx: RoundContext, steps: list[int], oracle) -> tuple[torch.Tensor, Upload]:
+    """The batched engine's local work on the toy (engine/batched.py ``train_rows``): every row at
+    once, ``oracle(k)`` the gradient oracle of step k, a row past its K_i keeping its iterate and
+    carry. Returns the final iterates and the upload."""
+    x, carry = ctx.start, algo.local_init(ctx, ctx.start)
+    k_of = torch.tensor(steps)
+    for k in range(max(steps)):
+        moved, new = algo.local_step(ctx, x, carry, oracle(k))
+        on = k_of > k
+        x, carry = where_rows(on, moved, x), where_rows(on, new, carry)
+    return x, algo.upload(ctx, x, carry)
+
+
+class StepOracle:
+    """A plain function of the rows as the oracle of local step ``step``."""
+
+    def __init__(self, fn, step: int = 0):
+        self.fn, self.step = fn, step
+
+    def __call__(self, z: torch.Tensor, objective=None) -> torch.Tensor:
+        return self.fn(z)
+
+    def memory(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(z)

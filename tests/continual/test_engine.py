@@ -93,7 +93,7 @@ class MemoryProbe(Algorithm):
         ctx.broadcast["memory_grad"] = weights @ ctx.memory_grad
 
     def end_task(self, state, data):
-        x = state["x"]
+        x = state.x
         MemoryProbe.ended.append((data.task, data.sizes.clone(), data.gradients(x), data.gradients(x, squared=True), x.clone()))
         return {"probe_task": data.task}
 

@@ -108,7 +108,7 @@ def test_a_plugin_s_state_rides_in_the_checkpoint(tmp_path, counter):
     _, extra = resumed.round(3)
     loop.round(3)
     assert extra["rounds_seen"] == 3 and plugin.sampled[-1] == resumed.plugin(RoundCounter).sampled[-1]
-    torch.testing.assert_close(resumed.state["x"], loop.state["x"], rtol=0, atol=0)
+    torch.testing.assert_close(resumed.state.x, loop.state.x, rtol=0, atol=0)
 
 
 def test_the_spec_blocks_attach_their_plugins_in_order(tmp_path):

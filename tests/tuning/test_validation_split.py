@@ -69,7 +69,7 @@ def test_validation_accuracy_is_sample_weighted_over_all_clients(tmp_path):
     loop = RoundLoop(spec, 0, setups[0])
     metrics, extra = loop.round(1)
     s = loop.s
-    correct, _ = s.model.per_sample(loop.state["x"], loop.buffers, s.data.train, 256)
+    correct, _ = s.model.per_sample(loop.state.x, loop.buffers, s.data.train, 256)
     rows = torch.cat(s.validation)
     assert extra["val_acc"] == pytest.approx(float(correct[rows].float().mean()))
-    assert metrics["test_acc"] == pytest.approx(s.model.evaluate(loop.state["x"], loop.buffers, s.data.test, 256)[0])
+    assert metrics["test_acc"] == pytest.approx(s.model.evaluate(loop.state.x, loop.buffers, s.data.test, 256)[0])

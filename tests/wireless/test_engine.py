@@ -114,7 +114,7 @@ def partial(tmp_path):
 def test_a_lost_upload_is_left_out_of_the_aggregate(tmp_path, partial, mode):
     tau, lost = partial
     ideal = loop_of(tmp_path, spec_of())
-    x0 = ideal.state["x"].clone()
+    x0 = ideal.state.x.clone()
     calls = spy(ideal)
     ideal.round(1)
     clients, uploads, _ = calls[0]
@@ -125,7 +125,7 @@ def test_a_lost_upload_is_left_out_of_the_aggregate(tmp_path, partial, mode):
     keep = torch.tensor([c not in lost for c in clients])
     denominator = sizes[keep].sum() if mode == "renormalize" else sizes.sum()
     expected = x0 + (sizes[keep] / denominator) @ uploads["delta"][keep]
-    torch.testing.assert_close(loop.state["x"], expected, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(loop.state.x, expected, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("aggregation", ["paper", "renormalized"])
@@ -137,7 +137,7 @@ def test_fedqvr_eq_12_with_a_lost_upload(tmp_path, partial, mode, aggregation):
     tau, lost = partial  # FedQVR's uncompressed Δ_i has FedAvg's payload (its scalar is free)
     algorithm = {"name": "fedqvr", "aggregation": aggregation}
     ideal = loop_of(tmp_path, spec_of(None, algorithm))
-    theta0 = ideal.state["x"].clone()  # c = 0 in round 1
+    theta0 = ideal.state.x.clone()  # c = 0 in round 1
     calls = spy(ideal)
     ideal.round(1)
     clients, uploads, _ = calls[0]
@@ -154,9 +154,9 @@ def test_fedqvr_eq_12_with_a_lost_upload(tmp_path, partial, mode, aggregation):
     else:
         w = (2 / m) * n / n.sum()
     expected = theta0 + w @ uploads["delta"][keep]
-    torch.testing.assert_close(loop.state["x"], expected, rtol=1e-5, atol=1e-7)
-    assert (loop.state["c_i"][lost] == 0).all()
-    torch.testing.assert_close(loop.state["c"], (sizes / sizes.sum()) @ loop.state["c_i"], rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(loop.state.x, expected, rtol=1e-5, atol=1e-7)
+    assert (loop.state.c_i.data[lost] == 0).all()
+    torch.testing.assert_close(loop.state.c, (sizes / sizes.sum()) @ loop.state.c_i.data, rtol=1e-5, atol=1e-8)
 
 
 def test_lost_clients_keep_their_scaffold_control_variate(tmp_path):
@@ -165,9 +165,9 @@ def test_lost_clients_keep_their_scaffold_control_variate(tmp_path):
     _, extra = loop.round(1)
     received = extra["wireless"]["received"]
     assert len(received) == 2 and extra["wireless"]["lost"] == lost
-    c_i = loop.state["c_i"]
+    c_i = loop.state.c_i.data
     assert (c_i[lost] == 0).all() and (c_i[received].abs().sum(1) > 0).all()
-    torch.testing.assert_close(loop.state["c"], c_i.mean(0))  # c = (1/N) Σ c_i still holds
+    torch.testing.assert_close(loop.state.c, c_i.mean(0))  # c = (1/N) Σ c_i still holds
 
 
 class BitsProbe(Algorithm):
