@@ -21,7 +21,15 @@ def test_readme_algorithm_example_registers_and_runs():
     fed = Quadratics()
     algo, _ = make_algorithm("myalgo", fed, beta=0.5)
     state = run_rounds(algo, fed, np.zeros(3), [[0, 1], [1, 2]], [2, 2, 2, 2], 0.05)
-    assert np.isfinite(state.x.numpy()).all() and state.h[1].abs().sum() > 0
+    assert np.isfinite(state.x.numpy()).all() and state.h.data[1].abs().sum() > 0
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    tracked = next(b for b in blocks if "mytracked" in b)  # the engine-input example, on the toy driver
+    if "mytracked" not in ALGORITHMS:
+        exec(compile(tracked, "docs/adding-an-algorithm.md", "exec"), {**vars(__import__("fedbench.algorithms.base",
+             fromlist=["*"]))})
+    algo, _ = make_algorithm("mytracked", fed)
+    state = run_rounds(algo, fed, np.zeros(3), [[0, 1], [1, 2]], [2, 2, 2, 2], 0.05)
+    assert np.isfinite(state.x.numpy()).all() and not np.allclose(state.x.numpy(), 0)
 
 
 def test_readme_two_commands_come_first_and_ci_runs_the_test_command():

@@ -36,6 +36,12 @@ class RoundIndex(Protocol):
     def last_round(self, run_id: str) -> int | None: ...
 
 
+LAYOUT = 2
+"""The checkpoint layout written today: the algorithm state as the leaves of its typed pytree
+(:func:`~fedbench.algorithms.state.flatten_state`). A checkpoint of another layout (1: the state as a
+tensor dict, before 2026-11-26) is set aside as ``.outdated`` and the run restarts from round 1."""
+
+
 def run_identity(run_id: str, spec_hash: str, seed: int) -> dict[str, str | int]:
     """What a checkpoint says about the run it belongs to (saved under ``"identity"``)."""
     return {"run_id": run_id, "spec_hash": spec_hash, "seed": int(seed)}
@@ -109,6 +115,11 @@ def resume_point(
                  else f"belongs to {_described(own)}, not {_described(identity)}")
         aside = set_aside(path, why)
         warnings.warn(f"checkpoint {path} {whose}; moved to {aside}; the run restarts from round 1", RuntimeWarning)
+        return None
+    if payload.get("layout", 1) != LAYOUT:
+        aside = set_aside(path, "outdated")
+        warnings.warn(f"checkpoint {path} has layout {payload.get('layout', 1)}, this fedbench reads {LAYOUT}; moved to "
+                      f"{aside}; the run restarts from round 1", RuntimeWarning)
         return None
     held = store.last_round(run_id) or 0
     if held < int(payload["round"]):

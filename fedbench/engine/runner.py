@@ -38,7 +38,7 @@ from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
 from fedbench.engine.batched import probe_client_bytes, run_clients_batched
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
+from fedbench.engine.checkpoint import LAYOUT, resume_point, run_identity, save_checkpoint
 from fedbench.engine.executor import ClientExecutor, choose_executor
 from fedbench.engine.inputs import PROVIDERS, InputRequest
 from fedbench.engine.lease import leased
@@ -323,7 +323,7 @@ class RoundLoop:
 
     def checkpoint(self, t: int) -> dict:
         """The round, server state, buffers, batcher cursor and each plug-in's state (under its name)."""
-        payload = {"round": t, "state": flatten_state(self.state), "buffers": self.buffers,
+        payload = {"round": t, "layout": LAYOUT, "state": flatten_state(self.state), "buffers": self.buffers,
                    "batcher": self.s.batcher.state_dict()}
         for plugin in self.plugins:
             kept = plugin.state_dict()

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import torch.utils._pytree as pytree
 
 from fedbench.algorithms import ALGORITHMS, RoundContext
 from fedbench.algorithms.fedqvr import VariateRows, effective_steps
@@ -96,7 +97,7 @@ def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0, received=None, ou
         m = len(clients) if outage == "zero_fill" else len(arrived)
         u = torch.full((len(arrived),), 1 / m, dtype=torch.float64)  # the engine's uniform weights
         state, _ = algo.server_update(state, ctx.select(rows), decoded(up).rows(rows), u)
-        states.append(SimpleNamespace(x=state.x.clone(), c=state.c.clone(), c_i=state.c_i.data.clone()))
+        states.append(pytree.tree_map(lambda v: v.clone() if hasattr(v, "clone") else v, state))  # tables are donated
     return states, spent
 
 
@@ -109,7 +110,7 @@ def assert_matches(states, history, rtol=1e-11):
     for s, (theta, c, ci) in zip(states, history, strict=True):
         np.testing.assert_allclose(s.x.numpy(), theta, rtol=rtol, atol=1e-13)
         np.testing.assert_allclose(s.c.numpy(), c, rtol=rtol, atol=1e-13)
-        np.testing.assert_allclose(s.c_i.numpy(), ci, rtol=rtol, atol=1e-13)
+        np.testing.assert_allclose(s.c_i.data.numpy(), ci, rtol=rtol, atol=1e-13)
 
 
 def test_identity_compressor_matches_algorithm_1_with_balanced_data():
@@ -153,7 +154,7 @@ def test_lost_uploads_contribute_zero_and_keep_c_equal_to_sum_p_i_c_i(aggregatio
     assert_matches(states, history, rtol=1e-10)
     p = torch.tensor(fed.sizes / fed.sizes.sum())
     for s in states:
-        torch.testing.assert_close(s.c, p @ s.c_i, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(s.c, p @ s.c_i.data, rtol=1e-12, atol=1e-14)
     other = fedqvr_reference(
         fed, SCHEDULE, STEPS, quant=quantizer_np(2), aggregate=aggregate, x0=x0, received=RECEIVED,
         outage="renormalize" if outage == "zero_fill" else "zero_fill",
@@ -176,7 +177,7 @@ def test_stochastic_quantizer_round_matches_numpy_and_keeps_c_equal_to_sum_p_i_c
     assert_matches(states, history, rtol=1e-10)
     p = torch.tensor(fed.sizes / fed.sizes.sum())
     for s in states:  # Lemma 3 / Eq. 41: the same quantized Δ_i enters Eqs. 10 and 11
-        torch.testing.assert_close(s.c, p @ s.c_i, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(s.c, p @ s.c_i.data, rtol=1e-12, atol=1e-14)
     assert spent == [len(c) * (6 * 3 + 64) for c in SCHEDULE]  # d(B+1) + μ per client; scalar not counted
     assert not np.allclose(history[-1][0], fedqvr_reference(fed, SCHEDULE, STEPS, x0=x0)[-1][0])  # Q mattered
 
@@ -285,7 +286,7 @@ def test_fedqvr_e_uses_each_devices_allocated_width():
     assert_matches(states, history, rtol=1e-10)
     p = torch.tensor(fed.sizes / fed.sizes.sum())
     for s in states:  # Eq. 11 (not Alg. 2's extra 1/N) keeps the invariant
-        torch.testing.assert_close(s.c, p @ s.c_i, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(s.c, p @ s.c_i.data, rtol=1e-12, atol=1e-14)
     assert spent == [sum(6 * (BITS[t][i] + 1) + 64 for i in c) for t, c in enumerate(SCHEDULE)]  # Eq. 27
 
 

@@ -83,19 +83,19 @@ class MemoryProbe(Algorithm):
     """FedAvg that records the memory gradients it is given, broadcasts their weighted mean
     (C-FLAG's ∇f†(x_t)), and records the end-of-task data."""
 
-    caps = replace(Algorithm.caps, label="Probe", memory_gradient=True)
+    caps = replace(Algorithm.caps, label="Probe", inputs=("memory_grad", "memory_size"))
     seen: ClassVar[list] = []
     ended: ClassVar[list] = []
 
     def prepare_round(self, state, ctx, weights):
-        MemoryProbe.seen.append((ctx.round, ctx.clients.tolist(), ctx.memory_grad.clone(), ctx.memory_size.clone(),
-                                 ctx.broadcast["x"].clone()))
-        ctx.broadcast["memory_grad"] = weights @ ctx.memory_grad
+        grads, sizes = ctx.input("memory_grad"), ctx.input("memory_size")
+        MemoryProbe.seen.append((ctx.round, ctx.clients.tolist(), grads.clone(), sizes.clone(), ctx.broadcast["x"].clone()))
+        return ctx.sending(memory_grad=weights @ grads)
 
     def end_task(self, state, data):
         x = state.x
         MemoryProbe.ended.append((data.task, data.sizes.clone(), data.gradients(x), data.gradients(x, squared=True), x.clone()))
-        return {"probe_task": data.task}
+        return state, {"probe_task": data.task}
 
 
 @pytest.fixture

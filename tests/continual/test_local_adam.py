@@ -3,12 +3,8 @@ reset every round; sgd is the plain step bit for bit."""
 
 import torch
 
-from fedbench.algorithms.base import RoundContext
 from fedbench.optim.client import LocalAdam, LocalOptimizer, build_local_optimizer
-
-
-def ctx_for(rows: int, lr: float) -> RoundContext:
-    return RoundContext(torch.arange(rows), lr, torch.full((rows,), 5.0), {"x": torch.zeros(3)})
+from tests.optim import named
 
 
 def quadratic_grad(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -22,20 +18,22 @@ def test_adam_matches_torch_optim_adam_per_client_and_resets_each_round():
     x = torch.randn(2, 3, dtype=torch.float64)
     ref = [x[i].clone().requires_grad_(True) for i in range(2)]
     for _ in range(2):  # two rounds: fresh moments each round
-        ctx = ctx_for(2, 0.05)
+        state = opt.init(x)  # the engine starts every round's carry afresh
         torch_opts = [torch.optim.Adam([r], lr=0.05, betas=(0.8, 0.95), eps=1e-6) for r in ref]
         for _ in range(6):
-            x = opt.step(ctx, x, quadratic_grad(x, a, b))
+            x, state = opt.step(x, quadratic_grad(x, a, b), state, 0.05)
             for i, (r, o) in enumerate(zip(ref, torch_opts)):
                 o.zero_grad()
                 r.grad = quadratic_grad(r.detach(), a[i], b[i])
                 o.step()
         torch.testing.assert_close(x, torch.stack([r.detach() for r in ref]), rtol=1e-12, atol=1e-12)
-        assert ctx.per_client["adam.k"].tolist() == [6.0, 6.0]
+        assert named(state)["k"].tolist() == [6.0, 6.0]
 
 
 def test_sgd_is_the_plain_step_and_the_builder_checks_names():
     x, d = torch.randn(2, 4), torch.randn(2, 4)
-    assert torch.equal(LocalOptimizer().step(ctx_for(2, 0.1), x, d), x - 0.1 * d)
+    sgd = LocalOptimizer()
+    stepped, state = sgd.step(x, d, sgd.init(x), 0.1)
+    assert torch.equal(stepped, x - 0.1 * d) and named(state) == {}
     adam = build_local_optimizer("adam", (0.5, 0.6), 1e-3)
     assert (adam.beta1, adam.beta2, adam.eps) == (0.5, 0.6, 1e-3) and build_local_optimizer("sgd").name == "sgd"

@@ -122,3 +122,18 @@ def test_a_checkpoint_without_identity_is_set_aside_as_unverified(tmp_path):
         _, outcome, resumed = run(tmp_path, scenario(), "cut")
     assert outcome.status == "finished" and path.with_suffix(".pt.unverified").exists()
     pd.testing.assert_frame_equal(full[COLS], resumed[COLS])
+
+
+def test_a_checkpoint_of_the_older_state_layout_is_set_aside_as_outdated(tmp_path):
+    """A checkpoint written before the typed algorithm state (its state a tensor dict, no ``layout``)
+    is refused by name, set aside, and the run restarts with an uninterrupted run's numbers."""
+    _, _, full = run(tmp_path, scenario(), "full")
+    _, _, path = interrupted(tmp_path, "cut")
+    payload = load_checkpoint(path, torch.device("cpu"))
+    del payload["layout"]
+    payload["state"] = {"x": payload["state"][0]}  # layout 1: the state as a tensor dict
+    save_checkpoint(path, payload)
+    with pytest.warns(RuntimeWarning, match=r"has layout 1, this fedbench reads 2; .*restarts from round 1"):
+        _, outcome, resumed = run(tmp_path, scenario(), "cut")
+    assert outcome.status == "finished" and path.with_suffix(".pt.outdated").exists()
+    pd.testing.assert_frame_equal(full[COLS], resumed[COLS])

@@ -91,8 +91,8 @@ def test_equivalences_through_the_engine(tmp_path):
 def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
     from fedbench.algorithms.fedprox import FedProx
 
-    def explode(self, ctx, x, grad):  # a local step whose iterate overflows to inf
-        return x - ctx.lr * grad(x) * float("inf")
+    def explode(self, ctx, x, carry, grad):  # a local step whose iterate overflows to inf
+        return x - ctx.lr * grad(x) * float("inf"), carry
 
     monkeypatch.setattr(FedProx, "local_step", explode)
     sc = scenario(algorithms=[{"name": "fedprox"}, {"name": "fedavg"}], rounds=3)
@@ -309,17 +309,18 @@ def test_client_tables_in_host_memory_give_identical_numbers_and_resume(tmp_path
     pd.testing.assert_frame_equal(store.metrics([outcome.run_id])[COLS], frames["device"])
 
 
-def test_host_table_operations_match_a_tensor():
-    from fedbench.algorithms.client_table import HostTable
+@pytest.mark.parametrize("kind", ["device", "host"])
+def test_client_table_operations_match_a_tensor(kind):
+    from fedbench.algorithms.client_table import DeviceTable, HostTable
 
     like = torch.zeros(3)
-    table, ref = HostTable.zeros(4, like), torch.zeros(4, 3)
+    table, ref = (DeviceTable if kind == "device" else HostTable).zeros(4, like), torch.zeros(4, 3)
     rows, idx = torch.arange(6.0).reshape(2, 3), torch.tensor([1, 3])
-    table[idx] = rows
+    table = table.write(idx, rows)
     ref[idx] = rows
-    table.index_add_(0, torch.tensor([0, 1]), rows, alpha=-0.5)
+    table = table.add(torch.tensor([0, 1]), rows, alpha=-0.5)
     ref.index_add_(0, torch.tensor([0, 1]), rows, alpha=-0.5)
-    table += torch.ones(4, 3)
+    table = table.plus(torch.ones(4, 3))
     ref += torch.ones(4, 3)
     assert torch.equal(table[torch.arange(4)], ref) and torch.equal(table.clone().data, ref)
     assert table.numel() * table.element_size() == ref.numel() * ref.element_size()

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbench.algorithms import ALGORITHMS, Algorithm
+from fedbench.algorithms import ALGORITHMS, Algorithm, Upload
 from fedbench.algorithms.capabilities import Capabilities
 from fedbench.compress import Compressed
 from fedbench.engine.runner import RoundLoop, execute_run
@@ -57,9 +57,9 @@ def spy(loop):
     """Record what server_update receives: (clients, uploads, weights)."""
     calls, real = [], loop.s.algorithm.server_update
 
-    def wrapped(state, ctx, uploads, weights):
-        calls.append((ctx.clients.tolist(), {k: v.clone() for k, v in uploads.items()}, weights.clone()))
-        return real(state, ctx, uploads, weights)
+    def wrapped(state, ctx, up, weights):
+        calls.append((ctx.clients.tolist(), {k: v.clone() for k, v in up.sent.items()}, weights.clone()))
+        return real(state, ctx, up, weights)
 
     loop.s.algorithm.server_update = wrapped
     return calls
@@ -173,15 +173,15 @@ def test_lost_clients_keep_their_scaffold_control_variate(tmp_path):
 class BitsProbe(Algorithm):
     """FedAvg that records the widths it is given and charges d(B_i + 1) + μ bits for its upload."""
 
-    caps = Capabilities(label="Probe", adaptive_bits=True)
+    caps = Capabilities(label="Probe", inputs=("bits",))
     seen: ClassVar[list] = []
 
-    def upload(self, ctx, x):
-        bits = ctx.bits
+    def upload(self, ctx, x, carry):
+        bits = ctx.input("bits")
         assert bits.dtype == torch.int64 and bits.shape == ctx.clients.shape
         BitsProbe.seen.append((ctx.round, ctx.clients.tolist(), bits.tolist()))
         delta = x - ctx.broadcast["x"]
-        return {"delta": Compressed(delta, (delta.shape[1] * (bits.double() + 1) + MU).cpu())}
+        return Upload({"delta": Compressed(delta, (delta.shape[1] * (bits.double() + 1) + MU).cpu())})
 
 
 @pytest.fixture
