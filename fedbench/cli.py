@@ -598,7 +598,8 @@ def report_(
 ) -> None:
     """One self-contained HTML page (tables, notes, figures embedded) of a results store, or of a paper's
     tables and figures at one scale; it opens offline, and the same inputs give the same bytes."""
-    from fedbench.report import NothingToWrite, html as page
+    from fedbench.papers import page
+    from fedbench.report import NothingToWrite
 
     with _store_errors(out or Path("results")):
         try:
