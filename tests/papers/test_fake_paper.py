@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from fedbench import rooms
 from fedbench.cli import app
+from tests.papers.test_docs_papers import mismatches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +83,7 @@ def test_a_new_paper_is_four_files_and_reproduces(fake_paper: Path) -> None:
     assert result.exit_code == 0, result.output
     table = (fake_paper / "tables" / "fakepaper_table1_tiny.md").read_text()
     assert "FedAvg" in table and "FedProx" in table and "90.0" in table
+    assert mismatches((ROOT / "docs" / "papers.md").read_text()) == []  # an outside room needs no docs row
     again = CliRunner().invoke(app, ["reproduce", "fakepaper", "--dry-run", "--scale", "tiny", "--out", "out"])
     assert again.output.startswith("fakepaper table1: 2 run(s), 0 to run"), again.output
 
