@@ -13,8 +13,9 @@ outside it (tests/test_layout.py).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from fedbench.engine.continual import ContinualStream
 from fedbench.engine.plugins import RoundPlugin

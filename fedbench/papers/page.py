@@ -21,7 +21,7 @@ from rich.console import Console
 
 from fedbench.papers import check_paper, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom
-from fedbench.report.html import Page, Section, pngs, file_block, slug, store_page, write_page
+from fedbench.report.html import Page, Section, file_block, pngs, slug, store_page, write_page
 
 _SCALE_TOKEN = re.compile(r"(?<![A-Za-z0-9])(paper|small|tiny)(?![A-Za-z0-9])")
 
