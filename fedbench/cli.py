@@ -598,7 +598,8 @@ def report_(
 ) -> None:
     """One self-contained HTML page (tables, notes, figures embedded) of a results store, or of a paper's
     tables and figures at one scale; it opens offline, and the same inputs give the same bytes."""
-    from fedbench.report import NothingToWrite, html as page
+    from fedbench.papers import page
+    from fedbench.report import NothingToWrite
 
     with _store_errors(out or Path("results")):
         try:
@@ -669,6 +670,8 @@ def reproduce(
     figures_dir: Path = typer.Option(Path("figures"), help="where the figures are written"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would run and be written; run and write nothing"),
     list_: bool = typer.Option(False, "--list", help="every paper's targets with run counts and how many are done"),
+    first_tables: bool = typer.Option(False, "--first-tables", help="every paper's first table (its room's "
+                                      "first_table), paper by paper; no PAPER"),
     estimate: bool = ESTIMATE,
     probe_budget: float = PROBE_BUDGET,
     rates: Optional[Path] = RATES,
@@ -686,9 +689,11 @@ def reproduce(
             rp.check("gradma" if paper is None else paper, [], opts)  # the scale and options
             console.print("\n".join(rp.list_lines(opts)), highlight=False, markup=False, soft_wrap=True)
             return
-        if paper is None:
-            raise ValueError("missing PAPER; known: " + ", ".join(rp.paper_names()) + " (or --list)")
-        chosen = rp.check(paper, targets or [], opts)
+        if first_tables and paper is not None:
+            raise ValueError(f"--first-tables does every paper's first table; got PAPER {paper!r} too")
+        if paper is None and not first_tables:
+            raise ValueError("missing PAPER; known: " + ", ".join(rp.paper_names()) + " (or --list, --first-tables)")
+        jobs = rp.first_tables(opts) if first_tables else [(paper, rp.check(paper, targets or [], opts))]
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -696,20 +701,23 @@ def reproduce(
         typer.echo("--estimate goes with --dry-run (it prints what would run and its hours; runs nothing)", err=True)
         raise typer.Exit(2)
     if dry_run:
-        console.print("\n".join(rp.plan_lines(paper, chosen, opts)), highlight=False, markup=False, soft_wrap=True)
         estimator = _estimator(estimate, options, probe_budget, rates)
-        if estimator is not None:
-            lines = rp.estimate_lines(paper, chosen, opts, estimator)
+        for paper, chosen in jobs:
+            lines = rp.plan_lines(paper, chosen, opts)
+            if estimator is not None:
+                lines += rp.estimate_lines(paper, chosen, opts, estimator)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
         return
     try:
-        specs = rp.specs(chosen, opts)
+        specs = [spec for _, chosen in jobs for spec in rp.specs(chosen, opts)]
     except ScenarioError as exc:  # a room names a file this folder lacks (run from the repository root)
         console.print(_red(exc), soft_wrap=True)
         raise typer.Exit(2) from None
     _before_runs(specs, options, opts.out_dir, check_data=address is None)
+    code = 0
     with _interrupts():
-        code = rp.reproduce(paper, chosen, opts, console)
+        for paper, chosen in jobs:
+            code = code or rp.reproduce(paper, chosen, opts, console)
     raise typer.Exit(code)
 
 

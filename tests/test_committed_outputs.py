@@ -45,7 +45,7 @@ CASES = [
     Case("gradma", ("configs/gradma/fig6_memory_mnist_w0.1.yaml",),
          ("table", "--scenario", "gradma_fig6_memory_mnist_w0.1.tiny", "--no-show"),
          ("gradma_fig6_memory_mnist_w0.1.tiny.md", "gradma_fig6_memory_mnist_w0.1.tiny.csv"),
-         run_options=("--executor", "batched")),  # as mk/gradma.mk runs it at the tiny scale
+         run_options=("--executor", "batched")),  # as gradma's room runs it at the tiny scale
     Case("fedmim", ("configs/fedmim/table3.yaml",), ("compare", "--paper", "fedmim", "--table", "III", "--scale", "tiny"),
          ("fedmim_tableIII_tiny.md", "fedmim_tableIII_tiny.csv", "fedmim_tableIII_tiny.tex")),
 ]

@@ -24,7 +24,17 @@ def test_no_function_of_scenario_resolution_or_the_round_loop_is_over_50_lines(p
     assert not long, long
 
 
+def modules_of(package: str) -> list[str]:
+    """Every module of a package under fedbench/ (``fedbench.report.*``), by its files."""
+    folder = ROOT.joinpath(*package.split("."))
+    names = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in sorted(folder.rglob("*.py"))]
+    return [n.removesuffix(".__init__") for n in names]
+
+
 @pytest.mark.parametrize("module, forbidden", [
+    ("fedbench.engine.*", ("fedbench.wireless", "fedbench.papers", "fedbench.report", "fedbench.cli")),
+    ("fedbench.report.*", ("fedbench.papers", "fedbench.cli")),
+    ("fedbench.rooms", ("fedbench.papers", "fedbench.report", "fedbench.engine", "torch")),
     ("fedbench.engine.runner", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
     ("fedbench.engine.probe", ("fedbench.report", "fedbench.papers", "fedbench.cli", "fedbench.sweeps")),
     ("fedbench.estimate", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
@@ -33,6 +43,32 @@ def test_no_function_of_scenario_resolution_or_the_round_loop_is_over_50_lines(p
     ("fedbench.sweeps.tuning", ("fedbench.engine", "fedbench.report")),
 ])
 def test_arrows_point_down(module, forbidden):
-    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))"
+    """Importing ``module`` (``package.*``: every module of it) loads nothing of ``forbidden``."""
+    modules = modules_of(module.removesuffix(".*")) if module.endswith(".*") else [module]
+    code = f"import sys; {'; '.join(f'import {m}' for m in modules)}; " \
+           f"print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]", out
+
+
+def imported_names(path: Path) -> set[str]:
+    """The modules ``path``'s import statements name (``from a import b``: ``a`` and ``a.b``), anywhere in it."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return names
+
+
+@pytest.mark.parametrize("folder, forbidden", [
+    ("fedbench/engine", ("fedbench.wireless", "fedbench.papers")),
+    ("fedbench/report", ("fedbench.papers",)),
+])
+def test_no_module_imports_up_textually(folder, forbidden):
+    """Not even a function-local import: the engine reaches the wireless plug-in by entry point
+    (engine/axes.py), the report reaches the rooms by name (fedbench/rooms.py)."""
+    up = {str(p.relative_to(ROOT)): sorted(n for n in imported_names(p) if n.startswith(forbidden))
+          for p in sorted((ROOT / folder).rglob("*.py"))}
+    assert not {k: v for k, v in up.items() if v}

@@ -1,15 +1,21 @@
-"""The axes a scenario adds to plain FL: which round plug-in each spec block attaches.
+"""The axes a scenario adds to plain FL: a registry of the round plug-in each spec block attaches.
 
-A run gets, in this order, the plug-in of every block present in its spec (``continual``: the task
-stream, C-FLAG Sec. 7; ``wireless``: FedQVR-E's uplink, Sec. V; ``validation``: the held-out
-validation score of a tuning trial, docs/tuning.md). A new axis is a block in the
-schema, a :class:`~fedbench.engine.plugins.RoundPlugin` and one line here; the round loop does not change.
+A run gets, in registration order, the plug-in of every registered block present in its spec
+(``continual``: the task stream, C-FLAG Sec. 7; ``wireless``: FedQVR-E's uplink, Sec. V;
+``validation``: the held-out validation score of a tuning trial, docs/tuning.md). A new axis is a
+block in the schema, a :class:`~fedbench.engine.plugins.RoundPlugin` and one :func:`register_axis`
+line; the round loop does not change. An axis may register its plug-in by entry point,
+``"package.module:Name"``, imported only when a spec has the block: the wireless plug-in's module
+(and cvxpy, its allocation's solver) loads for wireless runs only, and the engine imports no axis
+outside it (tests/test_layout.py).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from fedbench.engine.continual import ContinualStream
 from fedbench.engine.plugins import RoundPlugin
@@ -24,24 +30,36 @@ PluginFactory = Callable[["RunSpec", int, "RunSetup"], RoundPlugin]
 
 @dataclass(frozen=True)
 class Axis:
-    """A spec block (a :class:`~fedbench.scenario.RunSpec` field) and the plug-in it attaches when present."""
+    """A spec block (a :class:`~fedbench.scenario.RunSpec` field) and the plug-in it attaches when present:
+    a factory, or its entry point ``"package.module:Name"`` (imported when a spec first has the block)."""
 
     block: str
-    build: PluginFactory
+    build: PluginFactory | str
+
+    def factory(self) -> PluginFactory:
+        """The plug-in factory, its module imported on first use when given by entry point."""
+        if not isinstance(self.build, str):
+            return self.build
+        module, _, name = self.build.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
-def wireless_uplink(spec: RunSpec, seed: int, setup: RunSetup) -> RoundPlugin:
-    """FedQVR-E's uplink; imported here so that cvxpy (the allocation) loads for wireless runs only."""
-    from fedbench.wireless.plugin import WirelessUplink
-
-    return WirelessUplink(spec, seed, setup)
+AXES: tuple[Axis, ...] = ()
 
 
-AXES: tuple[Axis, ...] = (
-    Axis("continual", ContinualStream), Axis("wireless", wireless_uplink), Axis("validation", ValidationScore),
-)
+def register_axis(block: str, build: PluginFactory | str) -> None:
+    """Attach ``build``'s plug-in to every run whose spec has ``block`` (after the axes registered before)."""
+    global AXES
+    if any(a.block == block for a in AXES):
+        raise ValueError(f"axis {block!r} is registered twice")
+    AXES = (*AXES, Axis(block, build))
+
+
+register_axis("continual", ContinualStream)
+register_axis("wireless", "fedbench.wireless.plugin:WirelessUplink")
+register_axis("validation", ValidationScore)
 
 
 def build_plugins(spec: RunSpec, seed: int, setup: RunSetup) -> list[RoundPlugin]:
     """The plug-ins of the blocks present in ``spec``, in :data:`AXES` order."""
-    return [axis.build(spec, seed, setup) for axis in AXES if getattr(spec, axis.block) is not None]
+    return [axis.factory()(spec, seed, setup) for axis in AXES if getattr(spec, axis.block) is not None]

@@ -77,6 +77,12 @@ def check(paper: str, names: Iterable[str], opts: Options) -> list[Target]:
     return list(_with_needs(r, wanted, set()))
 
 
+def first_tables(opts: Options) -> list[tuple[str, list[Target]]]:
+    """Each room's first table (``PaperRoom.first_table``) with its needs, paper by paper in name order
+    (``fedbench reproduce --first-tables``, ``make reproduce-table1``)."""
+    return [(paper, check(paper, [room(paper).first_table], opts)) for paper in paper_names()]
+
+
 def _with_needs(r: PaperRoom, targets: list[Target], seen: set[str]) -> Iterator[Target]:
     for t in targets:
         if t.name not in seen:

@@ -263,11 +263,23 @@ class Target:
 
 @dataclass(frozen=True)
 class PaperRoom:
-    """A paper's targets, in the order ``fedbench reproduce <paper>`` does them all."""
+    """A paper's targets, in the order ``fedbench reproduce <paper>`` does them all; ``first_table``
+    is the target ``fedbench reproduce --first-tables`` (``make reproduce-table1``) does of it
+    (default: the first target).
+
+    ``make reproduce-<name>-<target>`` wraps ``fedbench reproduce <name> <target>`` (the Makefile's
+    one pattern rule), so a target's name holds no ``-``."""
 
     name: str
     title: str
     targets: tuple[Target, ...]
+    first_table: str = ""
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.targets]
+        if not names or len(set(names)) != len(names) or any("-" in n or not n for n in names):
+            raise ValueError(f"room {self.name}: targets need unique names without '-'; got {', '.join(names)}")
+        object.__setattr__(self, "first_table", self.target(self.first_table or names[0]).name)
 
     def target(self, name: str) -> Target:
         """The target called ``name``; a ValueError names it and the known ones."""

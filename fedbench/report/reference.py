@@ -1,5 +1,5 @@
 """Published numbers as data: each paper room's ``fedbench/papers/<paper>/reference.yaml`` (found
-through :mod:`fedbench.papers`).
+through :mod:`fedbench.rooms`).
 
 A file holds the paper's ``name``, a ``short`` name for reports, its ``title`` and its ``tables``.
 Each table, keyed by the id the paper gives it (``"I"``), has a ``caption``, the ``metric`` its
@@ -39,7 +39,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from fedbench.papers import paper_names, reference_text as _reference_yaml
+from fedbench.rooms import paper_names, reference_text as _reference_yaml
 
 ACCURACY_METRICS = ("final_acc", "top_acc")
 REACH_METRICS = ("rounds_to", "uplink_bits_to")
@@ -60,7 +60,7 @@ class ColumnSpec:
 
 
 def papers() -> list[str]:
-    """The papers with reference numbers (the paper rooms of :mod:`fedbench.papers`)."""
+    """The papers with reference numbers (the paper rooms, :mod:`fedbench.rooms`)."""
     return paper_names()
 
 

@@ -141,3 +141,16 @@ assert "cvxpy" in sys.modules
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr
+
+
+def test_axes_are_a_registry_of_blocks_with_entry_points(monkeypatch):
+    """Each block once, in registration order; an entry point's module is imported on first use only."""
+    assert [(a.block, a.build if isinstance(a.build, str) else a.build.__name__) for a in axes.AXES] == [
+        ("continual", "ContinualStream"), ("wireless", "fedbench.wireless.plugin:WirelessUplink"),
+        ("validation", "ValidationScore")]
+    with pytest.raises(ValueError, match="'wireless' is registered twice"):
+        axes.register_axis("wireless", RoundCounter)
+    monkeypatch.setattr(axes, "AXES", axes.AXES)
+    axes.register_axis("local", f"{__name__}:RoundCounter")
+    assert axes.AXES[-1].factory() is RoundCounter
+    assert [type(p) for p in build_plugins(spec_of(), 0, None)] == [RoundCounter]

@@ -19,7 +19,8 @@ from fedbench.papers.targets import SCALES, Continual, PaperRoom, Plot, Scenario
 from fedbench.sweeps.grid import expand_file
 
 ROOT = Path(__file__).resolve().parents[2]
-PAPERS = ["cflag", "fedcams", "fedmim", "fedqvr", "gradma"]
+PAPERS = paper_names()  # the rooms, found by their reference.yaml (fedbench/rooms.py)
+KNOWN = ["cflag", "fedcams", "fedmim", "fedqvr", "gradma"]
 
 
 def invoke(*args: str):
@@ -30,8 +31,13 @@ def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
+def test_the_five_papers_have_rooms() -> None:
+    assert set(KNOWN) <= set(PAPERS)
+    assert {p: rp.room(p).first_table for p in KNOWN} == {
+        "cflag": "table2", "fedcams": "table1", "fedmim": "table1", "fedqvr": "table1", "gradma": "table1"}
+
+
 def test_every_paper_has_a_room() -> None:
-    assert paper_names() == PAPERS
     for paper in PAPERS:
         room = rp.room(paper)
         assert room.name == paper and room.targets
@@ -91,7 +97,7 @@ def test_dry_run_lists_needed_targets_first(tmp_path: Path, monkeypatch: pytest.
 
 
 @pytest.mark.parametrize("args, bad, known", [
-    (["nope"], "'nope'", "cflag, fedcams, fedmim, fedqvr, gradma"),
+    (["nope"], "'nope'", ", ".join(PAPERS)),
     (["gradma", "table9"], "'table9'", "runs, table1, table2"),
     (["gradma", "table1", "--scale", "huge"], "'huge'", "paper, small, tiny"),
     (["gradma", "--backend", "slurm"], "'slurm'", "local, ray"),
@@ -230,6 +236,25 @@ def test_a_make_above_the_suite_changes_nothing(inherited: dict[str, str], monke
 def test_make_aggregates_compose_the_paper_targets() -> None:
     if shutil.which("make") is None:
         pytest.skip("needs make")
-    lines = make_dry_run("reproduce-table1")
-    runs = [x.split("fedbench reproduce ")[1].split(" --")[0] for x in lines if "reproduce " in x]
-    assert runs == ["fedcams table1", "fedmim table1", "fedqvr table1", "cflag table2", "gradma table1"]
+    assert [x.rstrip() for x in make_dry_run("reproduce-table1") if "reproduce " in x] == [
+        ".venv/bin/fedbench reproduce --first-tables --scale tiny --out results/tiny"]
+    runs = [x.split("fedbench reproduce ")[1].split(" --")[0] for x in make_dry_run("reproduce-all") if "reproduce " in x]
+    assert runs == PAPERS
+
+
+def test_first_tables_dry_run_names_each_rooms_first_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    result = invoke("--first-tables", "--dry-run", "--scale", "tiny", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    heads = [line.split(":")[0] for line in result.output.splitlines() if not line.startswith(" ")]
+    assert heads == ["cflag table2", "fedcams table1", "fedmim table1", "fedqvr table1", "gradma runs", "gradma table1"]
+    assert tree(tmp_path) == []
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_names_no_paper_and_refuses_an_unknown_one() -> None:
+    assert not (ROOT / "mk").exists() and "fedmim" not in (ROOT / "Makefile").read_text()
+    clean = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
+    result = subprocess.run(["make", "--no-print-directory", "-n", "reproduce-nope-table1"], cwd=ROOT,
+                            capture_output=True, text=True, env=clean)
+    assert result.returncode != 0 and "no paper room for reproduce-nope-table1; rooms: cflag" in result.stderr

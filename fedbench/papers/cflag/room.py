@@ -30,4 +30,4 @@ ROOM = PaperRoom("cflag", "C-FLAG (Keshri, Shah, Prasad)", (
     Target("ablations", "C-FLAG Figs. 5–6 (sweeps): clients, memory per task, local epochs", runs=SWEEPS,
            steps=(Continual(),)),
     Target("claims", "C-FLAG claims (last: C11, C12 read the figures' runs)", steps=(Claims(),)),
-))
+), first_table="table2")  # the paper's first table of results

@@ -50,4 +50,4 @@ ROOM = PaperRoom("fedcams", "FedAMS / FedCAMS (Wang, Lin, Chen, ICML 2022)", (
     *FIGURES,
     Target("figures", "FedCAMS Figs. 1–7: runs, final-accuracy tables, curves", needs=tuple(f.name for f in FIGURES)),
     Target("claims", "FedCAMS claims on the scale's runs and the paper's numbers", steps=(Claims(),)),
-))
+), first_table="table1")  # analytic: bits, no training

@@ -21,4 +21,4 @@ ROOM = PaperRoom("fedmim", "FedMIM (Liu et al.)", (
            steps=(Compare("III"), Claims(), Plot(f"{D}/table3.yaml"))),
     Target("fig2", "FedMIM Fig. 2: (a) accuracy at 5%/20% participation, (b) local consistency (Table I DIR.3 runs)",
            runs=(*FIG2A, *DIR03), steps=(*(Plot(f) for f in FIG2A), *(Plot(f, metric="consistency") for f in DIR03))),
-))
+), first_table="table1")

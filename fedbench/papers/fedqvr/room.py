@@ -36,4 +36,4 @@ ROOM = PaperRoom("fedqvr", "FedQVR / FedQVR-E (Wang et al.)", (
     *(fig5_target(name) for name in FIG5),
     Target("fig5", "FedQVR Fig. 5: FedQVR-E vs FedQVR and the quantized baselines under delay limits τ", needs=FIG5),
     Target("claims", "FedQVR claims on the scale's runs and the paper's numbers", steps=(Claims(),)),
-))
+), first_table="table1")

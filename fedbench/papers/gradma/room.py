@@ -51,4 +51,4 @@ ROOM = PaperRoom("gradma", "GradMA (Luo et al., CVPR 2023)", (
            runs=MEMORY, client_executor=BATCHED_AT_TINY,
            steps=tuple(s for f in MEMORY for s in (ScenarioTable(f), Plot(f)))),
     Target("claims", "GradMA claims on the scale's runs and the paper's numbers", steps=(Claims(),)),
-))
+), first_table="table1")

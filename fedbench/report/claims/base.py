@@ -14,7 +14,7 @@ e.g. uplink bits per compressor: reported apart and not counted among the paper'
 unit-tested in ``tests/test_accounting.py``).
 
 Each paper's claims live in its room, ``fedbench/papers/<paper>/claims.py``, imported through
-:func:`fedbench.papers.paper_part` when its claims are first checked. ``Numbers.acc(table)`` gives a
+:func:`fedbench.rooms.paper_part` when its claims are first checked. ``Numbers.acc(table)`` gives a
 reference table's cells in the paper's units (accuracies in percent, ours the mean over the usable
 seeds as in :mod:`fedbench.report.paper`; rounds for ``rounds_to`` columns, +inf when never reached)
 and ``acc_std(table)`` their std over seeds (ours: sample std, 0 for one seed; the paper's: the
@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
-from fedbench.papers import paper_names, paper_part
+from fedbench.rooms import paper_names, paper_part
 from fedbench.report.paper import PAPER_SCALE, compare, paper_runs, paper_scales
 from fedbench.report.continual import continual_summary
 from fedbench.report.reference import (
