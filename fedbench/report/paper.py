@@ -21,10 +21,25 @@ import pandas as pd
 from rich.table import Table
 
 from fedbench.report.reference import (
-    ACCURACY_METRICS, CONTINUAL_METRICS, ColumnSpec, column_specs, load_reference, reference_frame, reference_table, reference_text,
+    ACCURACY_METRICS,
+    CONTINUAL_METRICS,
+    ColumnSpec,
+    column_specs,
+    load_reference,
+    reference_frame,
+    reference_table,
+    reference_text,
 )
 from fedbench.report.tables import (
-    _ACC_TOL, DASH, FORMATS, acc_cell, footnotes, latex_escape, markdown_grid, summarize, summary_notes,
+    _ACC_TOL,
+    DASH,
+    FORMATS,
+    acc_cell,
+    footnotes,
+    latex_escape,
+    markdown_grid,
+    summarize,
+    summary_notes,
 )
 from fedbench.report.tuned import tuned_labels, with_marks
 from fedbench.store import PAPER_SCALE

@@ -6,7 +6,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-
 MAX_SHOWN = 20  # problems printed; the rest are counted
 
 

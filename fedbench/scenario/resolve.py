@@ -22,11 +22,11 @@ from fedbench.data.partition import PARTITIONS
 from fedbench.models import MODELS
 from fedbench.optim.spec import ServerSpec
 from fedbench.registry import Registry, UnknownNameError
-from fedbench.strict import param_problems, strict_params
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
 from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, Scenario
 from fedbench.scenario.tuning import Range
+from fedbench.strict import param_problems, strict_params
 
 
 @dataclass
@@ -121,7 +121,7 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
             problems.append(f"{at}: {entry} cannot take {key!r}; use local.<key>, server.<key> or a parameter of "
                             f"{algo.name} ({', '.join(sorted(fields)) or 'it has none'})")
             continue
-        for j, v in enumerate(_space_values(value)):
+        for v in _space_values(value):
             if head in schemas and rest:
                 try:
                     schemas[head].model_validate({**base[head], rest: v})

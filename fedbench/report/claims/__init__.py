@@ -3,9 +3,29 @@ its room (``fedbench/papers/<paper>/claims.py``). Importing this package registe
 
 from fedbench.papers import paper_names, paper_part
 from fedbench.report.claims.base import (
-    CLAIMS, KINDS, NOISE_K, VERDICTS, Check, Claim, ClaimResult, Numbers, StoreNumbers, Verdict,
-    check_claims, claim, close, fewer, format_claims, greater, judge, resolve_scale, rich_claims, tally, tolerance,
-    within, write_claims,
+    CLAIMS,
+    KINDS,
+    NOISE_K,
+    VERDICTS,
+    Check,
+    Claim,
+    ClaimResult,
+    Numbers,
+    StoreNumbers,
+    Verdict,
+    check_claims,
+    claim,
+    close,
+    fewer,
+    format_claims,
+    greater,
+    judge,
+    resolve_scale,
+    rich_claims,
+    tally,
+    tolerance,
+    within,
+    write_claims,
 )
 
 for _paper in paper_names():
