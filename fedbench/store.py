@@ -132,7 +132,8 @@ def scale_from_name(scenario: str) -> str:
 def paper_cell(spec_json: str) -> tuple[str | None, str | None, str | None]:
     """(paper, table, column) of the spec's ``paper`` block, as text; Nones without one."""
     ref = json.loads(spec_json).get("paper") or {}
-    return tuple(None if ref.get(k) is None else str(ref[k]) for k in ("name", "table", "column"))  # type: ignore[return-value]
+    name, table, column = (None if ref.get(k) is None else str(ref[k]) for k in ("name", "table", "column"))
+    return name, table, column
 
 
 def report_columns(spec_json: str, scale: str,

@@ -106,7 +106,7 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     entry = f"algorithms[{i}] ({algo.name})"
     fields = set(ALGORITHMS.get(algo.name).params.model_fields)
     base = {"local": scenario.local.model_dump(), "server": server.model_dump()}
-    schemas = {"local": LocalSpec, "server": ServerSpec}
+    schemas: dict[str, type[BaseModel]] = {"local": LocalSpec, "server": ServerSpec}
     problems = []
     if tune.trials.rounds is not None and tune.trials.rounds > scenario.rounds:
         problems.append(f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
@@ -163,9 +163,9 @@ def _entry(scenario: Scenario, i: int, shared: dict[str, Checked], labels: set[s
     problems += _capability_problems(scenario, algo, caps, path, comp) + compression.problems
     algorithm = {"name": algo.name, "label": label, **{k: v for k, v in checked.resolved.items() if k != "name"}}
     spec = _spec(scenario, shared, algorithm, compression.resolved, server)
-    if problems or any(c.model is None for c in shared.values()):
+    models = {k: c.model for k, c in shared.items() if c.model is not None}
+    if problems or len(models) < len(shared) or compression.model is None or checked.model is None:
         return spec, problems
-    models = {k: c.model for k, c in shared.items()}
     return spec.resolved(scale, Components(**models, compression=compression.model, algorithm=checked.model)), problems
 
 
@@ -178,7 +178,8 @@ def resolve_runs(scenario: Scenario, scale: str = "paper", source: str = "scenar
         "partition": check_component(PARTITIONS, scenario.partition.kind, scenario.partition.params(), "partition", "kind"),
     }
     problems = [p for c in shared.values() for p in c.problems]
-    specs, labels = [], set()
+    specs: list[RunSpec] = []
+    labels: set[str] = set()
     for i in range(len(scenario.algorithms)):
         spec, p = _entry(scenario, i, shared, labels, scale)
         problems += p

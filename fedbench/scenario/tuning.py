@@ -70,7 +70,8 @@ class Range(StrictModel):
             lo, hi = self.uniform
             value = float(rng.uniform(lo, hi))
         else:
-            lo, hi = self.log_uniform  # type: ignore[misc]
+            assert self.log_uniform is not None  # _one: exactly one of the three is given
+            lo, hi = self.log_uniform
             value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
         return min(max(float(f"{value:.3g}"), lo), hi)
 
