@@ -331,7 +331,7 @@ def tune(
 ) -> None:
     """Tune a scenario's entries (docs/tuning.md): run the missing trials, select, run the chosen settings."""
     from fedbench.options import BACKENDS
-    from fedbench.report.tuning import write_tuning_tables
+    from fedbench.report.tuning_table import write_tuning_tables
     from fedbench.sweeps import driver, tuning
 
     _choice("--backend", backend, BACKENDS)
@@ -505,7 +505,7 @@ def continual(
 ) -> None:
     """Continual scenarios: Acc and Forgetting per algorithm (mean ± std over seeds), accuracy-matrix heat maps and
     the average accuracy over the tasks seen after each task (C-FLAG Fig. 2)."""
-    from fedbench.report import continual as report
+    from fedbench.report import forgetting as report
 
     store = _read_store(out, scenario)
     paths = _or_exit(report.write_continual, store, tables_dir, figures_dir, scenario)
@@ -577,7 +577,7 @@ def tuning(
     from fedbench.papers import check_paper
     from fedbench.papers.reproduce import room
     from fedbench.papers.targets import SCALES, tuned_scenarios
-    from fedbench.report.tuning import write_paper_tuning
+    from fedbench.report.tuning_table import write_paper_tuning
 
     paper = _or_exit(check_paper, paper)
     _choice("--scale", scale, SCALES)

@@ -122,7 +122,7 @@ def continual_value(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str) -> d
     """Acc (``cl_acc``) or Forgetting (``cl_forget``) as fractions, mean ± std (ddof=1) over the
     seeds that finished with a complete accuracy matrix (C-FLAG Tables 2, 3, 7, 8)."""
     from fedbench.continual.metrics import average_accuracy, forgetting
-    from fedbench.report.continual import accuracy_matrix
+    from fedbench.report.forgetting import accuracy_matrix
 
     fn = average_accuracy if metric == "cl_acc" else forgetting
     values = []

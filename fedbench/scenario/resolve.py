@@ -25,7 +25,7 @@ from fedbench.registry import Registry, UnknownNameError
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
 from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, Scenario
-from fedbench.scenario.tuning import Range
+from fedbench.scenario.tunespec import Range
 from fedbench.strict import param_problems, strict_params
 
 

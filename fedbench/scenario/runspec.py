@@ -26,7 +26,7 @@ from fedbench.scenario.schema import (
     Strict,
     WirelessSpec,
 )
-from fedbench.scenario.tuning import TunedFrom, ValidationSplit
+from fedbench.scenario.tunespec import TunedFrom, ValidationSplit
 from fedbench.store import RunRecord
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
-from fedbench.scenario.tuning import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
+from fedbench.scenario.tunespec import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
 from fedbench.strict import Seed, StrictModel, check_order
 
 if TYPE_CHECKING:

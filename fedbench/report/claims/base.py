@@ -38,7 +38,7 @@ import pandas as pd
 from rich.table import Table
 
 from fedbench.papers import paper_names, paper_part
-from fedbench.report.continual import continual_summary
+from fedbench.report.forgetting import continual_summary
 from fedbench.report.paper import PAPER_SCALE, compare, paper_runs, paper_scales
 from fedbench.report.reference import (
     ACCURACY_METRICS,
