@@ -34,6 +34,17 @@ test: install  ## the whole test suite (CPU, offline; about 11 min on 2 cores): 
 test-fast: install  ## a quick subset of the suite: not the `outputs` and `slow` markers
 	$(PYTEST) -m "not outputs and not slow"
 
+# make test lints and type-checks first ([tool.ruff] and [tool.mypy] in pyproject.toml, versions from the lock).
+.PHONY: lint typecheck
+test: lint typecheck
+
+lint: install  ## ruff check and ruff format --check over the tree
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install  ## mypy over the packages [tool.mypy] lists
+	$(BIN)/mypy
+
 check-floors:  ## install the lowest versions pyproject.toml admits into .floors (needs PyPI) and run a smoke subset
 	PYTHON=$(PYTHON) scripts/check_floors.sh
 

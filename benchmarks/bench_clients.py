@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a script: python benchmarks/bench_clients.py
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.workload import CASES, DEFAULT_CASES, case_named, flops_per_sample, matmul_peak
-from fedbench.engine.precision import gpu_precision
+from benchmarks.workload import CASES, DEFAULT_CASES, case_named, flops_per_sample, matmul_peak  # noqa: E402  (after sys.path)
+from fedbench.engine.precision import gpu_precision  # noqa: E402
 
 EXECUTORS = ("sequential", "batched", "compiled", "flower")
 

@@ -9,7 +9,7 @@ engine averages them."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -19,11 +19,11 @@ from fedbench.algorithms.base import RoundContext
 from fedbench.compress import Compressor
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched import probe_client_bytes, run_clients_batched
-from fedbench.engine.executor import choose_executor
 from fedbench.engine.batches import ClientBatcher
-from fedbench.models.flat import FlatModel, average_buffers
+from fedbench.engine.executor import choose_executor
 from fedbench.engine.local import LocalConfig, run_clients_sequential
 from fedbench.engine.uploads import decoded
+from fedbench.models.flat import FlatModel, average_buffers
 from fedbench.optim.server import ServerOptimizer
 from fedbench.registry import NoParams
 from fedbench.scenario import AugmentSpec, ServerSpec

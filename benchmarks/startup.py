@@ -65,7 +65,7 @@ def main() -> None:
         rows = [(name, statistics.median(wall(args) for _ in range(repeat))) for name, args in cases.items()]
         rows.append(("fedbench run configs/quickstart.yaml: first round recorded",
                      statistics.median(first_round(Path(tmp) / str(i)) for i in range(repeat))))
-    print("| command | seconds (median of %d) |\n|---|---|" % repeat)
+    print(f"| command | seconds (median of {repeat}) |\n|---|---|")
     for name, seconds in rows:
         print(f"| `{name}` | {seconds:.2f} |")
 

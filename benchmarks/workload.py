@@ -140,7 +140,7 @@ class HostMemory:
             self.peak = max(self.peak, _tree_rss_bytes(os.getpid()))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "HostMemory":
+    def __enter__(self) -> HostMemory:
         if os.path.isdir("/proc/self"):
             self._thread.start()
         return self

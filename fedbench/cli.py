@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -55,7 +55,7 @@ def _red(text: object) -> str:
     return f"[red]{escape(str(text))}[/red]"
 
 
-def _load(scenario: Path, overrides: Optional[list[str]], scale: Optional[str] = None, raw=None):
+def _load(scenario: Path, overrides: list[str] | None, scale: str | None = None, raw=None):
     """The scenario file (or its already read ``raw`` content) at ``scale``; a bad one exits 2."""
     from fedbench.scenario import ScenarioError, load_scenario, parse_scenario
 
@@ -125,7 +125,7 @@ READ_OUT = typer.Option(
 RESULTS = Path("results")
 
 
-def _read_store(out: Optional[Path], scenario: Optional[str] = None):
+def _read_store(out: Path | None, scenario: str | None = None):
     """The existing store a read-only command reads: ``--out``, else results/, else the single store
     under results/ (holding ``scenario`` when given). Never creates one; exits 2 saying where it looked."""
     from fedbench.store import DB_NAME, ResultsStore, stored_scenarios
@@ -161,7 +161,7 @@ def _has_runs(store) -> bool:
     return True
 
 
-def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
+def _parse_seeds(seeds: str | None) -> list[int] | None:
     """``--seeds 0,1,2`` → [0, 1, 2]; anything but distinct integers in [0, 2⁶³ − 1] exits 2 before a run starts."""
     from fedbench.strict import MAX_SEED
 
@@ -180,11 +180,11 @@ def _parse_seeds(seeds: Optional[str]) -> Optional[list[int]]:
 @run_options()
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
-    seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing the scenario's `seeds`"),
+    seeds: str | None = typer.Option(None, help="comma-separated seeds, replacing the scenario's `seeds`"),
     out: Path = OUT,
-    only: Optional[str] = typer.Option(None, help="comma-separated algorithm labels or names to run"),
-    scale: Optional[str] = SCALE,
-    overrides: Optional[list[str]] = SETS,
+    only: str | None = typer.Option(None, help="comma-separated algorithm labels or names to run"),
+    scale: str | None = SCALE,
+    overrides: list[str] | None = SETS,
     quiet: bool = typer.Option(False, "--quiet", help="one line per finished run, no progress bars or summary "
                                "(for several `fedbench run` processes sharing a terminal)"),
     *, options: RunOptions,
@@ -240,7 +240,7 @@ RATES = typer.Option(None, "--rates", help="--estimate: price with the seconds p
                      "of probing (docs/datasets.md#gpu-hours)")
 
 
-def _estimator(on: bool, options: RunOptions, budget: float, rates: Optional[Path] = None):
+def _estimator(on: bool, options: RunOptions, budget: float, rates: Path | None = None):
     """The probe of ``--estimate`` (None without it); a bad ``--device`` or ``--rates`` file exits 2."""
     if not on:
         if rates is not None:
@@ -258,12 +258,12 @@ def _estimator(on: bool, options: RunOptions, budget: float, rates: Optional[Pat
 @run_options(leave_out=("download",))
 def validate(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
-    scale: Optional[str] = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
-    overrides: Optional[list[str]] = SETS,
+    scale: str | None = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
+    overrides: list[str] | None = SETS,
     estimate: bool = ESTIMATE,
     out: Path = typer.Option(Path("results"), "--out", help="--estimate: runs this store holds done count zero (read only)"),
     probe_budget: float = PROBE_BUDGET,
-    rates: Optional[Path] = RATES,
+    rates: Path | None = RATES,
     *, options: RunOptions,
 ) -> None:
     """Check a scenario (at every scale it defines) without training; show the resolved runs (and, with
@@ -318,20 +318,20 @@ def validate(
 @run_options()
 def tune(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file with a `tune:` block"),
-    scale: Optional[str] = SCALE,
+    scale: str | None = SCALE,
     out: Path = OUT,
-    jobs: Optional[int] = typer.Option(None, "--jobs", help="worker processes (default: CPUs, at most 16; one per GPU)"),
+    jobs: int | None = typer.Option(None, "--jobs", help="worker processes (default: CPUs, at most 16; one per GPU)"),
     backend: str = BACKEND,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="print the trials, their runs and whether each is done; run nothing"
     ),
     tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_tuning.md and .csv are written"),
-    overrides: Optional[list[str]] = SETS,
+    overrides: list[str] | None = SETS,
     *, options: RunOptions,
 ) -> None:
     """Tune a scenario's entries (docs/tuning.md): run the missing trials, select, run the chosen settings."""
     from fedbench.options import BACKENDS
-    from fedbench.report.tuning import write_tuning_tables
+    from fedbench.report.tuning_table import write_tuning_tables
     from fedbench.sweeps import driver, tuning
 
     _choice("--backend", backend, BACKENDS)
@@ -376,16 +376,16 @@ def _trial_status(runs, out: Path) -> list[str]:
 def sweep(
     files: list[Path] = typer.Argument(..., metavar="FILES", help="grid files (base + grid of dotted keys) or scenario files (one point each)"),
     backend: str = BACKEND,
-    jobs: Optional[int] = typer.Option(None, "--jobs", help="local: worker processes (default: CPUs / cpus-per-run, "
+    jobs: int | None = typer.Option(None, "--jobs", help="local: worker processes (default: CPUs / cpus-per-run, "
                                        "at most 16; one per GPU with CUDA); ray: CPUs of the local instance it starts"),
-    address: Optional[str] = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto or ray://head:10001"),
-    cpus_per_run: Optional[float] = typer.Option(None, "--cpus-per-run", help="CPUs reserved per run (default: "
+    address: str | None = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto or ray://head:10001"),
+    cpus_per_run: float | None = typer.Option(None, "--cpus-per-run", help="CPUs reserved per run (default: "
                                                  "--threads, the torch threads each run trains with)"),
     gpus_per_run: float = typer.Option(0.0, "--gpus-per-run", help="ray: GPUs per run, fractional for small models (0.25)"),
     max_retries: int = typer.Option(2, "--max-retries", help="ray: resubmissions of a run whose worker died"),
     out: Path = OUT,
-    scale: Optional[str] = typer.Option(None, "--scale", help="scale of every file, replacing grid files' `scale:`"),
-    seeds: Optional[str] = typer.Option(None, help="comma-separated seeds, replacing every point's seeds"),
+    scale: str | None = typer.Option(None, "--scale", help="scale of every file, replacing grid files' `scale:`"),
+    seeds: str | None = typer.Option(None, help="comma-separated seeds, replacing every point's seeds"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"),
     strict: bool = typer.Option(False, "--strict", help="refuse the whole sweep when a grid point is invalid (default: "
                                 "report and skip it, run the valid points, exit 1 at the end)"),
@@ -396,7 +396,7 @@ def sweep(
     from fedbench.sweeps import driver, grid
 
     _choice("--backend", backend, BACKENDS)
-    skipped: Optional[list[str]] = None if strict else []
+    skipped: list[str] | None = None if strict else []
     points = _or_exit(grid.expand, files, scale, _parse_seeds(seeds), skipped)
     for line in skipped or []:
         console.print(f"[yellow]skipped invalid grid point: {line}[/yellow]", soft_wrap=True)
@@ -438,8 +438,8 @@ def list_(what: str = typer.Argument(
 
 @app.command()
 def table(
-    out: Optional[Path] = READ_OUT,
-    scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
+    out: Path | None = READ_OUT,
+    scenario: str | None = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where the .md/.tex/.csv tables are written"),
     show: bool = typer.Option(True, "--show/--no-show", help="also print the table in the terminal"),
 ) -> None:
@@ -459,15 +459,15 @@ def table(
 
 @app.command()
 def plot(
-    out: Optional[Path] = READ_OUT,
-    scenario: Optional[str] = typer.Option(None, help="scenario name (default: every scenario in the store)"),
+    out: Path | None = READ_OUT,
+    scenario: str | None = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG curves are written"),
     x: str = typer.Option("both", help="x axis: round, bits (all traffic), uplink (per-client uplink bits, "
                           "FedCAMS's bit axes) or both (round and bits)"),
     metric: str = typer.Option("test_acc", help="y axis: test_acc, consistency, client_acc_std, train_loss, or a "
                                "dotted path to a number in the rounds' extra logs, e.g. cflag.Gamma"),
-    algorithm: Optional[list[str]] = typer.Option(None, "--algorithm", help="only these labels, in this order (repeatable)"),
-    name: Optional[str] = typer.Option(None, help="figure name inserted in the file name, e.g. fig1"),
+    algorithm: list[str] | None = typer.Option(None, "--algorithm", help="only these labels, in this order (repeatable)"),
+    name: str | None = typer.Option(None, help="figure name inserted in the file name, e.g. fig1"),
 ) -> None:
     """Draw a metric (test accuracy by default) vs rounds, communicated bits or uplink bits (mean over seeds with a band)."""
     from fedbench.report.plots import METRICS, UnknownMetric, plot_curves
@@ -497,15 +497,15 @@ def plot(
 
 @app.command()
 def continual(
-    out: Optional[Path] = READ_OUT,
-    scenario: Optional[str] = typer.Option(None, help="scenario name (default: every continual scenario in the store)"),
+    out: Path | None = READ_OUT,
+    scenario: str | None = typer.Option(None, help="scenario name (default: every continual scenario in the store)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_continual.md/.csv are written"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the accuracy-matrix heat map and the "
                                      "average-accuracy-per-task curve are written"),
 ) -> None:
     """Continual scenarios: Acc and Forgetting per algorithm (mean ± std over seeds), accuracy-matrix heat maps and
     the average accuracy over the tasks seen after each task (C-FLAG Fig. 2)."""
-    from fedbench.report import continual as report
+    from fedbench.report import forgetting as report
 
     store = _read_store(out, scenario)
     paths = _or_exit(report.write_continual, store, tables_dir, figures_dir, scenario)
@@ -536,9 +536,9 @@ def _or_exit(fn, *args):
 def compare(
     paper: str = PAPER,
     table: str = typer.Option(..., "--table", help="table id as the paper numbers it, e.g. I, II, III"),
-    out: Optional[Path] = READ_OUT,
+    out: Path | None = READ_OUT,
     tables_dir: Path = TABLES_DIR,
-    scale: Optional[str] = REPORT_SCALE,
+    scale: str | None = REPORT_SCALE,
 ) -> None:
     """Paper vs reproduced: the paper's table with `paper / ours` cells, per scale (.md, .tex, .csv)."""
     from fedbench.report import paper as report
@@ -552,8 +552,8 @@ def compare(
 
 @app.command()
 def claims(
-    paper: str = PAPER, out: Optional[Path] = READ_OUT, tables_dir: Path = TABLES_DIR,
-    scale: Optional[str] = typer.Option(None, "--scale", help="the scale whose runs are checked, e.g. tiny (needed when "
+    paper: str = PAPER, out: Path | None = READ_OUT, tables_dir: Path = TABLES_DIR,
+    scale: str | None = typer.Option(None, "--scale", help="the scale whose runs are checked, e.g. tiny (needed when "
                                         "the store holds several)"),
 ) -> None:
     """Check a paper's claims on one scale's reproduced numbers and on the paper's; writes <paper>_claims_<scale>.md."""
@@ -569,7 +569,7 @@ def claims(
 
 @app.command()
 def tuning(
-    paper: str = PAPER, out: Optional[Path] = READ_OUT, tables_dir: Path = TABLES_DIR,
+    paper: str = PAPER, out: Path | None = READ_OUT, tables_dir: Path = TABLES_DIR,
     scale: str = typer.Option("paper", "--scale", help="the scale of the tuned scenarios: tiny, small or paper"),
 ) -> None:
     """Write a paper's tuning table at a scale (<paper>_tuning_<scale>.md): per method and column, the chosen
@@ -577,7 +577,7 @@ def tuning(
     from fedbench.papers import check_paper
     from fedbench.papers.reproduce import room
     from fedbench.papers.targets import SCALES, tuned_scenarios
-    from fedbench.report.tuning import write_paper_tuning
+    from fedbench.report.tuning_table import write_paper_tuning
 
     paper = _or_exit(check_paper, paper)
     _choice("--scale", scale, SCALES)
@@ -588,12 +588,12 @@ def tuning(
 
 @app.command("report")
 def report_(
-    out: Optional[Path] = typer.Option(None, "--out", help="results store to show (default: results, unless --paper)"),
-    paper: Optional[str] = typer.Option(None, "--paper", help="show this paper's tables, claims and figures instead"),
-    scale: Optional[str] = typer.Option(None, "--scale", help="with --paper: tiny, small or paper"),
+    out: Path | None = typer.Option(None, "--out", help="results store to show (default: results, unless --paper)"),
+    paper: str | None = typer.Option(None, "--paper", help="show this paper's tables, claims and figures instead"),
+    scale: str | None = typer.Option(None, "--scale", help="with --paper: tiny, small or paper"),
     tables_dir: Path = typer.Option(Path("tables"), help="where a paper's tables and claims are read"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG figures are read"),
-    html: Optional[Path] = typer.Option(None, "--html", help="the page to write (default: <out>/report.html, "
+    html: Path | None = typer.Option(None, "--html", help="the page to write (default: <out>/report.html, "
                                         "or reports/<paper>_<scale>.html)"),
 ) -> None:
     """One self-contained HTML page (tables, notes, figures embedded) of a results store, or of a paper's
@@ -614,10 +614,10 @@ def bits(
     input: str = typer.Option("3x32x32", "--input", help="input shape C×H×W, e.g. 3x32x32"),
     classes: int = typer.Option(10, "--classes", help="number of classes"),
     rounds: int = typer.Option(500, "--rounds", help="rounds T"),
-    compressor: Optional[list[str]] = typer.Option(
+    compressor: list[str] | None = typer.Option(
         None, "--compressor", help="one row per use: sign, topk:ratio=1/64, stochastic:bits=2 "
         "(default: FedCAMS Table 2's sign and top-k 1/64, 1/128, 1/256)"),
-    paper: Optional[str] = typer.Option(None, "--paper", help="show this paper's printed values beside ours; "
+    paper: str | None = typer.Option(None, "--paper", help="show this paper's printed values beside ours; "
                                         "exit code 1 unless every one agrees to 3 significant figures"),
     tables_dir: Path = TABLES_DIR,
 ) -> None:
@@ -658,14 +658,14 @@ def costs(
 @app.command()
 @run_options()
 def reproduce(
-    paper: Optional[str] = typer.Argument(None, metavar="PAPER", help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),
-    targets: Optional[list[str]] = typer.Argument(None, metavar="TARGET", help="its targets, e.g. table1 fig5 (default: all; --list)"),
+    paper: str | None = typer.Argument(None, metavar="PAPER", help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),
+    targets: list[str] | None = typer.Argument(None, metavar="TARGET", help="its targets, e.g. table1 fig5 (default: all; --list)"),
     scale: str = typer.Option("paper", "--scale", help="paper, small or tiny"),
-    out: Optional[Path] = typer.Option(None, "--out", help="results folder (default: results/<scale>)"),
+    out: Path | None = typer.Option(None, "--out", help="results folder (default: results/<scale>)"),
     backend: str = BACKEND,
-    jobs: Optional[int] = typer.Option(None, "--jobs", help="local worker processes (default: every CPU at tiny, one "
+    jobs: int | None = typer.Option(None, "--jobs", help="local worker processes (default: every CPU at tiny, one "
                                        "otherwise; one torch thread per run); ray: CPUs of the instance it starts"),
-    address: Optional[str] = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto"),
+    address: str | None = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto"),
     tables_dir: Path = typer.Option(Path("tables"), help="where the tables and claims are written"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the figures are written"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would run and be written; run and write nothing"),
@@ -674,7 +674,7 @@ def reproduce(
                                       "first_table), paper by paper; no PAPER"),
     estimate: bool = ESTIMATE,
     probe_budget: float = PROBE_BUDGET,
-    rates: Optional[Path] = RATES,
+    rates: Path | None = RATES,
     *, options: RunOptions,
 ) -> None:
     """Reproduce a paper's tables and figures: run what is missing (sweep engine), then write its
@@ -721,7 +721,7 @@ def reproduce(
     raise typer.Exit(code)
 
 
-def _print_summary(store, scenario: Optional[str]) -> None:
+def _print_summary(store, scenario: str | None) -> None:
     from fedbench.report.tables import format_table, rich_table, summarize
 
     runs = store.runs(scenario)

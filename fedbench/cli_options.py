@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -37,7 +38,7 @@ DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one 
     "executor": (str, typer.Option("auto", "--executor", rich_help_panel=PANEL, help=(
         "client training: batched (the S clients in vmapped chunks), sequential (reference), or auto (batched on "
         "a GPU, chunks sized to its free memory; sequential on a CPU; reproduce: each target's own choice)"))),
-    "chunk": (Optional[int], typer.Option(None, "--chunk", min=1, rich_help_panel=PANEL, help=(
+    "chunk": (int | None, typer.Option(None, "--chunk", min=1, rich_help_panel=PANEL, help=(
         "batched: clients per vmapped chunk (default: sized to free GPU memory, 16 on a CPU); same numbers "
         "for every size"))),
     "compile_step": (str, typer.Option("auto", "--compile", rich_help_panel=PANEL, help=(
@@ -80,7 +81,7 @@ def run_options(leave_out: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]
         own = [p for p in sig.parameters.values() if p.name != "options"]
         keyword = inspect.Parameter.KEYWORD_ONLY
         added = [inspect.Parameter(n, keyword, default=DECLARED[n][1], annotation=DECLARED[n][0]) for n in names]
-        added += [inspect.Parameter(n, keyword, default=typer.Option(None, old, hidden=True), annotation=Optional[str])
+        added += [inspect.Parameter(n, keyword, default=typer.Option(None, old, hidden=True), annotation=str | None)
                   for n, (old, _) in RENAMED.items()]
 
         @functools.wraps(command)
@@ -92,7 +93,7 @@ def run_options(leave_out: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]
             return command(**kwargs, options=options)
 
         params = [*own, *added]
-        setattr(wrapper, "__signature__", sig.replace(parameters=params))  # what Typer reads
+        wrapper.__signature__ = sig.replace(parameters=params)  # what Typer reads
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         return wrapper
 

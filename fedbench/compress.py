@@ -43,7 +43,7 @@ class Compressed:
     bits: torch.Tensor
 
     @staticmethod
-    def cat(parts: list["Compressed"]) -> "Compressed":
+    def cat(parts: list[Compressed]) -> Compressed:
         return Compressed(torch.cat([p.value for p in parts]), torch.cat([p.bits for p in parts]))
 
 

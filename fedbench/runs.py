@@ -18,7 +18,6 @@ from fedbench.scenario import RunSpec, Scenario, run_id_of, scenario_hash
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, exit_code
 from fedbench.store import DB_NAME, ResultsStore
 
-
 # -- the run options' checks, shared by the command line and fedbench.api: ValueError with one line each --
 
 def check_only(sc: Scenario, only: list[str] | None) -> None:

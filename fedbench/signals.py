@@ -17,8 +17,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 INTERRUPTED_EXIT = 130
 TERMINATED_EXIT = 143

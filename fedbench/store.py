@@ -36,7 +36,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
 RUN_STATUSES = ("running", "finished", "diverged", "failed")
 DONE = ("finished", "diverged")  # statuses a run is never trained again from
 # A finite train loss above this × ln C (C classes) makes a run diverged (fedbench.engine.runner), not a
@@ -133,7 +132,8 @@ def scale_from_name(scenario: str) -> str:
 def paper_cell(spec_json: str) -> tuple[str | None, str | None, str | None]:
     """(paper, table, column) of the spec's ``paper`` block, as text; Nones without one."""
     ref = json.loads(spec_json).get("paper") or {}
-    return tuple(None if ref.get(k) is None else str(ref[k]) for k in ("name", "table", "column"))  # type: ignore[return-value]
+    name, table, column = (None if ref.get(k) is None else str(ref[k]) for k in ("name", "table", "column"))
+    return name, table, column
 
 
 def report_columns(spec_json: str, scale: str,
@@ -332,7 +332,7 @@ class ResultsStore:
         """Where the run's resumable checkpoint lives: ``<out>/checkpoints/<run_id>.pt``."""
         return self.checkpoint_dir / f"{run_id}.pt"
 
-    def runs(self, scenario: str | None = None, include_stale: bool = False) -> "pd.DataFrame":
+    def runs(self, scenario: str | None = None, include_stale: bool = False) -> pd.DataFrame:
         """One row per run, in creation order, optionally only those of ``scenario`` (its last
         column, ``versions``: the JSON list described in the module docstring, None where not recorded).
 
@@ -371,7 +371,7 @@ class ResultsStore:
         with self._connect() as conn:
             conn.execute("UPDATE runs SET asked = ? WHERE run_id IN (SELECT value FROM json_each(?))", (_now(), wanted))
 
-    def metrics(self, run_ids: Iterable[str] | None = None) -> "pd.DataFrame":
+    def metrics(self, run_ids: Iterable[str] | None = None) -> pd.DataFrame:
         """Long (tidy) metric rows sorted by (run_id, round); NULL reads as NaN."""
         import pandas as pd  # loaded by the readers only: the trainer and the CLI start without it
 

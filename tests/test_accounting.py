@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from fedbench.compress import build_compressor
-from fedbench.models.flat import FlatModel
 from fedbench.models import build_model
+from fedbench.models.flat import FlatModel
 from fedbench.models.registry import count_parameters
 from fedbench.papers.fedcams.claims import _UPLINK_RATIO, FEDCAMS_RATIO_TOL
 from fedbench.papers.fedqvr.claims import FP32_PER_QUANTIZED, RATIO_TOL

@@ -64,7 +64,7 @@ def test_a_spec_built_outside_resolution_says_so():
     spec = parse_scenario(tiny_scenario()).runs[0]
     bare = type(spec).model_validate(spec.model_dump())
     with pytest.raises(RuntimeError, match="outside scenario resolution"):
-        bare.components
+        _ = bare.components
 
 
 @pytest.mark.parametrize("module", ["fedbench.sweeps.grid", "fedbench.scenario"])

@@ -10,12 +10,11 @@ import yaml
 from typer.testing import CliRunner
 
 from fedbench.cli import app
+from fedbench.options import RunOptions
 from fedbench.scenario import ScenarioError, load_scenario, resolve_runs, run_id_of
-from fedbench.store import scale_from_name
-from fedbench.store import ResultsStore
+from fedbench.store import ResultsStore, scale_from_name
 from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps.grid import expand, sweep_runs
-from fedbench.options import RunOptions
 from tests.factories import tiny_scenario
 
 BASE = tiny_scenario(

@@ -1,7 +1,7 @@
 """The continual-learning axis: task streams, replay memories and the Acc / Forgetting metrics.
 
 The engine side (the task stream as a round plug-in) is :mod:`fedbench.engine.continual`;
-the tables and heat maps are :mod:`fedbench.report.continual`.
+the tables and heat maps are :mod:`fedbench.report.forgetting`.
 """
 
 from fedbench.continual.memory import ReplayMemory, balanced_quota, select_memory

@@ -22,7 +22,7 @@ class ArraySplit:
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "ArraySplit":
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> ArraySplit:
         """On ``device``, inputs cast to ``dtype`` when given (labels stay int64)."""
         return replace(self, x=self.x.to(device, dtype), y=self.y.to(device))
 
@@ -42,7 +42,7 @@ class DatasetSplits:
     input_shape: tuple[int, ...]
     client_ids: np.ndarray | None = None
 
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "DatasetSplits":
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> DatasetSplits:
         return replace(self, train=self.train.to(device, dtype), test=self.test.to(device, dtype))
 
 

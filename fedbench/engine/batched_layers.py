@@ -23,8 +23,8 @@ In eval mode both layers run their own ``forward``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import torch
 from torch import nn

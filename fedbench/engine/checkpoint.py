@@ -18,8 +18,9 @@ import hashlib
 import io
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -103,7 +104,7 @@ def resume_point(
         payload = load_checkpoint(path, device)
     except CorruptCheckpoint as exc:
         aside = set_aside(path, "corrupt")
-        warnings.warn(f"checkpoint {path} is corrupt: {exc}; moved to {aside}; the run restarts from round 1", RuntimeWarning)
+        warnings.warn(f"checkpoint {path} is corrupt: {exc}; moved to {aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
         return None
     if payload is None:
         return None
@@ -114,7 +115,7 @@ def resume_point(
         whose = ("carries no run identity (written by an older fedbench)" if own is None
                  else f"belongs to {_described(own)}, not {_described(identity)}")
         aside = set_aside(path, why)
-        warnings.warn(f"checkpoint {path} {whose}; moved to {aside}; the run restarts from round 1", RuntimeWarning)
+        warnings.warn(f"checkpoint {path} {whose}; moved to {aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
         return None
     if payload.get("layout", 1) != LAYOUT:
         aside = set_aside(path, "outdated")
@@ -125,6 +126,6 @@ def resume_point(
     if held < int(payload["round"]):
         aside = set_aside(path, "orphan")
         warnings.warn(f"checkpoint {path} is at round {payload['round']} but the store holds {held} round(s) of the run; "
-                      f"moved to {aside}; the run restarts from round 1", RuntimeWarning)
+                      f"moved to {aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
         return None
     return payload

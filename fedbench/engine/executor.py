@@ -14,13 +14,14 @@ run log.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from fedbench.engine.compiled import compile_choice
 from fedbench.options import EXECUTORS  # noqa: F401  (the vocabulary lives with the run options)
+
 DEFAULT_CPU_CHUNK = 16  # clients per vmapped chunk on a CPU unless --chunk says otherwise (bounds host memory)
 MEMORY_FRACTION = 0.7  # of the free CUDA memory that chunks may fill
 STATE_ROWS = 16  # [P] float rows per client besides the probed step (iterates, uploads, algorithm scratch)

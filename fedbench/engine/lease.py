@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 from fedbench.store import LEASE_TTL_S
 

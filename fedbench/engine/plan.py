@@ -44,7 +44,7 @@ class RoundPlan:
     def steps(self) -> int:
         return self.index.shape[0]
 
-    def rows(self, rows: slice) -> "RoundPlan":
+    def rows(self, rows: slice) -> RoundPlan:
         """The plan of a subset of the clients (a chunk), with the round's widths."""
         pick = None if self.crops is None else tuple(c[:, rows] for c in self.crops)
         memory = None if self.memory is None else self.memory[:, rows]

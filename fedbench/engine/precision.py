@@ -21,8 +21,9 @@ newer interface is used where it exists; the previous settings are restored afte
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -72,7 +73,7 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 @contextmanager
-def run_precision(local: "LocalSpec", device: torch.device) -> Iterator[None]:
+def run_precision(local: LocalSpec, device: torch.device) -> Iterator[None]:
     """``local.precision``'s dtype as torch's default dtype, and ``local.tf32`` on a CUDA ``device``,
     while the block runs; both restored afterwards."""
     with default_dtype(train_dtype(local.precision)), gpu_precision(local.tf32, device):

@@ -20,13 +20,14 @@ from :data:`CLOCK`, which tests replace.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Callable
 
-from fedbench.engine.precision import run_precision
 from fedbench.engine.compiled import compile_choice
+from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import RoundLoop, local_steps
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.engine.threads import pinned_threads
@@ -85,7 +86,7 @@ def probe_run(spec: RunSpec, seed: int, cache: DataCache, options: RunOptions = 
             store.record_round(run_id, t, *loop.round(t))
 
         one_round(1)
-        round_s = sum(timed(lambda: one_round(t)) for t in range(2, 2 + rounds)) / rounds
+        round_s = sum(timed(partial(one_round, t)) for t in range(2, 2 + rounds)) / rounds
 
         def evaluate() -> None:
             loop.evaluate(1 + rounds, True)

@@ -9,8 +9,8 @@ otherwise, whatever ``OMP_NUM_THREADS`` or the machine's core count is; the coun
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 DEFAULT_THREADS = 1  # the committed outputs (tables/, figures/, README numbers) are made with one thread
 

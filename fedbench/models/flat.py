@@ -34,7 +34,7 @@ class Objective(Protocol):
     """
 
     def __call__(
-        self, model: "FlatModel", point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor: ...
 
 

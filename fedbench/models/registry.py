@@ -17,7 +17,8 @@ numbers) sets FedMLB's default hybrid paths for the model (otherwise: after ever
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from pydantic import BaseModel

@@ -10,7 +10,8 @@ with 10 classes (FedMIM notes §3).
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,7 @@ class ResNetParams(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _groups_divide_channels(self) -> "ResNetParams":
+    def _groups_divide_channels(self) -> ResNetParams:
         if self.norm == "group" and 64 % self.groups:
             raise ValueError(f"groups must divide 64 (the narrowest stage's channels), got {self.groups}")
         return self

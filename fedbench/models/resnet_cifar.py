@@ -31,7 +31,7 @@ class ResNet20Params(BaseModel):
     groups: int = Field(default=2, ge=1, description="GroupNorm groups")
 
     @model_validator(mode="after")
-    def _groups_divide_channels(self) -> "ResNet20Params":
+    def _groups_divide_channels(self) -> ResNet20Params:
         if self.norm == "group" and RESNET20_WIDTHS[0] % self.groups:
             raise ValueError(f"groups must divide 16 (the narrowest stage's channels), got {self.groups}")
         return self

@@ -27,7 +27,7 @@ from fedbench.store import DB_NAME, DONE, ResultsStore, read_statuses
 from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps import tuning
 from fedbench.sweeps.grid import SweepPoint, SweepRun, expand, sweep_runs
-from fedbench.sweeps.local import default_jobs
+from fedbench.sweeps.pool import default_jobs
 from fedbench.sweeps.worker import record_of
 
 

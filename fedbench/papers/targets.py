@@ -32,11 +32,11 @@ from fedbench.papers import paper_part
 from fedbench.report import bits
 from fedbench.report.claims import write_claims
 from fedbench.report.claims.base import claims_name
-from fedbench.report.continual import continual_stem, write_continual
+from fedbench.report.forgetting import continual_stem, write_continual
 from fedbench.report.paper import comparison_stem, write_comparison
 from fedbench.report.plots import figure_name, plot_curves
 from fedbench.report.tables import file_stem, write_tables
-from fedbench.report.tuning import paper_tuning_stem, write_paper_tuning
+from fedbench.report.tuning_table import paper_tuning_stem, write_paper_tuning
 from fedbench.scenario import Scenario
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import expand_file

@@ -21,10 +21,25 @@ import pandas as pd
 from rich.table import Table
 
 from fedbench.report.reference import (
-    ACCURACY_METRICS, CONTINUAL_METRICS, ColumnSpec, column_specs, load_reference, reference_frame, reference_table, reference_text,
+    ACCURACY_METRICS,
+    CONTINUAL_METRICS,
+    ColumnSpec,
+    column_specs,
+    load_reference,
+    reference_frame,
+    reference_table,
+    reference_text,
 )
 from fedbench.report.tables import (
-    _ACC_TOL, DASH, FORMATS, acc_cell, footnotes, latex_escape, markdown_grid, summarize, summary_notes,
+    _ACC_TOL,
+    DASH,
+    FORMATS,
+    acc_cell,
+    footnotes,
+    latex_escape,
+    markdown_grid,
+    summarize,
+    summary_notes,
 )
 from fedbench.report.tuned import tuned_labels, with_marks
 from fedbench.store import PAPER_SCALE
@@ -107,7 +122,7 @@ def continual_value(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str) -> d
     """Acc (``cl_acc``) or Forgetting (``cl_forget``) as fractions, mean ± std (ddof=1) over the
     seeds that finished with a complete accuracy matrix (C-FLAG Tables 2, 3, 7, 8)."""
     from fedbench.continual.metrics import average_accuracy, forgetting
-    from fedbench.report.continual import accuracy_matrix
+    from fedbench.report.forgetting import accuracy_matrix
 
     fn = average_accuracy if metric == "cl_acc" else forgetting
     values = []

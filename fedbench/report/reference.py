@@ -64,7 +64,7 @@ def papers() -> list[str]:
     return paper_names()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read(paper: str) -> dict[str, Any]:
     if paper not in papers():
         raise ValueError(f"no reference numbers for paper {paper!r}; available: {', '.join(papers()) or 'none'}")

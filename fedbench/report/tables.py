@@ -20,8 +20,8 @@ import io
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 from rich.table import Table

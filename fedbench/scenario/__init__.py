@@ -14,8 +14,19 @@ from fedbench.scenario.load import load_scenario, parse_scenario, scenario_hash
 from fedbench.scenario.resolve import resolve_runs
 from fedbench.scenario.runspec import Components, RunSpec, run_id_of, run_record
 from fedbench.scenario.schema import (
-    AlgorithmSpec, AugmentSpec, ClientsSpec, Component, CompressionSpec, ContinualSpec, EvalSpec, LocalSpec, MemorySpec,
-    PaperRef, PartitionSpec, Scenario, WirelessSpec,
+    AlgorithmSpec,
+    AugmentSpec,
+    ClientsSpec,
+    Component,
+    CompressionSpec,
+    ContinualSpec,
+    EvalSpec,
+    LocalSpec,
+    MemorySpec,
+    PaperRef,
+    PartitionSpec,
+    Scenario,
+    WirelessSpec,
 )
 
 __all__ = [

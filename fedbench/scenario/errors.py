@@ -6,7 +6,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-
 MAX_SHOWN = 20  # problems printed; the rest are counted
 
 
@@ -27,7 +26,7 @@ class ScenarioError(ValueError):
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, str) and part.startswith("tune "):  # a union's tag (fedbench.scenario.tuning)
+        if isinstance(part, str) and part.startswith("tune "):  # a union's tag (fedbench.scenario.tunespec)
             continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out

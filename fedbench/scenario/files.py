@@ -56,14 +56,19 @@ class ScenarioLoader(yaml.SafeLoader):
     written ``1e-3`` would otherwise be refused)."""
 
 
-LOADERS: list[type] = [ScenarioLoader]  # the C loader (libyaml), when PyYAML has it, first: about 5× faster
+# The C loader (libyaml), when PyYAML has it, first: about 5× faster.
+LOADERS: list[type[yaml.SafeLoader | yaml.CSafeLoader]] = [ScenarioLoader]
 if hasattr(yaml, "CSafeLoader"):
-    LOADERS.insert(0, type("CScenarioLoader", (yaml.CSafeLoader,), {"__doc__": ScenarioLoader.__doc__}))
+
+    class CScenarioLoader(yaml.CSafeLoader):
+        __doc__ = ScenarioLoader.__doc__
+
+    LOADERS.insert(0, CScenarioLoader)
 for _loader in LOADERS:
     _loader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_EXPONENT, list("-+0123456789."))
 
 
-def _compose(loader_class: type, text: str, source: str) -> Any:
+def _compose(loader_class: type[yaml.SafeLoader | yaml.CSafeLoader], text: str, source: str) -> Any:
     """Parse with ``loader_class``; a key given twice is a :class:`ScenarioError`."""
     loader = loader_class(text)
     try:

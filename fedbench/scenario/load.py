@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from fedbench.scenario.schema import Scenario
 
 
 def parse_scenario(
-    raw: Any, source: str = "scenario", overrides: list[str] = (), scale: str | None = None, *, at_scale: str | None = None
+    raw: Any, source: str = "scenario", overrides: Sequence[str] = (), scale: str | None = None, *, at_scale: str | None = None
 ) -> Scenario:
     """Validate a raw mapping (as read from YAML) at ``scale`` into a :class:`Scenario` whose
     ``runs`` are resolved; raise :class:`ScenarioError` listing every problem. ``at_scale`` names
@@ -39,7 +40,7 @@ def parse_scenario(
     return scenario
 
 
-def load_scenario(path: str | Path, overrides: list[str] = (), scale: str | None = None) -> Scenario:
+def load_scenario(path: str | Path, overrides: Sequence[str] = (), scale: str | None = None) -> Scenario:
     """Read and validate a scenario YAML file, at ``scale`` (default: as written)."""
     return parse_scenario(read_yaml(path), str(path), overrides, scale)
 

@@ -22,11 +22,11 @@ from fedbench.data.partition import PARTITIONS
 from fedbench.models import MODELS
 from fedbench.optim.spec import ServerSpec
 from fedbench.registry import Registry, UnknownNameError
-from fedbench.strict import param_problems, strict_params
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
 from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, Scenario
-from fedbench.scenario.tuning import Range
+from fedbench.scenario.tunespec import Range
+from fedbench.strict import param_problems, strict_params
 
 
 @dataclass
@@ -106,7 +106,7 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     entry = f"algorithms[{i}] ({algo.name})"
     fields = set(ALGORITHMS.get(algo.name).params.model_fields)
     base = {"local": scenario.local.model_dump(), "server": server.model_dump()}
-    schemas = {"local": LocalSpec, "server": ServerSpec}
+    schemas: dict[str, type[BaseModel]] = {"local": LocalSpec, "server": ServerSpec}
     problems = []
     if tune.trials.rounds is not None and tune.trials.rounds > scenario.rounds:
         problems.append(f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
@@ -121,7 +121,7 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
             problems.append(f"{at}: {entry} cannot take {key!r}; use local.<key>, server.<key> or a parameter of "
                             f"{algo.name} ({', '.join(sorted(fields)) or 'it has none'})")
             continue
-        for j, v in enumerate(_space_values(value)):
+        for v in _space_values(value):
             if head in schemas and rest:
                 try:
                     schemas[head].model_validate({**base[head], rest: v})
@@ -163,9 +163,9 @@ def _entry(scenario: Scenario, i: int, shared: dict[str, Checked], labels: set[s
     problems += _capability_problems(scenario, algo, caps, path, comp) + compression.problems
     algorithm = {"name": algo.name, "label": label, **{k: v for k, v in checked.resolved.items() if k != "name"}}
     spec = _spec(scenario, shared, algorithm, compression.resolved, server)
-    if problems or any(c.model is None for c in shared.values()):
+    models = {k: c.model for k, c in shared.items() if c.model is not None}
+    if problems or len(models) < len(shared) or compression.model is None or checked.model is None:
         return spec, problems
-    models = {k: c.model for k, c in shared.items()}
     return spec.resolved(scale, Components(**models, compression=compression.model, algorithm=checked.model)), problems
 
 
@@ -178,7 +178,8 @@ def resolve_runs(scenario: Scenario, scale: str = "paper", source: str = "scenar
         "partition": check_component(PARTITIONS, scenario.partition.kind, scenario.partition.params(), "partition", "kind"),
     }
     problems = [p for c in shared.values() for p in c.problems]
-    specs, labels = [], set()
+    specs: list[RunSpec] = []
+    labels: set[str] = set()
     for i in range(len(scenario.algorithms)):
         spec, p = _entry(scenario, i, shared, labels, scale)
         problems += p

@@ -16,8 +16,17 @@ from typing import Any
 from pydantic import BaseModel, Field, PrivateAttr, model_serializer
 
 from fedbench.optim.spec import ServerSpec
-from fedbench.scenario.schema import BlowupSpec, ClientsSpec, ContinualSpec, EvalSpec, LocalSpec, PaperRef, Strict, WirelessSpec
-from fedbench.scenario.tuning import TunedFrom, ValidationSplit
+from fedbench.scenario.schema import (
+    BlowupSpec,
+    ClientsSpec,
+    ContinualSpec,
+    EvalSpec,
+    LocalSpec,
+    PaperRef,
+    Strict,
+    WirelessSpec,
+)
+from fedbench.scenario.tunespec import TunedFrom, ValidationSplit
 from fedbench.store import RunRecord
 
 
@@ -96,7 +105,7 @@ class RunSpec(Strict):
             raise RuntimeError(f"{self.scenario} / {self.label}: RunSpec built outside scenario resolution")
         return self._components
 
-    def resolved(self, scale: str, components: Components) -> "RunSpec":
+    def resolved(self, scale: str, components: Components) -> RunSpec:
         """This spec with its scale and validated components attached (resolution's last step)."""
         self._scale, self._components = scale, components
         return self

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from fedbench.optim.spec import ServerSpec
-from fedbench.scenario.tuning import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
+from fedbench.scenario.tunespec import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
 from fedbench.strict import Seed, StrictModel, check_order
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class ClientsSpec(Strict):
     per_round: int = Field(ge=1, description="clients sampled per round S (≤ N)")
 
     @model_validator(mode="after")
-    def _s_le_n(self) -> "ClientsSpec":
+    def _s_le_n(self) -> ClientsSpec:
         if self.per_round > self.num:
             raise ValueError(f"per_round ({self.per_round}) must be ≤ num ({self.num})")
         return self
@@ -108,7 +108,7 @@ class LocalSpec(Strict):
     eps: float = Field(default=1e-8, gt=0, description="Adam's ε (optimizer: adam)")
 
     @model_validator(mode="after")
-    def _one_of(self) -> "LocalSpec":
+    def _one_of(self) -> LocalSpec:
         chosen = [k for k in ("iterations", "epochs", "random_epochs") if getattr(self, k) is not None]
         if len(chosen) != 1:
             raise ValueError(f"set exactly one of 'iterations', 'epochs' and 'random_epochs', got {chosen or 'none'}")
@@ -185,7 +185,7 @@ class WirelessSpec(Strict):
     )
 
     @model_validator(mode="after")
-    def _bounds(self) -> "WirelessSpec":
+    def _bounds(self) -> WirelessSpec:
         check_order(self, "b_min", "b_max")
         return self
 
@@ -222,7 +222,7 @@ class ContinualSpec(Strict):
     memory: MemorySpec = Field(default_factory=MemorySpec)
 
     @model_validator(mode="after")
-    def _checks(self) -> "ContinualSpec":
+    def _checks(self) -> ContinualSpec:
         if self.lr_per_task is not None and min(self.lr_per_task) <= 0:
             raise ValueError(f"lr_per_task must be two positive learning rates, got {list(self.lr_per_task)}")
         if self.memory.replay == "per_step" and self.memory.per_task == 0:
@@ -319,7 +319,7 @@ class Scenario(Strict):
         return base if own is None else merge_tune(base or None, own)
 
     @model_validator(mode="after")
-    def _checks(self) -> "Scenario":
+    def _checks(self) -> Scenario:
         bad = [t for t in self.targets if not 0 < t <= 1]
         if bad:
             raise ValueError(f"targets must lie in (0, 1] (accuracy as a fraction), got {bad}")

@@ -12,7 +12,7 @@ from fedbench.engine.runner import RunOutcome
 from fedbench.options import BACKENDS, RunOptions
 from fedbench.store import DB_NAME, DONE, ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepPoint, SweepRun
-from fedbench.sweeps.local import default_jobs, run_local
+from fedbench.sweeps.pool import default_jobs, run_local
 from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, select
 
 
@@ -85,7 +85,7 @@ def run_sweep(
     """Execute the runs not yet finished (or diverged) in ``out`` on the ``local`` or ``ray``
     backend, each as ``options`` say (:class:`~fedbench.options.RunOptions`) with ``options.threads``
     torch threads on ``cpus_per_run`` CPUs (default: as many as threads). ``jobs``: local worker
-    processes (default :func:`~fedbench.sweeps.local.default_jobs`) or the CPUs of a local Ray instance."""
+    processes (default :func:`~fedbench.sweeps.pool.default_jobs`) or the CPUs of a local Ray instance."""
     cpus_per_run = float(options.threads) if cpus_per_run is None else cpus_per_run
     _check(backend, jobs, cpus_per_run, gpus_per_run, max_retries, options)
     console = console or Console()

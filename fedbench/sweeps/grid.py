@@ -33,7 +33,15 @@ import yaml
 from pydantic import Field, ValidationError
 
 from fedbench.scenario import (
-    RunSpec, Scenario, ScenarioError, apply_override, apply_scale, parse_scenario, read_yaml, run_id_of, scenario_hash,
+    RunSpec,
+    Scenario,
+    ScenarioError,
+    apply_override,
+    apply_scale,
+    parse_scenario,
+    read_yaml,
+    run_id_of,
+    scenario_hash,
 )
 from fedbench.strict import Seed, StrictModel
 

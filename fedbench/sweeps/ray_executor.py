@@ -10,13 +10,13 @@ run itself (a deterministic error is not retried). Ray is imported only here.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from fedbench.engine.runner import RunOutcome
+from fedbench.options import RunOptions
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepRun
-from fedbench.options import RunOptions
 from fedbench.sweeps.worker import RunResult, commit, compute, failed_result
 
 OnDone = Callable[[SweepRun, RunOutcome], None]

@@ -1,10 +1,10 @@
-"""Tuning: an entry's ``tune:`` block (:mod:`fedbench.scenario.tuning`) expanded into trial runs,
+"""Tuning: an entry's ``tune:`` block (:mod:`fedbench.scenario.tunespec`) expanded into trial runs,
 the setting chosen from the store, and the final runs of that setting.
 
 A trial is an ordinary run (same store, run ids, resume and skip through
 :func:`~fedbench.sweeps.driver.run_sweep`): the entry's resolved spec with the trial's values set,
 the trial rounds, no ``paper`` cell and, under the ``validation`` protocol, a
-:class:`~fedbench.scenario.tuning.ValidationSplit`. Its scenario is named like a grid point,
+:class:`~fedbench.scenario.tunespec.ValidationSplit`. Its scenario is named like a grid point,
 ``<scenario>--tune--<key>-<value>…[.scale]``, so its run id is the hash of everything that changes
 its numbers. The trials of an entry are the cartesian product of a pure grid, or ``budget`` draws
 of the sampler (NumPy, the ``("tune", crc(scenario name), crc(entry label))`` stream under the
@@ -31,7 +31,7 @@ from typing import Any
 from fedbench.algorithms import ALGORITHMS
 from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, ServerSpec
 from fedbench.scenario.resolve import check_component
-from fedbench.scenario.tuning import Range, TunedFrom, TuneSpec, ValidationSplit
+from fedbench.scenario.tunespec import Range, TunedFrom, TuneSpec, ValidationSplit
 from fedbench.seeding import numpy_stream
 from fedbench.store import DONE, ResultsStore
 from fedbench.sweeps.grid import SweepRun, point_name

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
-
+from typing import Any
 
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
@@ -21,7 +21,6 @@ from fedbench.options import RunOptions
 from fedbench.scenario import run_record
 from fedbench.store import ResultsStore, RunRecord, extra_to_json
 from fedbench.sweeps.grid import SweepRun
-
 
 _CACHES: dict[tuple[str, bool, str], DataCache] = {}  # per process: datasets stay loaded between runs
 

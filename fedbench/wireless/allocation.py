@@ -60,11 +60,11 @@ class BitProblem:
     def of(
         cls, snr_bw_hz: np.ndarray, tau_s: float, total_hz: float, dim: int, overhead_bits: float,
         fairness_alpha: float, b_max: float | None = None,
-    ) -> "BitProblem":
+    ) -> BitProblem:
         snr = np.asarray(snr_bw_hz, dtype=np.float64) / total_hz
         return cls(snr, tau_s * total_hz / dim, 1.0 + overhead_bits / dim, fairness_alpha, b_max)
 
-    def select(self, rows: np.ndarray) -> "BitProblem":
+    def select(self, rows: np.ndarray) -> BitProblem:
         return BitProblem(self.snr[rows], self.kappa, self.offset, self.alpha, self.b_max)
 
     def bits_at(self, share: np.ndarray) -> np.ndarray:
@@ -82,7 +82,7 @@ class BitProblem:
         for i, s in enumerate(self.snr):
             if need >= s / math.log(2) * (1 - 1e-12):
                 continue
-            f = lambda w: w * math.log1p(s / w) / math.log(2) - need  # noqa: E731
+            f = lambda w: w * math.log1p(s / w) / math.log(2) - need  # noqa: E731, B023  (solved within this iteration)
             hi = 1.0
             while f(hi) < 0:
                 hi *= 2

@@ -6,8 +6,8 @@ import json
 import torch
 
 from fedbench.engine.runner import RoundLoop, execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.factories import P_MLP16, tiny_scenario, with_changes

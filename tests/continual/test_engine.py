@@ -16,11 +16,10 @@ import torch.nn.functional as F
 from fedbench.algorithms import ALGORITHMS, Algorithm
 from fedbench.data import load_dataset
 from fedbench.engine.continual import ContinualStream
-from fedbench.scenario import run_id_of
 from fedbench.registry import Entry, NoParams
-from fedbench.scenario import resolve_runs, parse_scenario
+from fedbench.scenario import parse_scenario, resolve_runs, run_id_of
 from fedbench.store import ResultsStore
-from tests.continual.common import COLS, P, RAW, loop_of, matrix, raw_with, run, spec_of
+from tests.continual.common import COLS, RAW, P, loop_of, matrix, raw_with, run, spec_of
 
 
 def test_split_digits_records_the_accuracy_matrix_for_fedavg_and_er(tmp_path):

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedbench.models.flat import MASKED_LOGIT, FlatModel
 from fedbench.models import build_model
+from fedbench.models.flat import MASKED_LOGIT, FlatModel
 from tests.continual.common import COLS, matrix, raw_with, run, spec_of
 
 

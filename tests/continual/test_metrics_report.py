@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from fedbench.cli import app
 from fedbench.continual.metrics import average_accuracy, average_accuracy_curve, forgetting
-from fedbench.report.continual import accuracy_matrix, continual_summary, curve_summary, write_continual
+from fedbench.report.forgetting import accuracy_matrix, continual_summary, curve_summary, write_continual
 from fedbench.store import ResultsStore, RunRecord
 
 A = np.array([[0.9, 0.1, 0.2], [0.7, 0.8, 0.3], [0.6, 0.5, 0.95]])

@@ -10,8 +10,7 @@ import scipy.io
 import torch
 
 from fedbench.data import DATASETS, DatasetNotFoundError, DatasetSplits, load_dataset
-from tests.data.fakes import RNG, cifar_rows, pickle_file, write_mnist, write_tiny_imagenet
-from tests.data.fakes import images as _images
+from tests.data.fakes import RNG, cifar_rows, images as _images, pickle_file, write_mnist, write_tiny_imagenet
 
 
 def _unnormalize(x: torch.Tensor, train_nchw: np.ndarray) -> np.ndarray:

@@ -3,7 +3,6 @@ BatchNorm model, and a chunked batched round equals an unchunked one."""
 
 import copy
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -14,9 +13,9 @@ from fedbench.data.base import ArraySplit, DatasetSplits
 from fedbench.engine.executor import DEFAULT_CPU_CHUNK, choose_executor
 from fedbench.engine.precision import train_dtype
 from fedbench.engine.runner import execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache
 from fedbench.models.registry import MODELS, build_model
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.factories import tiny_scenario

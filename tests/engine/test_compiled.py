@@ -10,8 +10,8 @@ import torch
 from fedbench.engine.compiled import COMPILE_MIN_STEPS, compile_choice
 from fedbench.engine.executor import choose_executor
 from fedbench.engine.runner import execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.continual.common import raw_with

@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from fedbench.engine.runner import execute_run
-from fedbench.options import RunOptions
-from fedbench.scenario import run_id_of
 from fedbench.engine.setup import DataCache
-from fedbench.scenario import parse_scenario, resolve_runs
+from fedbench.options import RunOptions
+from fedbench.scenario import parse_scenario, resolve_runs, run_id_of
 from fedbench.store import ResultsStore
 from tests.factories import tiny_scenario, with_changes
 

@@ -16,8 +16,8 @@ import torch
 
 from fedbench.algorithms.client_table import HostTable
 from fedbench.engine.runner import RoundLoop, execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.engine.test_batched import BASE, COLS, ImageCache, bn_scenario, with_algorithm

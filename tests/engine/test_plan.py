@@ -8,8 +8,10 @@ from fedbench.engine.local import LocalConfig
 from fedbench.engine.plan import draw_plan
 from fedbench.scenario import AugmentSpec
 
+FLIP_CROP = AugmentSpec(flip=True, crop_padding=1)
 
-def setup(replay_apart=False, augment=AugmentSpec(flip=True, crop_padding=1)):
+
+def setup(replay_apart=False, augment=FLIP_CROP):
     gen = torch.Generator().manual_seed(0)
     train = ArraySplit(torch.randn(60, 1, 4, 4, generator=gen), torch.randint(0, 3, (60,), generator=gen))
     parts = [torch.arange(0, 7), torch.arange(7, 30), torch.arange(30, 33), torch.arange(33, 60)]

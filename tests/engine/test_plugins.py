@@ -22,8 +22,8 @@ from fedbench.engine.axes import Axis, build_plugins
 from fedbench.engine.continual import ContinualStream
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.engine.runner import RoundLoop, execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.factories import tiny_scenario

@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from fedbench.engine.runner import execute_run
-from fedbench.options import RunOptions
-from fedbench.scenario import run_id_of
 from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
 from fedbench.runs import run_scenario
-from fedbench.scenario import parse_scenario, resolve_runs
+from fedbench.scenario import parse_scenario, resolve_runs, run_id_of
 from fedbench.store import ResultsStore
 from tests.factories import tiny_scenario
 
@@ -217,9 +216,9 @@ def test_data_fraction_keeps_a_seeded_subset_of_each_client(tmp_path):
 
 
 def test_only_the_first_gradient_of_a_step_moves_batchnorm_statistics():
-    from fedbench.models.flat import FlatModel
     from fedbench.engine.local import GradientOracle, LocalConfig
     from fedbench.models import build_model
+    from fedbench.models.flat import FlatModel
     from fedbench.scenario import AugmentSpec
 
     torch.manual_seed(0)
@@ -250,8 +249,8 @@ def test_bf16_mixed_precision_trains_close_to_fp32(tmp_path):
 
 
 def test_bf16_logits_round_through_bfloat16():
-    from fedbench.models.flat import FlatModel
     from fedbench.models import build_model
+    from fedbench.models.flat import FlatModel
 
     torch.manual_seed(0)
     model = FlatModel(build_model("mlp", {"hidden": [32]}, (1, 8, 8), 10))

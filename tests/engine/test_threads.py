@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from fedbench.engine.runner import execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache
 from fedbench.engine.threads import pinned_threads
+from fedbench.options import RunOptions
 from fedbench.scenario import resolve_runs
 from fedbench.store import ResultsStore
 from tests.engine.test_runner import COLS, scenario
@@ -34,7 +34,7 @@ def test_a_run_trains_with_its_own_thread_count_and_logs_it(tmp_path, threads):
         seen: list[int] = []
         store = ResultsStore(tmp_path / f"p{process_threads}")
         cache = DataCache(tmp_path / "data", False, torch.device("cpu"))
-        outcome = execute_run(spec, 0, store, cache, "h", lambda t, m: seen.append(torch.get_num_threads()),
+        outcome = execute_run(spec, 0, store, cache, "h", lambda t, m: seen.append(torch.get_num_threads()),  # noqa: B023
                               RunOptions(threads=threads))
         assert outcome.status == "finished" and set(seen) == {threads}
         assert torch.get_num_threads() == process_threads  # restored afterwards

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import vector_to_parameters
 
-from fedbench.models.flat import FlatModel
 from fedbench.models import build_model
+from fedbench.models.flat import FlatModel
 
 CASES = [
     ("mlp", {"hidden": [7, 5]}, (1, 4, 4), 3, 3),

@@ -8,8 +8,8 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from fedbench.models.flat import FlatModel
 from fedbench.models import build_model, count_parameters
+from fedbench.models.flat import FlatModel
 
 # (name, params, input_shape, num_classes) on each model's intended input and on other inputs
 CASES = [

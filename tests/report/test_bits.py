@@ -6,7 +6,13 @@ import pytest
 from fedbench.papers.fedcams.room import TABLE2_COMPRESSORS
 from fedbench.registry import UnknownNameError
 from fedbench.report.bits import (
-    bits_report, bits_table, format_bits, formula_table, parse_compressor, sig3, write_bits,
+    bits_report,
+    bits_table,
+    format_bits,
+    formula_table,
+    parse_compressor,
+    sig3,
+    write_bits,
 )
 from fedbench.report.reference import reference_frame
 

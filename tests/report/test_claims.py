@@ -8,10 +8,20 @@ from pathlib import Path
 import pytest
 
 from fedbench.report.claims import (
-    CLAIMS, Check, Numbers, StoreNumbers, Verdict, check_claims, claim, close, greater, judge, tolerance, write_claims,
+    CLAIMS,
+    Check,
+    Numbers,
+    StoreNumbers,
+    Verdict,
+    check_claims,
+    claim,
+    close,
+    greater,
+    judge,
+    tolerance,
+    write_claims,
 )
 from fedbench.store import ResultsStore
-from tests.report.test_paper import paper_store  # noqa: F401  (a fixture)
 
 
 @pytest.fixture

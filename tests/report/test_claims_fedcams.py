@@ -50,7 +50,7 @@ RUNS = [
 
 def build_fedcams_store(out: Path) -> ResultsStore:
     store = ResultsStore(out)
-    for i, (table, column, label, seed, status, (acc2, acc4), bits_up) in enumerate(RUNS):
+    for table, column, label, seed, status, (acc2, acc4), bits_up in RUNS:
         spec = {"algorithm": {"label": label}, "clients": {"num": 100, "per_round": 10}, "targets": [0.8],
                 "paper": {"name": "fedcams", "table": table, "column": column}}
         spec_hash = hashlib.sha256(f"{table}|{column}|{label}".encode()).hexdigest()  # seeds share their spec

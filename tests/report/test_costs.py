@@ -15,7 +15,16 @@ from fedbench.engine.runner import RoundLoop
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.papers.fedqvr import costs
 from fedbench.papers.fedqvr.costs import (
-    KNOWN_TYPOS, SETTINGS, ModelSize, costs_report, format_costs, model_size, sig4, status_of, uplink_bits, verdict,
+    KNOWN_TYPOS,
+    SETTINGS,
+    ModelSize,
+    costs_report,
+    format_costs,
+    model_size,
+    sig4,
+    status_of,
+    uplink_bits,
+    verdict,
 )
 from fedbench.scenario import load_scenario, resolve_runs
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from fedbench.report.continual import curve, heatmap, write_continual
 from fedbench.report.figures import setting, y_limits
+from fedbench.report.forgetting import curve, heatmap, write_continual
 from fedbench.report.plots import _draw, plot_curves
 from fedbench.store import ResultsStore, RunRecord
 from tests.report.test_tables import build_store
@@ -123,7 +123,7 @@ def _continual_store(out: Path) -> ResultsStore:
 def test_tasks_numbered_from_one_in_curve_and_heat_map(tmp_path: Path, monkeypatch) -> None:
     store = _continual_store(tmp_path / "out")
     figs = []
-    monkeypatch.setattr("fedbench.report.continual.save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr("fedbench.report.forgetting.save", lambda fig, path: figs.append(fig) or path)
     curve(store, "cl", tmp_path / "c.png")
     heatmap(store, "cl", tmp_path / "m.png")
     c, m = figs

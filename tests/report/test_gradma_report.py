@@ -33,7 +33,7 @@ RUNS = [
 
 def build_store(out: Path) -> ResultsStore:
     store = ResultsStore(out)
-    for i, (column, label, seed, status, accs) in enumerate(RUNS):
+    for column, label, seed, status, accs in RUNS:
         spec = {"algorithm": {"label": label}, "clients": {"num": 100, "per_round": 10}, "targets": [0.45],
                 "paper": {"name": "gradma", "table": "1", "column": column}}
         spec_hash = hashlib.sha256(f"{column}|{label}".encode()).hexdigest()  # seeds share their spec

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import io
 import hashlib
+import io
 import json
 import math
 import sqlite3
@@ -82,19 +82,8 @@ def build_paper_store(out: Path) -> ResultsStore:
     return store
 
 
-_BUILT: dict[str, ResultsStore] = {}
-
-
-@pytest.fixture(scope="session")
-def paper_store(tmp_path_factory: pytest.TempPathFactory) -> ResultsStore:
-    """The store above, built once per session; tests only read it."""
-    if "store" not in _BUILT:  # modules that import this fixture get their own fixture definition
-        _BUILT["store"] = build_paper_store(tmp_path_factory.mktemp("paper_store"))
-    return _BUILT["store"]
-
-
 @pytest.fixture
-def store(paper_store: ResultsStore) -> ResultsStore:
+def store(paper_store: ResultsStore) -> ResultsStore:  # paper_store: tests/report/conftest.py
     return paper_store
 
 

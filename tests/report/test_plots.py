@@ -9,7 +9,6 @@ import matplotlib.image as mpimg
 import pytest
 
 from fedbench.report.plots import plot_both, plot_curves
-from tests.report.test_paper import paper_store  # noqa: F401  (a fixture)
 from tests.report.test_tables import build_store
 
 

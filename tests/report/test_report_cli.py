@@ -7,7 +7,6 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from fedbench.cli import app
-from tests.report.test_paper import paper_store  # noqa: F401  (a fixture)
 
 runner = CliRunner()
 

@@ -6,11 +6,11 @@ import json
 import pytest
 from rich.console import Console
 
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario
 from fedbench.store import ResultsStore
 from fedbench.sweeps.driver import run_sweep, run_tuning
 from fedbench.sweeps.tuning import TuningError, plan, select
-from fedbench.options import RunOptions
 from tests.factories import tiny_scenario
 
 SETTINGS = RunOptions(device="cpu", threads=1)

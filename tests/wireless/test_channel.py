@@ -6,7 +6,13 @@ import numpy as np
 from scipy import integrate
 
 from fedbench.wireless.channel import (
-    channel_gain, dbm_to_watts, equal_bandwidth_delivery, on_time, place_devices, rate_bps, rayleigh_fading,
+    channel_gain,
+    dbm_to_watts,
+    equal_bandwidth_delivery,
+    on_time,
+    place_devices,
+    rate_bps,
+    rayleigh_fading,
 )
 
 

@@ -16,8 +16,8 @@ from fedbench.algorithms import ALGORITHMS, Algorithm, Upload
 from fedbench.algorithms.capabilities import Capabilities
 from fedbench.compress import Compressed
 from fedbench.engine.runner import RoundLoop, execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.options import RunOptions
 from fedbench.registry import Entry, NoParams
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore

@@ -29,7 +29,6 @@ never narrows it; on numbers without a std (most of the paper's) it is the state
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +37,15 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
+from fedbench.report.forgetting import continual_summary
 from fedbench.rooms import paper_names, paper_part
 from fedbench.report.paper import PAPER_SCALE, compare, paper_runs, paper_scales
-from fedbench.report.continual import continual_summary
 from fedbench.report.reference import (
-    ACCURACY_METRICS, CONTINUAL_METRICS, load_reference, reference_frame, reference_text,
+    ACCURACY_METRICS,
+    CONTINUAL_METRICS,
+    load_reference,
+    reference_frame,
+    reference_text,
 )
 from fedbench.report.tables import summarize
 

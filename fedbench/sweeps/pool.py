@@ -18,17 +18,18 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from fedbench.engine.runner import RunOutcome
+from fedbench.options import RunOptions
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, die_with_parent, exit_code
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepRun
-from fedbench.options import RunOptions
 from fedbench.sweeps.worker import execute, record_failure
 
 MAX_JOBS = 16

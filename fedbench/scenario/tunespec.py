@@ -47,7 +47,7 @@ class Range(StrictModel):
     choice: list[Any] | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "Range":
+    def _one(self) -> Range:
         given = [k for k in ("log_uniform", "uniform", "choice") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"a range is exactly one of log_uniform, uniform, choice; got {given or 'none'}")
@@ -70,7 +70,8 @@ class Range(StrictModel):
             lo, hi = self.uniform
             value = float(rng.uniform(lo, hi))
         else:
-            lo, hi = self.log_uniform  # type: ignore[misc]
+            assert self.log_uniform is not None  # _one: exactly one of the three is given
+            lo, hi = self.log_uniform
             value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
         return min(max(float(f"{value:.3g}"), lo), hi)
 
@@ -120,7 +121,7 @@ class SelectSpec(StrictModel):
         return target
 
     @model_validator(mode="after")
-    def _target(self) -> "SelectSpec":
+    def _target(self) -> SelectSpec:
         if self.metric == "rounds_to" and self.target is None:
             raise ValueError("metric rounds_to needs a target in (0, 1]")
         return self
@@ -138,7 +139,7 @@ class TuneSpec(StrictModel):
     validation_fraction: float = Field(default=0.1, gt=0, lt=1)
 
     @model_validator(mode="after")
-    def _checks(self) -> "TuneSpec":
+    def _checks(self) -> TuneSpec:
         if self.sampled and self.budget is None:
             raise ValueError("budget: a space with a range needs a budget ≥ 1 (the number of trials drawn)")
         return self
