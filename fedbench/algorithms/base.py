@@ -40,9 +40,10 @@ the engine's registered providers (:mod:`fedbench.engine.inputs`) fill them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -73,7 +74,9 @@ class GradFn(Protocol):
     """The engine's gradient oracle for one local step (same minibatch on every call):
     ``grad(z)`` = clip(∇f_i(z; ξ)) + λz ``[S, P]``; ``grad(z, objective)`` the gradient of an
     algorithm's own local loss (``batchable=False``); ``grad.memory(z)`` the step's replay draw's
-    gradient (``replay_apart``)."""
+    gradient (``replay_apart``); ``grad.step`` the step's index k."""
+
+    step: int  # the local step's index k in the round (0-based)
 
     def __call__(self, z: torch.Tensor, objective: Any = None) -> torch.Tensor: ...
 
@@ -305,11 +308,13 @@ def weighted_mean(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 class AlgorithmRegistry(Registry[type[Algorithm]]):
     """The algorithm registry: each entry declares its :class:`Capabilities` where it registers."""
 
-    def register(self, name: str, description: str, params: type[BaseModel] = NoParams, **caps: Any) -> Callable:
+    def register(
+        self, name: str, description: str, params: type[BaseModel] = NoParams, tags: tuple[str, ...] = (), **caps: Any
+    ) -> Callable[[type[Algorithm]], type[Algorithm]]:
         """Decorator adding an algorithm class under ``name``; ``caps`` are the fields of its
         :class:`Capabilities` (``label`` required), stored on the class as ``cls.caps``."""
         declared = Capabilities(**caps)
-        add = super().register(name, description, params)
+        add = super().register(name, description, params, tags)
 
         def register_class(cls: type[Algorithm]) -> type[Algorithm]:
             if any(entry.obj is cls for entry in self):

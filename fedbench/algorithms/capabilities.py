@@ -7,8 +7,9 @@ extras or string keys shared between modules.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 INPUTS = ("full_grad", "memory_grad", "memory_size", "bits")
 """The engine inputs an algorithm may declare (``Capabilities.inputs``), each ``[S, ...]`` per round:

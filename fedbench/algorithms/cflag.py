@@ -72,7 +72,7 @@ class AdapLRParams(BaseModel):
     min_scale: float = Field(default=0.0, ge=0, description="lower clip of β_{t,i}/β and α_{t,i}/α")
 
     @model_validator(mode="after")
-    def _scales(self) -> "AdapLRParams":
+    def _scales(self) -> AdapLRParams:
         check_order(self, "min_scale", "max_scale")
         return self
 

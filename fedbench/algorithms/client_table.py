@@ -66,6 +66,11 @@ class ClientTable:
     def clone(self) -> ClientTable:
         return type(self)(self.data.clone(), self.device)
 
+    @classmethod
+    def restore(cls, data: torch.Tensor, device: torch.device) -> ClientTable:
+        """A table of this kind holding ``data`` (a checkpoint's), rows read onto ``device``."""
+        return cls(data.to(device), device)
+
 
 class DeviceTable(ClientTable):
     """A table on the run's device."""
@@ -73,10 +78,6 @@ class DeviceTable(ClientTable):
     @classmethod
     def zeros(cls, rows: int, like: torch.Tensor) -> DeviceTable:
         return cls(like.new_zeros((rows, like.numel())), like.device)
-
-    @classmethod
-    def restore(cls, data: torch.Tensor, device: torch.device) -> DeviceTable:
-        return cls(data.to(device), device)
 
 
 class HostTable(ClientTable):

@@ -83,7 +83,7 @@ class EWCFL(Algorithm):
     def client_state(self, state: EWCState, clients: torch.Tensor) -> Penalty:
         """Each client's Φ and Ψ rows (it computed them itself, or received them at a task's end)."""
         fisher, anchor = state.fisher, state.anchor
-        if isinstance(fisher, ClientTable) and isinstance(anchor, ClientTable):
+        if isinstance(fisher, ClientTable) or isinstance(anchor, ClientTable):  # fisher: local
             return Penalty(fisher[clients], anchor[clients])
         return Penalty(fisher.expand(len(clients), -1), anchor.expand(len(clients), -1))
 

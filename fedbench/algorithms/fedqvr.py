@@ -8,7 +8,16 @@ from typing import Any, Literal, NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, GradFn, Logs, Message, RoundContext, Upload
+from fedbench.algorithms.base import (
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmContext,
+    GradFn,
+    Logs,
+    Message,
+    RoundContext,
+    Upload,
+)
 from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.state import ServerState, state
 from fedbench.compress import Compressed, StochasticQuantizer

@@ -40,7 +40,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload, weighted_mean
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext, Upload, weighted_mean
 from fedbench.optim.transform import OptState
 
 IAG = Literal["off", "batch_table", "sample"]

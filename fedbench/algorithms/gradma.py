@@ -16,7 +16,14 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedbench.algorithms.base import (
-    ALGORITHMS, Algorithm, AlgorithmContext, GradFn, Logs, RoundContext, Upload, weighted_mean,
+    ALGORITHMS,
+    Algorithm,
+    AlgorithmContext,
+    GradFn,
+    Logs,
+    RoundContext,
+    Upload,
+    weighted_mean,
 )
 from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.projection import project
@@ -113,7 +120,7 @@ class GradMAW(Algorithm):
 
     def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
         super().__init__(params, server, ctx)
-        self.blocks = ctx.blocks if params.projection == "per_tensor" else (ctx.dim,)
+        self.blocks = ctx.blocks if self.params.projection == "per_tensor" else (ctx.dim,)
 
     def worker_table(self, x0: torch.Tensor) -> ClientTable | None:
         """The table of last local models, x_0^(i) = x_0 (``prev_anchor: last_local``), or None."""
@@ -172,7 +179,7 @@ class GradMAS(Algorithm):
     QP_g). m = 0 skips memory and QP_g: FedAvgM exactly.
     """
 
-    params: GradMASParams  # type: ignore[assignment]  # GradMA's params have both sides' fields
+    params: GradMASParams
 
     def __init__(self, params: BaseModel, server: ServerOptimizer, ctx: AlgorithmContext):
         super().__init__(params, server, ctx)
@@ -182,8 +189,8 @@ class GradMAS(Algorithm):
                 f"{type(self).__name__} applies its own server momentum (params beta1) with step size server.lr; "
                 f"server.optimizer must be 'sgd' with momentum 0, got optimizer={spec.optimizer!r}, momentum={spec.momentum}"
             )
-        self.blocks = ctx.blocks if params.projection == "per_tensor" else (ctx.dim,)
-        self.slots = min(params.memory_size, ctx.num_clients)
+        self.blocks = ctx.blocks if self.params.projection == "per_tensor" else (ctx.dim,)
+        self.slots = min(self.params.memory_size, ctx.num_clients)
 
     def memory_fields(self, x0: torch.Tensor) -> dict[str, torch.Tensor]:
         """The fields of :class:`GradMASState` at round 0 beyond ``x`` and ``opt``."""
@@ -293,7 +300,7 @@ class GradMA(GradMAW, GradMAS):
     mem_red (Alg. 4) with Server_Update (Alg. 3, see :class:`GradMAS`). ``qp_fallbacks`` logs the
     blocks left unprojected by QP_l (all workers, all steps) plus QP_g."""
 
-    params: GradMAParams  # type: ignore[assignment]
+    params: GradMAParams
 
     def init_state(self, x0: torch.Tensor) -> GradMAState:
         base = Algorithm.init_state(self, x0)

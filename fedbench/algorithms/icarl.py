@@ -159,12 +159,12 @@ class ICaRLFL(Algorithm):
         """Replace the client's random slot of the task by herded exemplars with the same class counts."""
         assert data.outputs is not None and data.memory is not None
         feats, _, labels = data.outputs(x, "train", part)
-        feats, labels, part_np = F.normalize(feats, dim=1), labels.cpu().numpy(), part.cpu().numpy()
+        feats, labels_np, part_np = F.normalize(feats, dim=1), labels.cpu().numpy(), part.cpu().numpy()
         slot = data.memory.slots[client][data.task]
-        slot_labels = labels[np.isin(part_np, slot)]
+        slot_labels = labels_np[np.isin(part_np, slot)]
         kept = []
         for c in np.unique(slot_labels):
-            rows = np.flatnonzero(labels == c)
+            rows = np.flatnonzero(labels_np == c)
             picks = herding(feats[torch.as_tensor(rows, device=feats.device)], int((slot_labels == c).sum()))
             kept.append(part_np[rows[picks]])
         data.memory.slots[client][data.task] = np.sort(np.concatenate(kept)).astype(np.int64) if kept else slot

@@ -50,7 +50,7 @@ class NCCLParams(BaseModel):
     min_scale: float = Field(default=0.0, ge=0, description="lower clip of α_H/α and β_H/α")
 
     @model_validator(mode="after")
-    def _scales(self) -> "NCCLParams":
+    def _scales(self) -> NCCLParams:
         check_order(self, "min_scale", "max_scale")
         return self
 

@@ -30,7 +30,7 @@ and added to the module's ``fallbacks`` (the test suite fails if a test makes it
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -220,15 +220,15 @@ def _solve_nnls(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float
     from scipy.optimize import nnls
 
     Un, rn, kn = U.cpu().numpy(), r.cpu().numpy(), keep.cpu().numpy()
-    z = np.zeros(kn.shape)
+    z_np = np.zeros(kn.shape)
     failed = np.zeros(len(kn), dtype=bool)
     for i, (Ui, ri, ki) in enumerate(zip(Un, rn, kn)):
         if not ki.any():
             continue
         try:
-            z[i, ki], _ = nnls(Ui[:, ki], -ri, maxiter=50 * int(ki.sum()))
+            z_np[i, ki], _ = nnls(Ui[:, ki], -ri, maxiter=50 * int(ki.sum()))
         except (RuntimeError, ValueError, np.linalg.LinAlgError):
             failed[i] = True
-    z = torch.as_tensor(np.where(failed[:, None], 0.0, z), device=U.device)
+    z = torch.as_tensor(np.where(failed[:, None], 0.0, z_np), device=U.device)
     residual, _ = _kkt(U, r, keep, z)
     return z, torch.where(torch.as_tensor(failed, device=U.device), torch.inf, residual)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.utils._pytree as pytree
+from typing_extensions import dataclass_transform
 
 from fedbench.algorithms.client_table import ClientTable
 from fedbench.optim.transform import OptState
@@ -26,6 +27,7 @@ from fedbench.optim.transform import OptState
 T = TypeVar("T")
 
 
+@dataclass_transform(frozen_default=True)
 def state(cls: type[T]) -> type[T]:
     """A frozen dataclass registered as a pytree (its fields are its children)."""
     cls = dataclasses.dataclass(frozen=True)(cls)

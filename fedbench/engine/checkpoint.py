@@ -120,7 +120,7 @@ def resume_point(
     if payload.get("layout", 1) != LAYOUT:
         aside = set_aside(path, "outdated")
         warnings.warn(f"checkpoint {path} has layout {payload.get('layout', 1)}, this fedbench reads {LAYOUT}; moved to "
-                      f"{aside}; the run restarts from round 1", RuntimeWarning)
+                      f"{aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
         return None
     held = store.last_round(run_id) or 0
     if held < int(payload["round"]):

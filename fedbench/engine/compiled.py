@@ -22,8 +22,8 @@ sequential executor is never compiled.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import torch
 from torch.func import grad_and_value, vmap

@@ -7,18 +7,18 @@ clip(∇f_i(z; ξ)) + λ·z on the step's minibatch ξ — the order of ``clip_g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from fedbench.algorithms.base import Algorithm, RoundContext, Upload
 from fedbench.data.base import ArraySplit
-from fedbench.scenario import AugmentSpec
 from fedbench.engine.augment import augment_batch
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.uploads import merged
 from fedbench.models.flat import Buffers, FlatModel, Objective
+from fedbench.scenario import AugmentSpec
 
 
 @dataclass(frozen=True)

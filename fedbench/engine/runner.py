@@ -25,10 +25,10 @@ import math
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -111,7 +111,8 @@ def warn_diagnostics(run: str, declared: Mapping[str, str], extra: dict[str, Any
     for key, meaning in declared.items():
         if extra.get(key) and key not in warned:
             warned.add(key)
-            warnings.warn(f"{run}: {extra[key]} {meaning} at round {t}; the round logs count every later one", RuntimeWarning)
+            warnings.warn(f"{run}: {extra[key]} {meaning} at round {t}; the round logs count every later one", RuntimeWarning,
+                          stacklevel=1)
 
 
 def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from fedbench.algorithms import ALGORITHMS, Algorithm, AlgorithmContext
-from fedbench.optim.client import build_local_optimizer
 from fedbench.compress import build_compressor
 from fedbench.continual.tasks import TaskStream, split_tasks
 from fedbench.data import DatasetSplits, load_dataset
@@ -21,11 +20,12 @@ from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.precision import default_dtype, train_dtype
-from fedbench.options import DEVICE_PATTERN
 from fedbench.engine.validation import split_clients
-from fedbench.models.flat import Buffers, FlatModel
 from fedbench.models import build_model
+from fedbench.models.flat import Buffers, FlatModel
+from fedbench.optim.client import build_local_optimizer
 from fedbench.optim.server import ServerOptimizer
+from fedbench.options import DEVICE_PATTERN
 from fedbench.scenario import RunSpec
 from fedbench.seeding import numpy_stream, torch_seed
 

@@ -19,13 +19,23 @@ check refuses ``local.optimizer: adam`` for the others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from fedbench.optim.transform import (
-    Moments, OptState, Transform, apply, chain, precondition, scale_by_lr, second_of, stateless, step_of,
+    Moments,
+    OptState,
+    Transform,
+    apply,
+    chain,
+    precondition,
+    scale_by_lr,
+    second_of,
+    stateless,
+    step_of,
 )
 
 

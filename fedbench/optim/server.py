@@ -24,18 +24,25 @@ operations are those the optimizers were pinned with (``tests/optim/frozen.py``)
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.optim.transform import (
-    Moments, OptState, Transform, apply, chain, identity, precondition, scale_by_lr, second_of, stateless, step_of,
+    Moments,
+    OptState,
+    Transform,
+    apply,
+    chain,
+    identity,
+    precondition,
+    scale_by_lr,
+    second_of,
+    stateless,
+    step_of,
 )
-
-
-class Count(NamedTuple):
-    step: torch.Tensor  # t, int64 scalar
 
 
 class Count(NamedTuple):

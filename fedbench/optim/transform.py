@@ -21,7 +21,8 @@ operations each was pinned with) live next to their table.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 

@@ -24,8 +24,8 @@ from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
 from fedbench.scenario import RunSpec
 from fedbench.store import DB_NAME, DONE, ResultsStore, read_statuses
-from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps import tuning
+from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps.grid import SweepPoint, SweepRun, expand, sweep_runs
 from fedbench.sweeps.pool import default_jobs
 from fedbench.sweeps.worker import record_of

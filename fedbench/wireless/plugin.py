@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import RoundContext
 from fedbench.compress import BITS_PER_FLOAT, bound_bits
-from fedbench.models.flat import Buffers
-from fedbench.engine.local import LocalConfig, LocalResult
+from fedbench.engine.local import LocalResult
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.uploads import aggregation_weights, client_upload_bits
 from fedbench.wireless.uplink import RoundRadio, Uplink

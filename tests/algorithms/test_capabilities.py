@@ -3,8 +3,8 @@
 import pytest
 
 from fedbench.algorithms import ALGORITHMS, Algorithm
-from fedbench.algorithms.capabilities import Capabilities
 from fedbench.algorithms.base import AlgorithmRegistry
+from fedbench.algorithms.capabilities import Capabilities
 from fedbench.catalog import catalog
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -19,11 +20,11 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
 from fedbench.algorithms.cflag import adaptive_rates
-from tests.algorithms.toy import run_rows
-from fedbench.optim.client import LocalAdam, LocalOptimizer
 from fedbench.engine.uploads import decoded, merged
+from fedbench.optim.client import LocalAdam, LocalOptimizer
 from fedbench.optim.server import ServerOptimizer
 from fedbench.optim.spec import ServerSpec
+from tests.algorithms.toy import run_rows
 from tests.continual.common import COLS, P, matrix, raw_with, run, spec_of
 
 SIZES = (4, 5, 3)
@@ -118,7 +119,7 @@ def drive(algo, toy: Toy, batched: bool = False, schedule=SCHEDULE, memory_on=ME
         weights = n / n.sum()
         ctx = algo.prepare_round(state, ctx, weights)
         if batched:
-            _, up = run_rows(algo, ctx, [steps_of[i] for i in clients], lambda k: toy.oracle(clients, t, k, on))
+            _, up = run_rows(algo, ctx, [steps_of[i] for i in clients], partial(toy.oracle, clients, t, memory=on))
         else:
             parts = []
             for row, i in enumerate(clients):

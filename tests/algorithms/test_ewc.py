@@ -6,7 +6,6 @@ and Split-digits records the accuracy matrix in task and class mode."""
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 
 import numpy as np

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.algorithms.base import Upload
 from fedbench.algorithms import RoundContext
+from fedbench.algorithms.base import Upload
 from fedbench.compress import build_compressor
 from tests.algorithms.test_fedqvr import quantizer_np
 from tests.algorithms.toy import Quadratics, iterate_rounds, make_algorithm, run_rounds, weights_np

@@ -17,12 +17,12 @@ from torch.nn.utils import vector_to_parameters
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.fedmlb import MLBObjective
-from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.engine.runner import RoundLoop, execute_run
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.models import build_model
+from fedbench.models.flat import FlatModel
+from fedbench.options import RunOptions
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.factories import tiny_scenario

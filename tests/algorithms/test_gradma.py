@@ -27,9 +27,8 @@ def drive(algo, fed, x0, schedule, steps, lr, weighting="samples"):
 
 
 def last(iterable):
-    for item in iterable:
-        pass
-    return item
+    *_, final = iterable
+    return final
 
 
 # -- independent reference ----------------------------------------------------------------------

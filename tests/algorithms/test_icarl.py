@@ -21,11 +21,10 @@ from fedbench.algorithms.icarl import ICaRLObjective, herding
 from fedbench.continual.memory import ReplayMemory
 from fedbench.continual.tasks import TaskStream
 from fedbench.engine.continual import ContinualStream
-from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
-from fedbench.scenario import run_id_of
 from fedbench.models import build_model
-from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
+from fedbench.models.flat import FlatModel
+from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs, run_id_of
 from fedbench.store import ResultsStore
 from tests.algorithms.toy import Quadratics, make_algorithm
 from tests.continual.common import COLS, P, loop_of, matrix, raw_with, run

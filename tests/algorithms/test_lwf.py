@@ -12,9 +12,9 @@ from torch.nn.utils import vector_to_parameters
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.lwf import LwFObjective, old_heads
-from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
+from fedbench.models.flat import FlatModel
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
 from tests.continual.common import COLS, P, loop_of, matrix, raw_with, run
 

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.engine.runner import RoundLoop, execute_run, sample_clients
-from fedbench.options import RunOptions
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.algorithms.toy import Quadratics, make_algorithm, run_rounds, weights_np

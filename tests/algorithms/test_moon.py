@@ -15,13 +15,13 @@ from torch.nn.utils import vector_to_parameters
 
 from fedbench.algorithms import ALGORITHMS, RoundContext
 from fedbench.algorithms.moon import MoonObjective
-from fedbench.models.flat import FlatModel
-from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.engine.executor import choose_executor
+from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.engine.runner import RoundLoop, execute_run
-from fedbench.engine.uploads import decoded
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.engine.uploads import decoded
 from fedbench.models import build_model
+from fedbench.models.flat import FlatModel
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.algorithms.toy import Quadratics, make_algorithm

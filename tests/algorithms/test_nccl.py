@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from fedbench.engine.batched import BatchedOracle
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.continual import ContinualStream
-from fedbench.models.flat import FlatModel
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
+from fedbench.models.flat import FlatModel
 from fedbench.scenario import AugmentSpec
 from tests.algorithms.test_cflag import ADAM, LR, MEMORY_ON, SCHEDULE, STEPS, X0, Toy, build, drive
 from tests.continual.common import P, loop_of, raw_with, run, spec_of

@@ -8,8 +8,8 @@ from fractions import Fraction
 import cvxpy as cp
 import numpy as np
 import pytest
-import torch
 import scipy.optimize
+import torch
 from scipy.optimize import nnls
 
 from fedbench.algorithms import projection
@@ -356,9 +356,7 @@ def test_dual_solvers_satisfy_kkt_on_r_form(solver, C):
     rng = np.random.default_rng(7)
     Ms = [rng.normal(size=(C, 6)) for _ in range(5)] + [rng.normal(size=(C, 2))]  # the last: rank 2 < C
     ps = [rng.normal(size=M.shape[1]) for M in Ms]
-    U, r, keep = r_form(Ms[:5], ps[:5])
-    U2, r2, keep2 = r_form(Ms[5:], ps[5:])
-    for U, r, keep in ((U, r, keep), (U2, r2, keep2)):
+    for U, r, keep in (r_form(Ms[:5], ps[:5]), r_form(Ms[5:], ps[5:])):
         z, ok = solver(U, r, keep, 1e-12)
         assert ok.all()
         s = (U.transpose(1, 2) @ (U @ z.unsqueeze(-1) + r.unsqueeze(-1))).squeeze(-1)

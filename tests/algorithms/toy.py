@@ -45,7 +45,7 @@ def make_algorithm(name: str, fed: Quadratics, server: dict | None = None, compr
 class ToyOracle:
     """The exact gradient of client i's quadratic at every row, for local step ``step``."""
 
-    def __init__(self, fed: "Quadratics", i: int, step: int = 0):
+    def __init__(self, fed: Quadratics, i: int, step: int = 0):
         self.grad, self.step = fed.oracle(i), step
 
     def __call__(self, z: torch.Tensor, objective=None) -> torch.Tensor:
@@ -54,9 +54,7 @@ class ToyOracle:
 
 def run_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[int]], steps: list[int], lr: float, weighting: str = "samples"):
     """Drive the hooks like the sequential engine; returns the final state."""
-    state = algo.init_state(torch.tensor(x0))
-    for state, _ in iterate_rounds(algo, fed, x0, schedule, steps, lr, weighting):
-        pass
+    *_, (state, _) = iterate_rounds(algo, fed, x0, schedule, steps, lr, weighting)
     return state
 
 

@@ -1,9 +1,9 @@
 """The transform shape itself: chain order, each transform's own state, the step that ``apply`` returns."""
 
+from typing import NamedTuple
+
 import pytest
 import torch
-
-from typing import NamedTuple
 
 from fedbench.optim.transform import EMPTY, Moments, Transform, apply, chain, identity, precondition, scale_by_lr
 

@@ -13,8 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fedbench.cli import app
-from fedbench.papers import paper_names, paper_part
-from fedbench.papers import reproduce as rp
+from fedbench.papers import paper_names, paper_part, reproduce as rp
 from fedbench.papers.targets import SCALES, Continual, PaperRoom, Plot, ScenarioTable, Target, Tuning
 from fedbench.sweeps.grid import expand_file
 

@@ -7,10 +7,18 @@ import re
 import numpy as np
 
 from fedbench.report.claims.base import (
-    NOISE_K, Check, Numbers, StoreNumbers, Verdict, claim, close, greater, judge, within,
+    NOISE_K,
+    Check,
+    Numbers,
+    StoreNumbers,
+    Verdict,
+    claim,
+    close,
+    greater,
+    judge,
+    within,
 )
 from fedbench.report.reference import reference_frame
-
 
 # ---------------------------------------------------------------------------------------------
 # FedCAMS (notes §8). The paper's main results are curves (Figs. 1–7, reference tables `fig*`

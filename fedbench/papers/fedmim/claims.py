@@ -6,7 +6,6 @@ import re
 
 from fedbench.report.claims.base import Check, Numbers, Verdict, claim, greater, judge
 
-
 # ---------------------------------------------------------------------------------------------
 # FedMIM (notes §5)
 

@@ -17,7 +17,17 @@ import math
 import pandas as pd
 
 from fedbench.report.claims.base import (
-    NOISE_K, Check, Numbers, StoreNumbers, Verdict, claim, close, fewer, greater, judge, within,
+    NOISE_K,
+    Check,
+    Numbers,
+    StoreNumbers,
+    Verdict,
+    claim,
+    close,
+    fewer,
+    greater,
+    judge,
+    within,
 )
 
 BLOCKS = {"I-CIFAR-10": ("CIFAR-10", "CIFAR-10 + HLU", 70), "I-MNIST": ("MNIST", "MNIST + HLU", 95)}

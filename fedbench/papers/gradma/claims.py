@@ -15,7 +15,18 @@ import math
 
 import pandas as pd
 
-from fedbench.report.claims.base import NOISE_K, Check, Numbers, StoreNumbers, Verdict, claim, close, fewer, greater, judge
+from fedbench.report.claims.base import (
+    NOISE_K,
+    Check,
+    Numbers,
+    StoreNumbers,
+    Verdict,
+    claim,
+    close,
+    fewer,
+    greater,
+    judge,
+)
 
 GRADMA_TIE = 0.5  # points: "GradMA ≥ GradMA-S" where within this of it counts as a tie (notes §8.3)
 _MNIST_W = ["MNIST S=10 ω=1.0", "MNIST S=10 ω=0.1", "MNIST S=10 ω=0.01"]
@@ -25,7 +36,7 @@ _STRONG = ["MNIST S=10 ω=0.01", "MNIST ω=0.01 S=5", "CIFAR-10 S=10 ω=0.01"]
 
 def _greater_all(nums: Numbers, columns: list[str], winners: list[str], losers: list[str]) -> Verdict:
     t1 = nums.acc("1")
-    return judge([greater(c, w, t1.loc[w, c], l, t1.loc[l, c]) for c in columns for w in winners for l in losers])
+    return judge([greater(c, w, t1.loc[w, c], loser, t1.loc[loser, c]) for c in columns for w in winners for loser in losers])
 
 
 @claim("gradma", "1a", "Strong heterogeneity (ω = 0.01): GradMA and GradMA-S > FedAvg, FedProx and MOON (Table 1)")

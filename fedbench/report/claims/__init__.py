@@ -5,9 +5,28 @@ Importing this package imports no room (the report sits below :mod:`fedbench.pap
 
 from fedbench.report.claims import base
 from fedbench.report.claims.base import (
-    KINDS, NOISE_K, VERDICTS, Check, Claim, ClaimResult, Numbers, StoreNumbers, Verdict,
-    check_claims, claim, close, fewer, format_claims, greater, judge, resolve_scale, rich_claims, tally, tolerance,
-    within, write_claims,
+    KINDS,
+    NOISE_K,
+    VERDICTS,
+    Check,
+    Claim,
+    ClaimResult,
+    Numbers,
+    StoreNumbers,
+    Verdict,
+    check_claims,
+    claim,
+    close,
+    fewer,
+    format_claims,
+    greater,
+    judge,
+    resolve_scale,
+    rich_claims,
+    tally,
+    tolerance,
+    within,
+    write_claims,
 )
 from fedbench.rooms import paper_names, paper_part, room_dir
 

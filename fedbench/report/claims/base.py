@@ -38,7 +38,6 @@ import pandas as pd
 from rich.table import Table
 
 from fedbench.report.forgetting import continual_summary
-from fedbench.rooms import paper_names, paper_part
 from fedbench.report.paper import PAPER_SCALE, compare, paper_runs, paper_scales
 from fedbench.report.reference import (
     ACCURACY_METRICS,
@@ -48,6 +47,7 @@ from fedbench.report.reference import (
     reference_text,
 )
 from fedbench.report.tables import summarize
+from fedbench.rooms import paper_names, paper_part
 
 VERDICTS = ("holds", "fails", "inconclusive", "not run", "not reported")
 KINDS = ("paper", "accounting")  # a result the paper states / an identity of fedbench's bookkeeping
