@@ -1,7 +1,7 @@
 """Minibatch augmentation on the training device: random horizontal flips and padded random
 crops, drawn per batch from the stream ``("augment", client, position)`` — no per-sample Python.
 
-The papers that augment (FedMIM, FedDyn, FL-Simulator) flip with probability ½ and take a random
+The convention of the papers that augment (docs/scenarios.md): flip with probability ½ and take a random
 H×W crop of the image zero-padded by ``crop_padding`` pixels on every side. The draws
 (:func:`augment_draws`) and their application (:func:`apply_augment`) are apart so that the
 batched executor can draw a whole round up front and augment all S clients' batches at once.

@@ -1,13 +1,14 @@
 """The axes a scenario adds to plain FL: a registry of the round plug-in each spec block attaches.
 
 A run gets, in registration order, the plug-in of every registered block present in its spec
-(``continual``: the task stream, C-FLAG Sec. 7; ``wireless``: FedQVR-E's uplink, Sec. V;
+(``continual``: a stream of tasks with replay memories, :mod:`fedbench.continual.stream`;
+``wireless``: a deadline-constrained uplink with a bandwidth allocation, :mod:`fedbench.wireless.plugin`;
 ``validation``: the held-out validation score of a tuning trial, docs/tuning.md). A new axis is a
 block in the schema, a :class:`~fedbench.engine.plugins.RoundPlugin` and one :func:`register_axis`
-line; the round loop does not change. An axis may register its plug-in by entry point,
-``"package.module:Name"``, imported only when a spec has the block: the wireless plug-in's module
-(and cvxpy, its allocation's solver) loads for wireless runs only, and the engine imports no axis
-outside it (tests/test_layout.py).
+line; the round loop does not change. An axis outside the engine registers its plug-in by entry
+point, ``"package.module:Name"``, imported only when a spec has the block: the wireless plug-in's
+module (and cvxpy, its allocation's solver) loads for wireless runs only, and the engine imports no
+axis package (tests/test_layout.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fedbench.engine.continual import ContinualStream
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.engine.validation import ValidationScore
 
@@ -55,7 +55,7 @@ def register_axis(block: str, build: PluginFactory | str) -> None:
     AXES = (*AXES, Axis(block, build))
 
 
-register_axis("continual", ContinualStream)
+register_axis("continual", "fedbench.continual.stream:ContinualStream")
 register_axis("wireless", "fedbench.wireless.plugin:WirelessUplink")
 register_axis("validation", ValidationScore)
 

@@ -7,7 +7,8 @@ state is one cursor per client (samples consumed so far), so a run resumed from 
 draws exactly the batches an uninterrupted run would. A batch never straddles two epochs: the
 last batch of an epoch holds the remaining ``n_i mod B`` samples — unless that remainder is a
 single sample and ``drop_singleton`` is set (``local.drop_singleton_batch``): then that sample is
-skipped for this epoch, as the GradMA code does, because BatchNorm cannot train on a batch of one.
+skipped for this epoch (as some papers' code does, docs/scenarios.md), because BatchNorm cannot train on a
+batch of one.
 """
 
 from __future__ import annotations

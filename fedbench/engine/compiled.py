@@ -32,8 +32,8 @@ from fedbench.engine.batched_layers import RowLayers
 from fedbench.models.flat import Buffers
 from fedbench.options import COMPILE_CHOICES  # noqa: F401  (the vocabulary lives with the run options)
 
-# Local steps from which ``auto`` compiles: twice the break-even of the smallest win measured, GradMA's
-# tiny MLP at S = 4 on a CPU (1.4 ms a step saved against 13.5 s of compilation from an empty cache:
+# Local steps from which ``auto`` compiles: twice the break-even of the smallest win measured, a tiny
+# MLP at S = 4 on a CPU (1.4 ms a step saved against 13.5 s of compilation from an empty cache:
 # about 9,600 steps; benchmarks/README.md).
 COMPILE_MIN_STEPS = 20_000
 

@@ -7,7 +7,7 @@ on a CPU, where the vmapped step measured slower than the per-client loop (bench
 Without a chunk size the batched path sizes its chunks from free device memory on CUDA (a
 one-client probe of the step's peak memory, :func:`probe_client_bytes`) and holds
 :data:`DEFAULT_CPU_CHUNK` clients on a CPU. Algorithms with ``batchable = False`` (their own local
-loss: MOON, FedMLB) always run sequentially. A batched run compiles its step per ``--compile``
+loss, :class:`~fedbench.models.flat.Objective`) always run sequentially. A batched run compiles its step per ``--compile``
 (:func:`~fedbench.engine.compiled.compile_choice`). The choice and its reasons are one line of the
 run log.
 """

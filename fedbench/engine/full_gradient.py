@@ -1,5 +1,5 @@
-"""Gradients over a client's whole local data (MimeLite's c_i, SCAFFOLD option I, C-FLAG's memory
-gradients, EWC's Fisher), computed for all listed clients as one batched computation.
+"""Gradients over a client's whole local data (the engine input ``full_grad``, a replay memory's
+gradient, a diagonal Fisher at a task's end), computed for all listed clients as one batched computation.
 
 Convention (the same on every executor and device):
 
@@ -101,7 +101,7 @@ def full_local_gradients(
     cfg: LocalConfig,
     keys: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """∇f_i(point) over each listed client's whole local data ``[S, P]`` (MimeLite's c_i, SCAFFOLD
-    option I): :func:`client_gradients` with the run's clipping/weight-decay convention."""
+    """∇f_i(point) over each listed client's whole local data ``[S, P]`` (the engine input
+    ``full_grad``): :func:`client_gradients` with the run's clipping/weight-decay convention."""
     grads = client_gradients(model, buffers, train, parts, point, batch_size, keys=keys)
     return cfg.finish(grads, point.unsqueeze(0).expand(len(parts), -1))

@@ -25,7 +25,7 @@ from fedbench.scenario import AugmentSpec
 class LocalConfig:
     """The per-step settings of local work (from the scenario's ``local`` block) and the run's seed;
     ``replay(client, position)`` (continual experience replay) returns memory indices to join each
-    minibatch, or None; ``replay_apart`` (the algorithm's ``replay_apart``, NCCL-FL) keeps that draw
+    minibatch, or None; ``replay_apart`` (the algorithm's ``replay_apart`` capability) keeps that draw
     apart from the minibatch in the gradient oracles (``grad.memory``)."""
 
     weight_decay: float
@@ -79,17 +79,17 @@ class LocalConfig:
 class GradientOracle:
     """Minibatch gradient at any point(s) for one client and one local step.
 
-    ``grad(points, objective)`` differentiates an algorithm's own local loss (MOON, FedMLB; see
+    ``grad(points, objective)`` differentiates an algorithm's own local loss (an
     :class:`~fedbench.models.flat.Objective`) instead of cross-entropy; only this sequential
     oracle accepts one, so such algorithms set ``batchable = False``.
 
     BatchNorm running statistics are updated by the step's first evaluation only — the gradient
-    at the point the client trains; an algorithm's auxiliary evaluations (FedSAM's perturbed
-    point, GradMA's x_{τ−1} and x_t) see the same statistics but leave them untouched, as SAM
-    implementations and the GradMA code (separate models for the anchors) do.
+    at the point the client trains; an algorithm's auxiliary evaluations (a perturbed point, an
+    earlier iterate, the global model) see the same statistics but leave them untouched, as the
+    reference implementations that evaluate such points on separate models do.
 
     With ``memory_from`` = m (``replay_apart``), samples m… of the batch are the step's replay draw:
-    ``grad`` uses the first m only and ``memory(points)`` differentiates the draw (NCCL-FL's ∇f_I).
+    ``grad`` uses the first m only and ``memory(points)`` differentiates the draw.
     ``step`` is the local step's index k in the round.
     """
 

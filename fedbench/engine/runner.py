@@ -12,9 +12,11 @@ cross-entropy of an untrained model's uniform guess). Smaller finite blow-ups fi
 flagged in the tables (:mod:`fedbench.report.health`).
 
 Every other axis is a round plug-in attached by its scenario block (:mod:`fedbench.engine.axes`):
-the wireless uplink of FedQVR-E (:mod:`fedbench.wireless.plugin`) and the continual task stream of
-C-FLAG (:mod:`fedbench.engine.continual`). Their hooks (:mod:`fedbench.engine.plugins`) run around
-sampling, local work, aggregation and evaluation; the loop itself has no branch for either.
+a wireless uplink (:mod:`fedbench.wireless.plugin`), a continual task stream
+(:mod:`fedbench.continual.stream`). Their hooks (:mod:`fedbench.engine.plugins`) run around sampling,
+local work, aggregation and evaluation; the loop itself has no branch for either. What an algorithm
+needs beyond the minibatch gradient comes from the providers of :mod:`fedbench.engine.inputs`, and
+what it reports beyond the metrics from its declared diagnostics; the loop names no algorithm.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def sample_clients(num: int, per_round: int, seed: int, round_: int, device: tor
 
 def local_consistency(final: torch.Tensor) -> float:
     """(1/S)Σ_i ‖x_{i,K} − x̄‖² with x̄ = (1/S)Σ_i x_{i,K}: the dispersion of the clients' final
-    local models (FedMIM Fig. 2b; lower means more consistent local updates)."""
+    local models (lower means more consistent local updates; docs/adding-an-algorithm.md)."""
     return float(((final - final.mean(0)) ** 2).sum(1).mean())
 
 

@@ -146,7 +146,7 @@ def task_setup(spec: RunSpec, data: DatasetSplits, seed: int) -> TaskSetup:
 
 
 def subsample(indices: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """A random ⌈fraction·n⌉ of a client's indices (sorted), e.g. the FedCAMS code's 80% local subset."""
+    """A random ⌈fraction·n⌉ of a client's indices (sorted), e.g. a paper code's 80% local subset."""
     keep = rng.permutation(len(indices))[: math.ceil(fraction * len(indices))]
     return np.sort(np.asarray(indices)[keep])
 

@@ -2,7 +2,7 @@
 
 On a CPU, torch splits the reductions of a matmul or convolution over its intra-op threads, so the
 rounding — and after a few hundred rounds the accuracy — depends on how many threads there are
-(FedQVR on tiny MNIST: 92.56 ± 2.67 % final accuracy with one thread, 92.67 ± 0.94 % with two).
+(one tiny MNIST table: 92.56 ± 2.67 % final accuracy with one thread, 92.67 ± 0.94 % with two).
 Every run therefore trains with a fixed thread count, ``DEFAULT_THREADS`` unless ``--threads`` says
 otherwise, whatever ``OMP_NUM_THREADS`` or the machine's core count is; the count is logged in round 1.
 """

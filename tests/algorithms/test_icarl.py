@@ -19,8 +19,8 @@ from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.base import TaskData
 from fedbench.algorithms.icarl import ICaRLObjective, herding
 from fedbench.continual.memory import ReplayMemory
+from fedbench.continual.stream import ContinualStream
 from fedbench.continual.tasks import TaskStream
-from fedbench.engine.continual import ContinualStream
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
 from fedbench.models.flat import FlatModel

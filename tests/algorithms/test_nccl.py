@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fedbench.continual.stream import ContinualStream
 from fedbench.engine.batched import BatchedOracle
 from fedbench.engine.batched_layers import RowLayers
-from fedbench.engine.continual import ContinualStream
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
 from fedbench.models.flat import FlatModel

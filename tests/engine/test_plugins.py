@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import torch
 
+from fedbench.continual.stream import ContinualStream
 from fedbench.engine import axes
 from fedbench.engine.axes import Axis, build_plugins
-from fedbench.engine.continual import ContinualStream
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run

@@ -16,14 +16,15 @@ task's slot (:class:`~fedbench.continual.memory.ReplayMemory`), and ``Algorithm.
 indices, features/logits at any point, the memories); its logs may replace the ``task_acc`` row (iCaRL's NME).
 ``test_acc``/``test_loss`` of a continual run are over the test samples of the tasks seen so far.
 
-Memory use: ``RoundContext.memory_grad`` = ∇f_i†(x_t) on ``replay_batch`` memory samples drawn
-from the ``("replay", t, i)`` stream (or the whole memory, ``memory.gradient: full``) for algorithms
-declaring ``memory_gradient``; per-step replay (ER) joins ``replay_batch`` samples drawn from the
+Memory use: the engine inputs ``memory_grad`` = ∇f_i†(x_t) on ``replay_batch`` memory samples drawn
+from the ``("replay", t, i)`` stream (or the whole memory, ``memory.gradient: full``) and ``memory_size``,
+for algorithms that declare them (:meth:`ContinualStream.provide`); per-step replay (ER) joins ``replay_batch`` samples drawn from the
 ``("replay_step", task, i, position)`` stream to every local minibatch.
 
 Hooks (:class:`~fedbench.engine.plugins.RoundPlugin`): ``begin_round`` (task switch, logs ``task``),
-``learning_rate``, ``local_config`` (per-step replay), ``before_local_work`` (memory gradients),
-``evaluate`` (seen tasks; the matrix row), ``after_evaluation`` (task end), checkpoint entry ``continual``.
+``learning_rate``, ``local_config`` (per-step replay), ``provide`` (memory gradients),
+``evaluate`` (seen tasks; the matrix row), ``after_evaluation`` (task end: the algorithm's state after
+its ``end_task``), checkpoint entry ``continual``.
 """
 
 from __future__ import annotations
