@@ -66,8 +66,17 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             logging.getLogger("flwr").setLevel(logging.WARNING)
             start = time.perf_counter()
             rounds, seconds, out = time_flower(
-                case, spec["case"], spec["clients"], spec["rounds"], spec["warmup"], spec["min_seconds"], device,
-                spec["cpus_per_client"], spec["gpus_per_client"], spec["threads"], spec["tf32"],
+                case,
+                spec["case"],
+                spec["clients"],
+                spec["rounds"],
+                spec["warmup"],
+                spec["min_seconds"],
+                device,
+                spec["cpus_per_client"],
+                spec["gpus_per_client"],
+                spec["threads"],
+                spec["tf32"],
             )
             extra["device_peak"] = max((m.get("peak-device-bytes", 0) for m in out["metrics"].values()), default=0)
             extra["warmup_s"] = time.perf_counter() - start - seconds  # all but the timed rounds
@@ -75,7 +84,13 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
             from benchmarks.fedbench_harness import time_fedbench
 
             rounds, seconds, extra["warmup_s"] = time_fedbench(
-                case, spec["clients"], spec["rounds"], spec["warmup"], spec["min_seconds"], device, spec["executor"],
+                case,
+                spec["clients"],
+                spec["rounds"],
+                spec["warmup"],
+                spec["min_seconds"],
+                device,
+                spec["executor"],
                 spec["chunk"],
             )
             extra["device_peak"] = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
@@ -92,7 +107,7 @@ def spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any] | str:
         return f"timed out after {timeout:.0f} s"
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     return f"failed (exit {proc.returncode}): " + (proc.stderr.strip().splitlines() or ["no output"])[-1]
 
 
@@ -115,9 +130,15 @@ def main() -> None:
     parser.add_argument("--no-flower", action="store_true", help="skip Flower")
     parser.add_argument("--flower-cpus-per-client", type=float, default=None, help="default 1 (CPU), threads/4 (CUDA)")
     parser.add_argument("--flower-gpus-per-client", type=float, default=None, help="default 0.25 on CUDA")
-    parser.add_argument("--chunk", type=int, default=None, help="fedbench batched: clients per chunk (default: "
-                        "the engine's choice on CUDA, the whole round on a CPU)")
-    parser.add_argument("--tf32", choices=("on", "off"), default="on", help="CUDA: TF32 matmuls/convolutions (as local.tf32)")
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="fedbench batched: clients per chunk (default: the engine's choice on CUDA, the whole round on a CPU)",
+    )
+    parser.add_argument(
+        "--tf32", choices=("on", "off"), default="on", help="CUDA: TF32 matmuls/convolutions (as local.tf32)"
+    )
     parser.add_argument("--max-round-tflop", type=float, default=None, help="skip (model, S) whose round needs more")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     parser.add_argument("--out", help="also write the Markdown table here")
@@ -127,7 +148,9 @@ def main() -> None:
         print("RESULT " + json.dumps(run_one(json.loads(args.one))), flush=True)
         return
     if args.warmup < 1:
-        parser.error("--warmup must be at least 1: the first round builds models and caches (and, for Flower, starts Ray)")
+        parser.error(
+            "--warmup must be at least 1: the first round builds models and caches (and, for Flower, starts Ray)"
+        )
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     cases = [(name, case_named(name)) for name in args.cases.split(",")]
@@ -138,7 +161,9 @@ def main() -> None:
         executors.remove("flower")
         print("flwr is not installed (pip install -e .[bench]): Flower left out", file=sys.stderr)
     cpus_per_client = args.flower_cpus_per_client or (max(1, args.threads // 4) if cuda else 1)
-    gpus_per_client = args.flower_gpus_per_client if args.flower_gpus_per_client is not None else (0.25 if cuda else 0.0)
+    gpus_per_client = (
+        args.flower_gpus_per_client if args.flower_gpus_per_client is not None else (0.25 if cuda else 0.0)
+    )
 
     torch.set_num_threads(args.threads)
     tf32 = args.tf32 == "on"
@@ -170,9 +195,17 @@ def main() -> None:
             results: dict[str, dict[str, Any] | str] = {}
             for executor in executors:
                 spec = {
-                    "case": name, "clients": clients, "rounds": args.rounds, "warmup": args.warmup,
-                    "min_seconds": args.min_seconds, "device": str(device), "executor": executor, "threads": args.threads,
-                    "cpus_per_client": cpus_per_client, "gpus_per_client": gpus_per_client, "chunk": args.chunk,
+                    "case": name,
+                    "clients": clients,
+                    "rounds": args.rounds,
+                    "warmup": args.warmup,
+                    "min_seconds": args.min_seconds,
+                    "device": str(device),
+                    "executor": executor,
+                    "threads": args.threads,
+                    "cpus_per_client": cpus_per_client,
+                    "gpus_per_client": gpus_per_client,
+                    "chunk": args.chunk,
                     "tf32": tf32,
                 }
                 results[executor] = spawn(spec, args.timeout)
@@ -198,8 +231,13 @@ def _peak(device: torch.device, tf32: bool) -> float:
 
 
 def _rows(
-    label: str, clients: int, per_client: int, flops: float, peak: float,
-    results: dict[str, dict[str, Any] | str], cuda: bool,
+    label: str,
+    clients: int,
+    per_client: int,
+    flops: float,
+    peak: float,
+    results: dict[str, dict[str, Any] | str],
+    cuda: bool,
 ) -> list[str]:
     """Table rows of one (model, S): one per executor."""
     rate = {e: r["rounds"] for e, r in results.items() if isinstance(r, dict) and "rounds" in r}

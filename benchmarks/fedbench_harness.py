@@ -35,7 +35,9 @@ def batched_chunk(model: FlatModel, data: ArraySplit, case: Case, device: torch.
     """Clients per batched chunk by default: the engine's choice on CUDA, the whole round on a CPU."""
     if device.type != "cuda":
         return None
-    return choose_executor("batched", device, probe=lambda: probe_client_bytes(model, model.buffers(), data, case.batch, cfg)).chunk
+    return choose_executor(
+        "batched", device, probe=lambda: probe_client_bytes(model, model.buffers(), data, case.batch, cfg)
+    ).chunk
 
 
 def fedavg_rounds(
@@ -51,7 +53,9 @@ def fedavg_rounds(
     n = case.samples_per_client
     index = [torch.arange(i * n, (i + 1) * n, device=device) for i in range(clients)]
     model = FlatModel(initial_model(case).to(device))
-    ctx = AlgorithmContext(clients, model.dim, torch.ones(clients, device=device), device, 0, Compressor(NoParams(), ()))
+    ctx = AlgorithmContext(
+        clients, model.dim, torch.ones(clients, device=device), device, 0, Compressor(NoParams(), ())
+    )
     algo = ALGORITHMS.get("fedavg").obj(NoParams(), ServerOptimizer(ServerSpec()), ctx)
     state = algo.init_state(model.flatten())
     batcher = ClientBatcher(index, case.batch, 0)
@@ -79,7 +83,13 @@ def fedavg_rounds(
 
 
 def time_fedbench(
-    case: Case, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device, executor: str,
+    case: Case,
+    clients: int,
+    rounds: int,
+    warmup: int,
+    min_seconds: float,
+    device: torch.device,
+    executor: str,
     chunk: int | None = None,
 ) -> tuple[int, float, float]:
     """``(timed rounds, seconds, warm-up seconds)``: after ``warmup`` untimed FedAvg rounds (the

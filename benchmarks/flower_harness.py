@@ -83,14 +83,24 @@ def _max_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
 def fedavg_strategy(clients: int) -> FedAvg:
     """Flower's FedAvg with all ``clients`` nodes training every round and no client evaluation."""
     return FedAvg(
-        fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=clients, min_available_nodes=clients,
+        fraction_train=1.0,
+        fraction_evaluate=0.0,
+        min_train_nodes=clients,
+        min_available_nodes=clients,
         train_metrics_aggr_fn=_max_metrics,
     )
 
 
 def server_app(
-    case_name: str, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device, threads: int,
-    out: dict[str, Any], tf32: bool = True,
+    case_name: str,
+    clients: int,
+    rounds: int,
+    warmup: int,
+    min_seconds: float,
+    device: torch.device,
+    threads: int,
+    out: dict[str, Any],
+    tf32: bool = True,
 ) -> ServerApp:
     """A ServerApp driving Flower's FedAvg round by round — ``configure_train`` →
     ``Grid.send_and_receive`` → ``aggregate_train``, what ``Strategy.start`` does per round less
@@ -107,7 +117,9 @@ def server_app(
         server_round = 0
         while server_round < warmup + rounds or stamps[-1] - stamps[warmup] < min_seconds:
             server_round += 1
-            messages = strategy.configure_train(server_round, arrays, train_config(case_name, device, threads, tf32), grid)
+            messages = strategy.configure_train(
+                server_round, arrays, train_config(case_name, device, threads, tf32), grid
+            )
             replies = list(grid.send_and_receive(messages=messages, timeout=3600))
             new_arrays, metrics[server_round] = strategy.aggregate_train(server_round, replies)
             if new_arrays is None:
@@ -131,8 +143,17 @@ def backend_config(cpus_per_client: float, gpus_per_client: float, total_cpus: i
 
 
 def time_flower(
-    case: Case, case_name: str, clients: int, rounds: int, warmup: int, min_seconds: float, device: torch.device,
-    cpus_per_client: float, gpus_per_client: float, total_cpus: int, tf32: bool = True,
+    case: Case,
+    case_name: str,
+    clients: int,
+    rounds: int,
+    warmup: int,
+    min_seconds: float,
+    device: torch.device,
+    cpus_per_client: float,
+    gpus_per_client: float,
+    total_cpus: int,
+    tf32: bool = True,
 ) -> tuple[int, float, dict[str, Any]]:
     """``(timed rounds, seconds, outputs of server_app)`` for Flower's simulation (Ray
     start-up and the first round's model building and data generation fall in the warm-up)."""
@@ -140,7 +161,9 @@ def time_flower(
 
     out: dict[str, Any] = {}
     run_simulation(
-        server_app=server_app(case_name, clients, rounds, warmup, min_seconds, device, max(1, int(cpus_per_client)), out, tf32),
+        server_app=server_app(
+            case_name, clients, rounds, warmup, min_seconds, device, max(1, int(cpus_per_client)), out, tf32
+        ),
         client_app=client_app,
         num_supernodes=clients,
         backend_config=backend_config(cpus_per_client, gpus_per_client, total_cpus),

@@ -30,8 +30,12 @@ def first_round(tmp: Path) -> float:
     """Seconds from process start to the quick start's first recorded round (its store row)."""
     out = tmp / "out"
     start = time.perf_counter()
-    proc = subprocess.Popen([*FEDBENCH, "run", "configs/quickstart.yaml", "--out", str(out), "--only", "FedAvg",
-                             "--seeds", "0", "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*FEDBENCH, "run", "configs/quickstart.yaml", "--out", str(out), "--only", "FedAvg", "--seeds", "0", "--quiet"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     db = out / "fedbench.sqlite"
     while True:
         if db.exists():
@@ -63,8 +67,12 @@ def main() -> None:
             "fedbench validate configs/quickstart.yaml": [*FEDBENCH, "validate", "configs/quickstart.yaml"],
         }
         rows = [(name, statistics.median(wall(args) for _ in range(repeat))) for name, args in cases.items()]
-        rows.append(("fedbench run configs/quickstart.yaml: first round recorded",
-                     statistics.median(first_round(Path(tmp) / str(i)) for i in range(repeat))))
+        rows.append(
+            (
+                "fedbench run configs/quickstart.yaml: first round recorded",
+                statistics.median(first_round(Path(tmp) / str(i)) for i in range(repeat)),
+            )
+        )
     print(f"| command | seconds (median of {repeat}) |\n|---|---|")
     for name, seconds in rows:
         print(f"| `{name}` | {seconds:.2f} |")

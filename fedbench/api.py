@@ -55,8 +55,13 @@ def scenario(source: Mapping[str, Any] | str, scale: str | None = None, override
 
     raw = parse_yaml(source, "scenario") if isinstance(source, str) else dict(source)  # parsing copies it
     if isinstance(raw, str):
-        raise ScenarioError([f"(top level): expected YAML text of a mapping, got the string {raw!r}; to read a "
-                             "scenario file, use fedbench.api.load(path)"], "scenario")
+        raise ScenarioError(
+            [
+                f"(top level): expected YAML text of a mapping, got the string {raw!r}; to read a "
+                "scenario file, use fedbench.api.load(path)"
+            ],
+            "scenario",
+        )
     return parse_scenario(raw, "scenario", list(overrides), scale)
 
 
@@ -117,8 +122,10 @@ def _as_scenario(source: Scenario | str | Path, scale: str | None, overrides: Se
     if isinstance(source, (str, Path)):
         return load(source, scale, overrides)
     if scale is not None or overrides:
-        raise ValueError("scale and overrides apply to a scenario file; for a Scenario object, build it with "
-                         "fedbench.api.load(path, scale, overrides) or scenario(raw, scale, overrides)")
+        raise ValueError(
+            "scale and overrides apply to a scenario file; for a Scenario object, build it with "
+            "fedbench.api.load(path, scale, overrides) or scenario(raw, scale, overrides)"
+        )
     return source
 
 
@@ -205,8 +212,13 @@ class Results:
         return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
     def plot(
-        self, x: str = "round", metric: str = "test_acc", algorithms: Sequence[str] | None = None,
-        name: str | None = None, figures_dir: str | Path = "figures", scenario: str | None = None,
+        self,
+        x: str = "round",
+        metric: str = "test_acc",
+        algorithms: Sequence[str] | None = None,
+        name: str | None = None,
+        figures_dir: str | Path = "figures",
+        scenario: str | None = None,
     ) -> list[Path]:
         """Write the PNG figures ``fedbench plot --x X --metric M`` writes (one per scenario) and return
         their paths (:func:`fedbench.report.plots.plot_curves`)."""

@@ -26,15 +26,26 @@ REFERENCE_INPUTS: dict[str, tuple[tuple[int, ...], int, str]] = {
 
 def _params_of(entry) -> str:
     fields = entry.params.model_fields
-    return ", ".join(k if f.is_required() else f"{k}={f.get_default(call_default_factory=True)!r}" for k, f in fields.items()) or "—"
+    return (
+        ", ".join(
+            k if f.is_required() else f"{k}={f.get_default(call_default_factory=True)!r}" for k, f in fields.items()
+        )
+        or "—"
+    )
 
 
 def catalog() -> dict[str, list[tuple[str, ...]]]:
     """Section → rows; the first row of each section is its header."""
     algos = [("name", "label", "description", "params (defaults)", "server defaults", "compression")]
     algos += [
-        (e.name, e.obj.caps.label, e.description, _params_of(e), str(dict(e.obj.caps.server) or "—"),
-         "yes" if e.obj.caps.compression else "—")
+        (
+            e.name,
+            e.obj.caps.label,
+            e.description,
+            _params_of(e),
+            str(dict(e.obj.caps.server) or "—"),
+            "yes" if e.obj.caps.compression else "—",
+        )
         for e in ALGORITHMS
     ]
     datasets = [("name", "description", "params (defaults)")]
@@ -50,6 +61,15 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
     partitions = [("kind", "description", "params (defaults)")]
     partitions += [(e.name, e.description, _params_of(e)) for e in PARTITIONS]
     compressors = [("kind", "description", "params (defaults)", "unbiased")]
-    compressors += [(e.name, e.description, _params_of(e), "yes" if e.obj.unbiased else "no (use error feedback)") for e in COMPRESSORS]
-    sections = {"algorithms": algos, "datasets": datasets, "models": models, "partitions": partitions, "compressors": compressors}
+    compressors += [
+        (e.name, e.description, _params_of(e), "yes" if e.obj.unbiased else "no (use error feedback)")
+        for e in COMPRESSORS
+    ]
+    sections = {
+        "algorithms": algos,
+        "datasets": datasets,
+        "models": models,
+        "partitions": partitions,
+        "compressors": compressors,
+    }
     return {name: [tuple(escape(cell) for cell in row) for row in rows] for name, rows in sections.items()}

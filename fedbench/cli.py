@@ -36,10 +36,16 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="fedbench's, torch's and Python's versions and the dependency lock's; then exit"),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="fedbench's, torch's and Python's versions and the dependency lock's; then exit",
+    ),
 ) -> None:
     """fedbench: run federated-learning scenarios from YAML, then build paper-style tables and curves."""
+
 
 OUT = typer.Option(Path("results"), "--out", help="results folder: SQLite index + checkpoints")
 SETS = typer.Option(None, "--set", help="override a scenario key, e.g. --set rounds=5 --set partition.omega=0.5")
@@ -95,8 +101,13 @@ def _store_errors(out: Path) -> Iterator[None]:
         console.print(_red(f"{exc}; choose another --out, or move that file aside"), soft_wrap=True)
         raise typer.Exit(2) from None
     except sqlite3.DatabaseError as exc:
-        console.print(_red(f"results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
-                           "then recomputed) or choose another --out"), soft_wrap=True)
+        console.print(
+            _red(
+                f"results store {out / DB_NAME} cannot be used ({exc}); move it aside (finished runs are "
+                "then recomputed) or choose another --out"
+            ),
+            soft_wrap=True,
+        )
         raise typer.Exit(2) from None
 
 
@@ -114,8 +125,11 @@ def _interrupts() -> Iterator[None]:
         console.print(f"[yellow]{escape(str(exc))}[/yellow]", soft_wrap=True)
         raise typer.Exit(exc.code) from None
     except KeyboardInterrupt as exc:
-        console.print("[yellow]interrupted; run the same command to resume (finished runs are skipped, interrupted ones "
-                      "resume from their last checkpoint)[/yellow]", soft_wrap=True)
+        console.print(
+            "[yellow]interrupted; run the same command to resume (finished runs are skipped, interrupted ones "
+            "resume from their last checkpoint)[/yellow]",
+            soft_wrap=True,
+        )
         raise typer.Exit(exit_code(exc)) from None
 
 
@@ -139,9 +153,12 @@ def _read_store(out: Path | None, scenario: str | None = None):
         found = [f for f, names in held.items() if scenario is None or scenario in names]
         if len(found) != 1:
             listing = "; ".join(f"{f}/ ({', '.join(held[f][:3])}{', …' if len(held[f]) > 3 else ''})" for f in found)
-            fail(f"no results store at {RESULTS}/ and {'none' if not found else 'several'} under it"
-                 + (f" with scenario {scenario!r}" if scenario else "") + (f": {listing}" if listing else "")
-                 + "; pass --out, or run a scenario first (fedbench run configs/quickstart.yaml)")
+            fail(
+                f"no results store at {RESULTS}/ and {'none' if not found else 'several'} under it"
+                + (f" with scenario {scenario!r}" if scenario else "")
+                + (f": {listing}" if listing else "")
+                + "; pass --out, or run a scenario first (fedbench run configs/quickstart.yaml)"
+            )
         out = found[0]
         console.print(f"store: {out}/")
     out = out if out is not None else RESULTS
@@ -168,10 +185,16 @@ def _parse_seeds(seeds: str | None) -> list[int] | None:
     if seeds is None:
         return None
     parts = [s.strip() for s in seeds.split(",")]
-    if (not all(p.isascii() and p.isdigit() and int(p) <= MAX_SEED for p in parts)
-            or len(set(map(int, parts))) != len(parts)):
-        console.print(_red(f"--seeds: expected distinct integers from 0 to {MAX_SEED} (2⁶³ − 1) separated by commas, "
-                           f"like 0,1,2; got {seeds!r}"), soft_wrap=True)
+    if not all(p.isascii() and p.isdigit() and int(p) <= MAX_SEED for p in parts) or len(set(map(int, parts))) != len(
+        parts
+    ):
+        console.print(
+            _red(
+                f"--seeds: expected distinct integers from 0 to {MAX_SEED} (2⁶³ − 1) separated by commas, "
+                f"like 0,1,2; got {seeds!r}"
+            ),
+            soft_wrap=True,
+        )
         raise typer.Exit(2)
     return [int(p) for p in parts]
 
@@ -185,9 +208,14 @@ def run(
     only: str | None = typer.Option(None, help="comma-separated algorithm labels or names to run"),
     scale: str | None = SCALE,
     overrides: list[str] | None = SETS,
-    quiet: bool = typer.Option(False, "--quiet", help="one line per finished run, no progress bars or summary "
-                               "(for several `fedbench run` processes sharing a terminal)"),
-    *, options: RunOptions,
+    quiet: bool = typer.Option(
+        False,
+        "--quiet",
+        help="one line per finished run, no progress bars or summary "
+        "(for several `fedbench run` processes sharing a terminal)",
+    ),
+    *,
+    options: RunOptions,
 ) -> None:
     """Run every (algorithm, seed) of a scenario; finished runs are skipped, interrupted ones resume."""
     from fedbench.runs import check_only, run_scenario, selected
@@ -232,12 +260,25 @@ def _data_present(datasets, options: RunOptions) -> None:
         raise typer.Exit(2)
 
 
-ESTIMATE = typer.Option(False, "--estimate/--no-estimate", help="time a few rounds of each kind of run on this "
-                        "device and print the hours of the runs to do (off by default: it trains, up to --probe-budget s)")
-PROBE_BUDGET = typer.Option(60.0, "--probe-budget", min=1.0, help="--estimate: seconds of probing at most "
-                            "(a probe begun is finished; kinds of run left out are scaled from a similar one)")
-RATES = typer.Option(None, "--rates", help="--estimate: price with the seconds per round of this YAML file instead "
-                     "of probing (docs/datasets.md#gpu-hours)")
+ESTIMATE = typer.Option(
+    False,
+    "--estimate/--no-estimate",
+    help="time a few rounds of each kind of run on this "
+    "device and print the hours of the runs to do (off by default: it trains, up to --probe-budget s)",
+)
+PROBE_BUDGET = typer.Option(
+    60.0,
+    "--probe-budget",
+    min=1.0,
+    help="--estimate: seconds of probing at most "
+    "(a probe begun is finished; kinds of run left out are scaled from a similar one)",
+)
+RATES = typer.Option(
+    None,
+    "--rates",
+    help="--estimate: price with the seconds per round of this YAML file instead "
+    "of probing (docs/datasets.md#gpu-hours)",
+)
 
 
 def _estimator(on: bool, options: RunOptions, budget: float, rates: Path | None = None):
@@ -261,10 +302,13 @@ def validate(
     scale: str | None = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
     overrides: list[str] | None = SETS,
     estimate: bool = ESTIMATE,
-    out: Path = typer.Option(Path("results"), "--out", help="--estimate: runs this store holds done count zero (read only)"),
+    out: Path = typer.Option(
+        Path("results"), "--out", help="--estimate: runs this store holds done count zero (read only)"
+    ),
     probe_budget: float = PROBE_BUDGET,
     rates: Path | None = RATES,
-    *, options: RunOptions,
+    *,
+    options: RunOptions,
 ) -> None:
     """Check a scenario (at every scale it defines) without training; show the resolved runs (and, with
     --estimate, their hours on this device from a short timed probe run as the run options say; datasets
@@ -287,7 +331,8 @@ def validate(
         console.print(
             f"[bold]{sc.name}[/bold]: {_kv(first.dataset)} · {_kv(first.model)} · {sc.clients.per_round} of "
             f"{sc.clients.num} clients per round · {_kv(first.partition)} · {len(sc.runs)} algorithm(s) × seeds "
-            f"{sc.seeds} = {runs} run(s) of {sc.rounds} rounds ({runs * sc.rounds} rounds in all)", soft_wrap=True,
+            f"{sc.seeds} = {runs} run(s) of {sc.rounds} rounds ({runs * sc.rounds} rounds in all)",
+            soft_wrap=True,
         )
         table = Table()
         for col in ("label", "algorithm", "params", "server (non-default)", "spec hash"):
@@ -327,7 +372,8 @@ def tune(
     ),
     tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_tuning.md and .csv are written"),
     overrides: list[str] | None = SETS,
-    *, options: RunOptions,
+    *,
+    options: RunOptions,
 ) -> None:
     """Tune a scenario's entries (docs/tuning.md): run the missing trials, select, run the chosen settings."""
     from fedbench.options import BACKENDS
@@ -337,8 +383,9 @@ def tune(
     _choice("--backend", backend, BACKENDS)
     sc = _load(scenario, overrides, scale)
     if not sc.tuned:
-        console.print(f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]",
-                      soft_wrap=True)
+        console.print(
+            f"[red]{scenario}: no `tune:` block, on the scenario or on an entry (docs/tuning.md)[/red]", soft_wrap=True
+        )
         raise typer.Exit(2)
     plan = tuning.plan(sc)
     with _store_errors(out):
@@ -367,29 +414,49 @@ def _trial_status(runs, out: Path) -> list[str]:
     from fedbench.store import DB_NAME, ResultsStore
 
     status = ResultsStore(out, read_only=True).status if (out / DB_NAME).exists() else (lambda run_id: None)
-    return [f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}"
-            for r in runs]
+    return [
+        f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}"
+        for r in runs
+    ]
 
 
 @app.command()
 @run_options()
 def sweep(
-    files: list[Path] = typer.Argument(..., metavar="FILES", help="grid files (base + grid of dotted keys) or scenario files (one point each)"),
+    files: list[Path] = typer.Argument(
+        ..., metavar="FILES", help="grid files (base + grid of dotted keys) or scenario files (one point each)"
+    ),
     backend: str = BACKEND,
-    jobs: int | None = typer.Option(None, "--jobs", help="local: worker processes (default: CPUs / cpus-per-run, "
-                                       "at most 16; one per GPU with CUDA); ray: CPUs of the local instance it starts"),
+    jobs: int | None = typer.Option(
+        None,
+        "--jobs",
+        help="local: worker processes (default: CPUs / cpus-per-run, "
+        "at most 16; one per GPU with CUDA); ray: CPUs of the local instance it starts",
+    ),
     address: str | None = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto or ray://head:10001"),
-    cpus_per_run: float | None = typer.Option(None, "--cpus-per-run", help="CPUs reserved per run (default: "
-                                                 "--threads, the torch threads each run trains with)"),
-    gpus_per_run: float = typer.Option(0.0, "--gpus-per-run", help="ray: GPUs per run, fractional for small models (0.25)"),
+    cpus_per_run: float | None = typer.Option(
+        None,
+        "--cpus-per-run",
+        help="CPUs reserved per run (default: --threads, the torch threads each run trains with)",
+    ),
+    gpus_per_run: float = typer.Option(
+        0.0, "--gpus-per-run", help="ray: GPUs per run, fractional for small models (0.25)"
+    ),
     max_retries: int = typer.Option(2, "--max-retries", help="ray: resubmissions of a run whose worker died"),
     out: Path = OUT,
     scale: str | None = typer.Option(None, "--scale", help="scale of every file, replacing grid files' `scale:`"),
     seeds: str | None = typer.Option(None, help="comma-separated seeds, replacing every point's seeds"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"),
-    strict: bool = typer.Option(False, "--strict", help="refuse the whole sweep when a grid point is invalid (default: "
-                                "report and skip it, run the valid points, exit 1 at the end)"),
-    *, options: RunOptions,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the expanded runs and whether each is done; run nothing"
+    ),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="refuse the whole sweep when a grid point is invalid (default: "
+        "report and skip it, run the valid points, exit 1 at the end)",
+    ),
+    *,
+    options: RunOptions,
 ) -> None:
     """Run grids of scenarios (or several scenario files) locally or on Ray; runs already finished are skipped."""
     from fedbench.options import BACKENDS
@@ -403,12 +470,17 @@ def sweep(
     runs = grid.sweep_runs(points)
     with _store_errors(out):
         if dry_run:
-            console.print("\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True)
+            console.print(
+                "\n".join(driver.plan_lines(points, runs, out)), highlight=False, markup=False, soft_wrap=True
+            )
             raise typer.Exit(1 if skipped else 0)
         _before_runs([r.spec for r in runs], options, out, check_data=address is None)
         with _interrupts():
-            summary = _or_exit(lambda: driver.run_sweep(
-                runs, out, backend, jobs, options, cpus_per_run, gpus_per_run, address, max_retries, console))
+            summary = _or_exit(
+                lambda: driver.run_sweep(
+                    runs, out, backend, jobs, options, cpus_per_run, gpus_per_run, address, max_retries, console
+                )
+            )
     if skipped:
         console.print(f"[red]{len(skipped)} invalid grid point(s) were skipped (listed above)[/red]")
     if summary.failed or skipped:
@@ -416,9 +488,11 @@ def sweep(
 
 
 @app.command("list")
-def list_(what: str = typer.Argument(
-    "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors"
-)) -> None:
+def list_(
+    what: str = typer.Argument(
+        "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors"
+    ),
+) -> None:
     """List the registered algorithms, datasets, models (with parameter counts), partitions and compressors."""
     from fedbench.catalog import catalog
 
@@ -462,11 +536,19 @@ def plot(
     out: Path | None = READ_OUT,
     scenario: str | None = typer.Option(None, help="scenario name (default: every scenario in the store)"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG curves are written"),
-    x: str = typer.Option("both", help="x axis: round, bits (all traffic), uplink (per-client uplink bits, "
-                          "FedCAMS's bit axes) or both (round and bits)"),
-    metric: str = typer.Option("test_acc", help="y axis: test_acc, consistency, client_acc_std, train_loss, or a "
-                               "dotted path to a number in the rounds' extra logs, e.g. cflag.Gamma"),
-    algorithm: list[str] | None = typer.Option(None, "--algorithm", help="only these labels, in this order (repeatable)"),
+    x: str = typer.Option(
+        "both",
+        help="x axis: round, bits (all traffic), uplink (per-client uplink bits, "
+        "FedCAMS's bit axes) or both (round and bits)",
+    ),
+    metric: str = typer.Option(
+        "test_acc",
+        help="y axis: test_acc, consistency, client_acc_std, train_loss, or a "
+        "dotted path to a number in the rounds' extra logs, e.g. cflag.Gamma",
+    ),
+    algorithm: list[str] | None = typer.Option(
+        None, "--algorithm", help="only these labels, in this order (repeatable)"
+    ),
     name: str | None = typer.Option(None, help="figure name inserted in the file name, e.g. fig1"),
 ) -> None:
     """Draw a metric (test accuracy by default) vs rounds, communicated bits or uplink bits (mean over seeds with a band)."""
@@ -485,8 +567,10 @@ def plot(
             with _store_errors(store.out_dir):
                 paths = plot_curves(store, figures_dir, scenario, axis, metric, algorithm, name)
         except UnknownMetric as exc:
-            console.print(f"[red]--metric must be one of {', '.join(METRICS)} or a dotted path to a number in the "
-                          f"extra logs: {exc}[/red]")
+            console.print(
+                f"[red]--metric must be one of {', '.join(METRICS)} or a dotted path to a number in the "
+                f"extra logs: {exc}[/red]"
+            )
             raise typer.Exit(2) from None
         except ValueError as exc:
             console.print(_red(exc), soft_wrap=True)
@@ -500,8 +584,9 @@ def continual(
     out: Path | None = READ_OUT,
     scenario: str | None = typer.Option(None, help="scenario name (default: every continual scenario in the store)"),
     tables_dir: Path = typer.Option(Path("tables"), help="where <scenario>_continual.md/.csv are written"),
-    figures_dir: Path = typer.Option(Path("figures"), help="where the accuracy-matrix heat map and the "
-                                     "average-accuracy-per-task curve are written"),
+    figures_dir: Path = typer.Option(
+        Path("figures"), help="where the accuracy-matrix heat map and the average-accuracy-per-task curve are written"
+    ),
 ) -> None:
     """Continual scenarios: Acc and Forgetting per algorithm (mean ± std over seeds), accuracy-matrix heat maps and
     the average accuracy over the tasks seen after each task (C-FLAG Fig. 2)."""
@@ -512,7 +597,9 @@ def continual(
     for p in paths:
         if p.suffix == ".md":
             console.print(p.read_text())
-    console.print("\n".join(f"wrote {p}" for p in paths) or "[yellow]no continual runs in the store: nothing written[/]")
+    console.print(
+        "\n".join(f"wrote {p}" for p in paths) or "[yellow]no continual runs in the store: nothing written[/]"
+    )
 
 
 PAPER = typer.Option(..., "--paper", help="paper key, e.g. fedmim (its room: fedbench/papers/<paper>/)")
@@ -547,14 +634,19 @@ def compare(
     for t in report.rich_comparison(_or_exit(report.compare, store, paper, table, scale), paper, table, store):
         console.print(t)
     paths = report.write_comparison(store, paper, table, tables_dir, scale)
-    console.print("\n".join(f"wrote {p}" for p in paths) or "[yellow]no runs of this table in the store: nothing written[/]")
+    console.print(
+        "\n".join(f"wrote {p}" for p in paths) or "[yellow]no runs of this table in the store: nothing written[/]"
+    )
 
 
 @app.command()
 def claims(
-    paper: str = PAPER, out: Path | None = READ_OUT, tables_dir: Path = TABLES_DIR,
-    scale: str | None = typer.Option(None, "--scale", help="the scale whose runs are checked, e.g. tiny (needed when "
-                                        "the store holds several)"),
+    paper: str = PAPER,
+    out: Path | None = READ_OUT,
+    tables_dir: Path = TABLES_DIR,
+    scale: str | None = typer.Option(
+        None, "--scale", help="the scale whose runs are checked, e.g. tiny (needed when the store holds several)"
+    ),
 ) -> None:
     """Check a paper's claims on one scale's reproduced numbers and on the paper's; writes <paper>_claims_<scale>.md."""
     from fedbench.report import claims as report
@@ -563,13 +655,17 @@ def claims(
     if not _has_runs(store):
         return
     scale = _or_exit(report.resolve_scale, store, paper, scale)
-    console.print(report.rich_claims(_or_exit(report.check_claims, store, paper, scale), f"{paper} claims, {scale} scale"))
+    console.print(
+        report.rich_claims(_or_exit(report.check_claims, store, paper, scale), f"{paper} claims, {scale} scale")
+    )
     console.print(f"wrote {report.write_claims(store, paper, tables_dir, scale)}")
 
 
 @app.command()
 def tuning(
-    paper: str = PAPER, out: Path | None = READ_OUT, tables_dir: Path = TABLES_DIR,
+    paper: str = PAPER,
+    out: Path | None = READ_OUT,
+    tables_dir: Path = TABLES_DIR,
     scale: str = typer.Option("paper", "--scale", help="the scale of the tuned scenarios: tiny, small or paper"),
 ) -> None:
     """Write a paper's tuning table at a scale (<paper>_tuning_<scale>.md): per method and column, the chosen
@@ -593,8 +689,9 @@ def report_(
     scale: str | None = typer.Option(None, "--scale", help="with --paper: tiny, small or paper"),
     tables_dir: Path = typer.Option(Path("tables"), help="where a paper's tables and claims are read"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG figures are read"),
-    html: Path | None = typer.Option(None, "--html", help="the page to write (default: <out>/report.html, "
-                                        "or reports/<paper>_<scale>.html)"),
+    html: Path | None = typer.Option(
+        None, "--html", help="the page to write (default: <out>/report.html, or reports/<paper>_<scale>.html)"
+    ),
 ) -> None:
     """One self-contained HTML page (tables, notes, figures embedded) of a results store, or of a paper's
     tables and figures at one scale; it opens offline, and the same inputs give the same bytes."""
@@ -610,15 +707,24 @@ def report_(
 
 @app.command()
 def bits(
-    model: str = typer.Argument(..., metavar="MODEL", help="model name, e.g. resnet18 or convmixer (see `fedbench list models`)"),
+    model: str = typer.Argument(
+        ..., metavar="MODEL", help="model name, e.g. resnet18 or convmixer (see `fedbench list models`)"
+    ),
     input: str = typer.Option("3x32x32", "--input", help="input shape C×H×W, e.g. 3x32x32"),
     classes: int = typer.Option(10, "--classes", help="number of classes"),
     rounds: int = typer.Option(500, "--rounds", help="rounds T"),
     compressor: list[str] | None = typer.Option(
-        None, "--compressor", help="one row per use: sign, topk:ratio=1/64, stochastic:bits=2 "
-        "(default: FedCAMS Table 2's sign and top-k 1/64, 1/128, 1/256)"),
-    paper: str | None = typer.Option(None, "--paper", help="show this paper's printed values beside ours; "
-                                        "exit code 1 unless every one agrees to 3 significant figures"),
+        None,
+        "--compressor",
+        help="one row per use: sign, topk:ratio=1/64, stochastic:bits=2 "
+        "(default: FedCAMS Table 2's sign and top-k 1/64, 1/128, 1/256)",
+    ),
+    paper: str | None = typer.Option(
+        None,
+        "--paper",
+        help="show this paper's printed values beside ours; "
+        "exit code 1 unless every one agrees to 3 significant figures",
+    ),
     tables_dir: Path = TABLES_DIR,
 ) -> None:
     """Communication bits per client over T rounds from the model's size (FedCAMS Tables 1–2), without training."""
@@ -659,23 +765,31 @@ def costs(
 @run_options()
 def reproduce(
     paper: str | None = typer.Argument(None, metavar="PAPER", help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),
-    targets: list[str] | None = typer.Argument(None, metavar="TARGET", help="its targets, e.g. table1 fig5 (default: all; --list)"),
+    targets: list[str] | None = typer.Argument(
+        None, metavar="TARGET", help="its targets, e.g. table1 fig5 (default: all; --list)"
+    ),
     scale: str = typer.Option("paper", "--scale", help="paper, small or tiny"),
     out: Path | None = typer.Option(None, "--out", help="results folder (default: results/<scale>)"),
     backend: str = BACKEND,
-    jobs: int | None = typer.Option(None, "--jobs", help="local worker processes (default: every CPU at tiny, one "
-                                       "otherwise; one torch thread per run); ray: CPUs of the instance it starts"),
+    jobs: int | None = typer.Option(
+        None,
+        "--jobs",
+        help="local worker processes (default: every CPU at tiny, one "
+        "otherwise; one torch thread per run); ray: CPUs of the instance it starts",
+    ),
     address: str | None = typer.Option(None, "--address", help="ray: cluster to join, e.g. auto"),
     tables_dir: Path = typer.Option(Path("tables"), help="where the tables and claims are written"),
     figures_dir: Path = typer.Option(Path("figures"), help="where the figures are written"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print what would run and be written; run and write nothing"),
     list_: bool = typer.Option(False, "--list", help="every paper's targets with run counts and how many are done"),
-    first_tables: bool = typer.Option(False, "--first-tables", help="every paper's first table (its room's "
-                                      "first_table), paper by paper; no PAPER"),
+    first_tables: bool = typer.Option(
+        False, "--first-tables", help="every paper's first table (its room's first_table), paper by paper; no PAPER"
+    ),
     estimate: bool = ESTIMATE,
     probe_budget: float = PROBE_BUDGET,
     rates: Path | None = RATES,
-    *, options: RunOptions,
+    *,
+    options: RunOptions,
 ) -> None:
     """Reproduce a paper's tables and figures: run what is missing (sweep engine), then write its
     paper / ours tables, claims and figures. The paper rooms are in fedbench/papers/. Every run and

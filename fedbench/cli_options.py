@@ -29,31 +29,97 @@ PANEL = "Run options"
 console = Console(stderr=True)  # errors go to stderr
 
 DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one Typer declaration)
-    "device": (str, typer.Option("auto", "--device", rich_help_panel=PANEL,
-                                 help="auto (CUDA if present), cpu, cuda, cuda:N or mps")),
-    "data_dir": (Path, typer.Option(Path("data"), "--data-dir", rich_help_panel=PANEL,
-                                    help="where real datasets are, or are downloaded to (docs/datasets.md)")),
-    "download": (bool, typer.Option(False, "--download", rich_help_panel=PANEL,
-                                    help="fetch a missing torchvision dataset into --data-dir (needs a network)")),
-    "executor": (str, typer.Option("auto", "--executor", rich_help_panel=PANEL, help=(
-        "client training: batched (the S clients in vmapped chunks), sequential (reference), or auto (batched on "
-        "a GPU, chunks sized to its free memory; sequential on a CPU; reproduce: each target's own choice)"))),
-    "chunk": (int | None, typer.Option(None, "--chunk", min=1, rich_help_panel=PANEL, help=(
-        "batched: clients per vmapped chunk (default: sized to free GPU memory, 16 on a CPU); same numbers "
-        "for every size"))),
-    "compile_step": (str, typer.Option("auto", "--compile", rich_help_panel=PANEL, help=(
-        "batched: run the vmapped step through torch.compile: on, off, or auto (on for runs of ≥ 20,000 "
-        "local steps); equal to float tolerance"))),
-    "client_state": (str, typer.Option("device", "--client-state", rich_help_panel=PANEL, help=(
-        "device | host: keep per-client [N, P] tables (SCAFFOLD's c_i, error feedback, GradMA's last "
-        "models, ...) in pinned host memory; same numbers"))),
-    "threads": (int, typer.Option(DEFAULT_THREADS, "--threads", min=1, rich_help_panel=PANEL, help=(
-        "torch CPU threads per run; CPU numbers are identical only for the same count (the committed "
-        "outputs use the default)"))),
+    "device": (
+        str,
+        typer.Option(
+            "auto", "--device", rich_help_panel=PANEL, help="auto (CUDA if present), cpu, cuda, cuda:N or mps"
+        ),
+    ),
+    "data_dir": (
+        Path,
+        typer.Option(
+            Path("data"),
+            "--data-dir",
+            rich_help_panel=PANEL,
+            help="where real datasets are, or are downloaded to (docs/datasets.md)",
+        ),
+    ),
+    "download": (
+        bool,
+        typer.Option(
+            False,
+            "--download",
+            rich_help_panel=PANEL,
+            help="fetch a missing torchvision dataset into --data-dir (needs a network)",
+        ),
+    ),
+    "executor": (
+        str,
+        typer.Option(
+            "auto",
+            "--executor",
+            rich_help_panel=PANEL,
+            help=(
+                "client training: batched (the S clients in vmapped chunks), sequential (reference), or auto (batched on "
+                "a GPU, chunks sized to its free memory; sequential on a CPU; reproduce: each target's own choice)"
+            ),
+        ),
+    ),
+    "chunk": (
+        int | None,
+        typer.Option(
+            None,
+            "--chunk",
+            min=1,
+            rich_help_panel=PANEL,
+            help=(
+                "batched: clients per vmapped chunk (default: sized to free GPU memory, 16 on a CPU); same numbers "
+                "for every size"
+            ),
+        ),
+    ),
+    "compile_step": (
+        str,
+        typer.Option(
+            "auto",
+            "--compile",
+            rich_help_panel=PANEL,
+            help=(
+                "batched: run the vmapped step through torch.compile: on, off, or auto (on for runs of ≥ 20,000 "
+                "local steps); equal to float tolerance"
+            ),
+        ),
+    ),
+    "client_state": (
+        str,
+        typer.Option(
+            "device",
+            "--client-state",
+            rich_help_panel=PANEL,
+            help=(
+                "device | host: keep per-client [N, P] tables (SCAFFOLD's c_i, error feedback, GradMA's last "
+                "models, ...) in pinned host memory; same numbers"
+            ),
+        ),
+    ),
+    "threads": (
+        int,
+        typer.Option(
+            DEFAULT_THREADS,
+            "--threads",
+            min=1,
+            rich_help_panel=PANEL,
+            help=(
+                "torch CPU threads per run; CPU numbers are identical only for the same count (the committed "
+                "outputs use the default)"
+            ),
+        ),
+    ),
 }
 RENAMED = {"client_executor": ("--client-executor", "--executor")}  # old spelling → the option it became
-BACKEND = typer.Option("local", "--backend", help="process placement: local (worker processes here) or ray "
-                       "(tasks on a Ray cluster)")
+BACKEND = typer.Option(
+    "local", "--backend", help="process placement: local (worker processes here) or ray (tasks on a Ray cluster)"
+)
 
 
 def fail(message: str) -> None:
@@ -81,8 +147,10 @@ def run_options(leave_out: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]
         own = [p for p in sig.parameters.values() if p.name != "options"]
         keyword = inspect.Parameter.KEYWORD_ONLY
         added = [inspect.Parameter(n, keyword, default=DECLARED[n][1], annotation=DECLARED[n][0]) for n in names]
-        added += [inspect.Parameter(n, keyword, default=typer.Option(None, old, hidden=True), annotation=str | None)
-                  for n, (old, _) in RENAMED.items()]
+        added += [
+            inspect.Parameter(n, keyword, default=typer.Option(None, old, hidden=True), annotation=str | None)
+            for n, (old, _) in RENAMED.items()
+        ]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:

@@ -10,8 +10,14 @@ import warnings
 from typing import Any, TextIO
 
 
-def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: TextIO | None = None, line: str | None = None) -> None:
+def one_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     """:func:`warnings.showwarning` of the command line (the signature is Python's)."""
     text = " ".join(str(message).split())
     stream: Any = file if file is not None else sys.stderr

@@ -128,7 +128,9 @@ IDENTITY_BITS = 24  # B ≥ this: the grid step (max|z| − min|z|)/(2^B − 1) 
 
 class StochasticParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    bits: int = Field(ge=1, le=IDENTITY_BITS, description="B: magnitude bits per coordinate (2^B levels), plus one sign bit")
+    bits: int = Field(
+        ge=1, le=IDENTITY_BITS, description="B: magnitude bits per coordinate (2^B levels), plus one sign bit"
+    )
 
 
 def stochastic_quantize(z: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Tensor:
@@ -152,7 +154,9 @@ def stochastic_quantize(z: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Te
 
 
 @COMPRESSORS.register(
-    "stochastic", "unbiased stochastic B-bit quantizer per tensor on [min|z|, max|z|]: d(B+1) + 64·tensors bits", StochasticParams
+    "stochastic",
+    "unbiased stochastic B-bit quantizer per tensor on [min|z|, max|z|]: d(B+1) + 64·tensors bits",
+    StochasticParams,
 )
 class StochasticQuantizer(Compressor):
     """Q(z, B) of FedQVR Eqs. 7–8 on magnitudes, one (min, max) pair per parameter tensor
@@ -190,7 +194,9 @@ class StochasticQuantizer(Compressor):
                 start += size
         return out
 
-    def with_bits(self, x: torch.Tensor, bits: torch.Tensor, seed: int, round_: int, clients: torch.Tensor) -> Compressed:
+    def with_bits(
+        self, x: torch.Tensor, bits: torch.Tensor, seed: int, round_: int, clients: torch.Tensor
+    ) -> Compressed:
         """Rows ``x`` [S, P] quantized with per-row widths ``bits`` [S] (integers ≥ 1), same random
         stream as :meth:`__call__`; row i costs d(B_i + 1) + 64·tensors bits."""
         widths = bits.detach().to("cpu", torch.float64).reshape(-1)

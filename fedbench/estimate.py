@@ -49,9 +49,16 @@ def workload(spec: RunSpec) -> str:
     local = spec.local.model_dump(mode="json", exclude={"lr", "lr_decay", "weight_decay"})
     blocks = {k: getattr(spec, k) is not None for k in ("wireless", "validation")}
     continual = spec.continual.model_dump(mode="json") if spec.continual else None
-    what = {"dataset": spec.dataset, "model": spec.model, "clients": spec.clients.num, "local": local,
-            "eval": [spec.eval.batch_size, spec.eval.client_spread], "compression": spec.compression,
-            "continual": continual, **blocks}
+    what = {
+        "dataset": spec.dataset,
+        "model": spec.model,
+        "clients": spec.clients.num,
+        "local": local,
+        "eval": [spec.eval.batch_size, spec.eval.client_spread],
+        "compression": spec.compression,
+        "continual": continual,
+        **blocks,
+    }
     return json.dumps(what, sort_keys=True, default=str)
 
 
@@ -102,7 +109,11 @@ def probe_order(classes: Sequence[CostClass]) -> list[CostClass]:
     per_workload = list({c.workload: c for c in reversed(largest)}.values())
     per_algorithm = list({c.algorithm: c for c in reversed(largest)}.values())
     order: dict[tuple, CostClass] = {}
-    for c in [*sorted(per_workload, key=lambda c: -c.rounds), *sorted(per_algorithm, key=lambda c: -c.rounds), *largest]:
+    for c in [
+        *sorted(per_workload, key=lambda c: -c.rounds),
+        *sorted(per_algorithm, key=lambda c: -c.rounds),
+        *largest,
+    ]:
         order.setdefault(c.key, c)
     return list(order.values())
 
@@ -185,8 +196,11 @@ def rated(c: CostClass, rates: Rates) -> RoundCost | None:
     """The class's cost from the rate of its dataset and model (its algorithm's first, then the
     nearest S), the round time scaled by S; None when no rate covers it."""
     spec = c.runs[0].spec
-    fits = [r for r in rates.rates if (r.dataset, r.model) == (spec.dataset["name"], spec.model["name"])
-            and r.algorithm in (None, c.algorithm)]
+    fits = [
+        r
+        for r in rates.rates
+        if (r.dataset, r.model) == (spec.dataset["name"], spec.model["name"]) and r.algorithm in (None, c.algorithm)
+    ]
     if not fits:
         return None
     rate = min(fits, key=lambda r: (r.algorithm is None, abs(r.per_round - c.per_round)))
@@ -231,8 +245,14 @@ class Estimator:
     datasets are read offline, never downloaded; nothing is written. With ``rates``, nothing is
     probed or read: classes are priced from the rates."""
 
-    def __init__(self, options: RunOptions = RunOptions(), budget_s: float = BUDGET_S,
-                 max_probes: int = MAX_PROBES, rounds: int = PROBE_ROUNDS, rates: Rates | None = None):
+    def __init__(
+        self,
+        options: RunOptions = RunOptions(),
+        budget_s: float = BUDGET_S,
+        max_probes: int = MAX_PROBES,
+        rounds: int = PROBE_ROUNDS,
+        rates: Rates | None = None,
+    ):
         self.options, self.rates = options, rates
         self.cache = DataCache(options.data_dir, False, resolve_device(options.device))
         self.data_dir, self.budget_s, self.max_probes, self.rounds = options.data_dir, budget_s, max_probes, rounds
@@ -251,7 +271,9 @@ class Estimator:
         """What the seconds are of: this device, or the rates' source."""
         return f"rates of {self.rates.source}" if self.rates is not None else self.device
 
-    def estimate(self, runs: Sequence[SweepRun], out_dir: Path | None = None, options: RunOptions | None = None) -> Estimate:
+    def estimate(
+        self, runs: Sequence[SweepRun], out_dir: Path | None = None, options: RunOptions | None = None
+    ) -> Estimate:
         """The runs' estimate as ``options`` (default: the estimator's) run them; those ``out_dir``'s
         store holds done count zero (read only)."""
         options = options or self.options
@@ -350,13 +372,16 @@ def _rate_lines(classes: Sequence[CostClass]) -> list[str]:
     for c in classes:
         assert c.cost is not None
         spec = c.runs[0].spec
-        groups.setdefault((spec.dataset["name"], spec.model["name"], c.per_round, c.cost.round_s, c.cost.eval_s),
-                          []).append(c)
+        groups.setdefault(
+            (spec.dataset["name"], spec.model["name"], c.per_round, c.cost.round_s, c.cost.eval_s), []
+        ).append(c)
     out = []
     for (dataset, model, s, round_s, eval_s), group in groups.items():
         evaluation = f" + {eval_s:.3g} s/evaluation" if eval_s else " (evaluation not in the rate)"
-        out.append(f"  rate {dataset} {model} S={s}: {round_s:.3g} s/round{evaluation} ({len(group)} algorithm(s), "
-                   f"{_runs_of(group):,} run(s) to do, {duration(sum(c.seconds or 0.0 for c in group))})")
+        out.append(
+            f"  rate {dataset} {model} S={s}: {round_s:.3g} s/round{evaluation} ({len(group)} algorithm(s), "
+            f"{_runs_of(group):,} run(s) to do, {duration(sum(c.seconds or 0.0 for c in group))})"
+        )
     return out
 
 
@@ -366,7 +391,11 @@ def per_dataset(est: Estimate) -> str:
     for name in dict.fromkeys(_dataset(c) for c in est.classes):
         mine = [c for c in est.classes if _dataset(c) == name]
         priced = [c for c in mine if c.cost is not None]
-        text = f"{name} {duration(sum(c.seconds or 0.0 for c in priced))} ({_runs_of(priced):,} run(s))" if priced else name
+        text = (
+            f"{name} {duration(sum(c.seconds or 0.0 for c in priced))} ({_runs_of(priced):,} run(s))"
+            if priced
+            else name
+        )
         if len(priced) < len(mine):
             text += f"{',' if priced else ''} not priced ({_runs_of(mine) - _runs_of(priced):,} run(s))"
         parts.append(text)
@@ -379,13 +408,17 @@ def _class_lines(est: Estimate, from_rates: bool) -> list[str]:
     out = []
     for c in (c for c in est.classes if c.source == "probed"):
         assert c.cost is not None
-        out.append(f"  probe {c.describe()}: {c.cost.round_s:.3g} s/round + {c.cost.eval_s:.3g} s/evaluation "
-                   f"({len(c.runs)} run(s) to do, {duration(c.seconds or 0.0)})")
+        out.append(
+            f"  probe {c.describe()}: {c.cost.round_s:.3g} s/round + {c.cost.eval_s:.3g} s/evaluation "
+            f"({len(c.runs)} run(s) to do, {duration(c.seconds or 0.0)})"
+        )
     out += _rate_lines([c for c in est.classes if c.source == "rate"])
     borrowed = [c for c in est.classes if c.cost is not None and c.source not in ("probed", "rate")]
     if borrowed:
-        out.append(f"  {len(borrowed)} more class(es) ({_runs_of(borrowed)} run(s)) scaled from a "
-                   "probe of the same data and model (by S, and by the algorithms' ratio on another workload)")
+        out.append(
+            f"  {len(borrowed)} more class(es) ({_runs_of(borrowed)} run(s)) scaled from a "
+            "probe of the same data and model (by S, and by the algorithms' ratio on another workload)"
+        )
     if est.unknown:
         names = ", ".join(c.describe() for c in est.unknown[:3]) + (", …" if len(est.unknown) > 3 else "")
         why = "no rate for them" if from_rates else "probe budget spent or probe failed"
@@ -405,6 +438,8 @@ def probe_note(estimator: Estimator) -> list[str]:
         return []
     failed = "".join(f"; probe of {k} failed: {v}" for k, v in estimator.failed.items())
     executors = "; ".join(sorted({c.executor for c in estimator.costs.values()}))
-    return [f"probe: {len(estimator.costs)} cost class(es) on {estimator.device}, {estimator.rounds} timed round(s) "
-            f"each after a warm-up round, {estimator.spent:.1f} s (limits: {estimator.max_probes} classes, "
-            f"{estimator.budget_s:.0f} s)" + (f"; client executor {executors}" if executors else "") + failed]
+    return [
+        f"probe: {len(estimator.costs)} cost class(es) on {estimator.device}, {estimator.rounds} timed round(s) "
+        f"each after a warm-up round, {estimator.spent:.1f} s (limits: {estimator.max_probes} classes, "
+        f"{estimator.budget_s:.0f} s)" + (f"; client executor {executors}" if executors else "") + failed
+    ]

@@ -60,8 +60,10 @@ class RunOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         if self.executor in BACKENDS:
-            raise ValueError(f"--executor {self.executor}: process placement is --backend {self.executor} (sweep, "
-                             f"tune, reproduce); --executor is the client executor: {', '.join(EXECUTORS)}")
+            raise ValueError(
+                f"--executor {self.executor}: process placement is --backend {self.executor} (sweep, "
+                f"tune, reproduce); --executor is the client executor: {', '.join(EXECUTORS)}"
+            )
         _one_of("--executor", self.executor, EXECUTORS)
         _one_of("--compile", self.compile_step, COMPILE_CHOICES)
         _one_of("--client-state", self.client_state, CLIENT_STATES)

@@ -20,11 +20,14 @@ from fedbench.store import DB_NAME, ResultsStore
 
 # -- the run options' checks, shared by the command line and fedbench.api: ValueError with one line each --
 
+
 def check_only(sc: Scenario, only: list[str] | None) -> None:
     """``--only`` must name at least one algorithm label or name of the scenario."""
     if only and not any(s.label in only or s.algorithm["name"] in only for s in sc.runs):
         labels = ", ".join(s.label for s in sc.runs)
-        raise ValueError(f"--only {','.join(only)}: matches no algorithm label or name of {sc.name} (its labels: {labels})")
+        raise ValueError(
+            f"--only {','.join(only)}: matches no algorithm label or name of {sc.name} (its labels: {labels})"
+        )
 
 
 def selected(sc: Scenario, only: list[str] | None) -> list[RunSpec]:
@@ -113,21 +116,30 @@ def run_scenario(
     settings = RunSettings(options, lines, HEARTBEAT_S)
     shash = scenario_hash(scenario)
     columns = [
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("acc {task.fields[acc]}"), TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("acc {task.fields[acc]}"),
+        TimeElapsedColumn(),
     ]
     with Progress(*columns, console=console, transient=False, disable=lines) as progress:
         outcomes = [
             _one_run(scenario.name, spec, seed, (store, cache, shash), settings, progress, console)
-            for spec in specs for seed in scenario.seeds
+            for spec in specs
+            for seed in scenario.seeds
         ]
     console.print(f"device: {cache.device}; results in {out}/", soft_wrap=True)
     return outcomes
 
 
 def _one_run(
-    name: str, spec: RunSpec, seed: int, where: tuple[ResultsStore, DataCache, str], settings: RunSettings,
-    progress: Progress, console: Console,
+    name: str,
+    spec: RunSpec,
+    seed: int,
+    where: tuple[ResultsStore, DataCache, str],
+    settings: RunSettings,
+    progress: Progress,
+    console: Console,
 ) -> RunOutcome:
     """Execute (or skip) one run with its progress bar; Ctrl-C becomes :class:`RunInterrupted`."""
     store, cache, shash = where
@@ -141,7 +153,9 @@ def _one_run(
         if settings.lines and time.monotonic() - last_line[0] >= settings.heartbeat_s:
             last_line[0] = time.monotonic()
             acc_text = "" if acc is None else f", acc {100 * acc:.2f}%"
-            console.print(f"{name}: {spec.label} seed {seed} round {t}/{spec.rounds}{acc_text}", soft_wrap=True, highlight=False)
+            console.print(
+                f"{name}: {spec.label} seed {seed} round {t}/{spec.rounds}{acc_text}", soft_wrap=True, highlight=False
+            )
 
     try:
         outcome = execute_run(spec, seed, store, cache, shash, on_round, settings.options)

@@ -46,7 +46,14 @@ DONE = ("finished", "diverged")  # statuses a run is never trained again from
 # 7.25e7 (FedAMS), and none of their train losses exceeds 1e3× its first value (the blow-up flag's rule).
 DIVERGED_LOSS_FACTOR = 1e12
 METRIC_COLUMNS = (
-    "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "wall_s", "consistency", "client_acc_std",
+    "test_acc",
+    "test_loss",
+    "train_loss",
+    "bits_up",
+    "bits_down",
+    "wall_s",
+    "consistency",
+    "client_acc_std",
 )
 DB_NAME = "fedbench.sqlite"
 BUSY_TIMEOUT_S = 30.0
@@ -136,8 +143,9 @@ def paper_cell(spec_json: str) -> tuple[str | None, str | None, str | None]:
     return name, table, column
 
 
-def report_columns(spec_json: str, scale: str,
-                   cell: tuple[str | None, str | None, str | None]) -> tuple[str, str | None, str | None, str | None]:
+def report_columns(
+    spec_json: str, scale: str, cell: tuple[str | None, str | None, str | None]
+) -> tuple[str, str | None, str | None, str | None]:
     """The stored ``scale`` (as the record gives it) and paper cell: ``cell`` when it names a paper,
     else the spec's ``paper`` block."""
     cell = cell if cell[0] is not None else paper_cell(spec_json)
@@ -219,8 +227,14 @@ class ResultsStore:
         finally:
             conn.close()
 
-    def claim(self, run_id: str, holder: str, ttl: float = LEASE_TTL_S, token: str | None = None,
-              gone: Callable[[str, str | None], bool] | None = None) -> str | None:
+    def claim(
+        self,
+        run_id: str,
+        holder: str,
+        ttl: float = LEASE_TTL_S,
+        token: str | None = None,
+        gone: Callable[[str, str | None], bool] | None = None,
+    ) -> str | None:
         """Take the run's lease for ``holder`` (None), unless another holder renewed it within
         ``ttl`` seconds and ``gone(other, its token)`` does not say its process is dead (that holder is
         returned); a stale lease (its process was killed) is taken over. ``token``: the holder's
@@ -248,7 +262,9 @@ class ResultsStore:
     def renew(self, run_id: str, holder: str) -> None:
         """Heartbeat: the holder still trains the run."""
         with self._connect() as conn:
-            conn.execute("UPDATE leases SET heartbeat = ? WHERE run_id = ? AND holder = ?", (time.time(), run_id, holder))
+            conn.execute(
+                "UPDATE leases SET heartbeat = ? WHERE run_id = ? AND holder = ?", (time.time(), run_id, holder)
+            )
 
     def release(self, run_id: str, holder: str) -> None:
         """Give the run's lease back (only the holder's own)."""
@@ -283,7 +299,7 @@ class ResultsStore:
                 "spec_json = excluded.spec_json, status = 'running', error = NULL, updated = excluded.updated, "
                 "asked = excluded.asked, versions = excluded.versions, "
                 + ", ".join(f"{c} = excluded.{c}" for c in REPORT_COLUMNS),
-                (*astuple(rec)[:len(_RUN_FIELDS)], *rec.report_columns(), now, now, now, used),
+                (*astuple(rec)[: len(_RUN_FIELDS)], *rec.report_columns(), now, now, now, used),
             )
 
     def record_round(
@@ -397,7 +413,9 @@ class ResultsStore:
 def _open(db: Path, read_only: bool) -> sqlite3.Connection:
     """An autocommit connection to ``db``; ``read_only`` opens it with SQLite's ``mode=ro``."""
     if read_only:
-        return sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        return sqlite3.connect(
+            f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
+        )
     return sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
 
 
@@ -430,8 +448,11 @@ def check_store_file(db: Path, being_created: bool = False) -> set[str]:
         return set()
     if not CORE_RUN_COLUMNS <= have:
         held = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
-        why = ("its runs table lacks " + ", ".join(sorted(CORE_RUN_COLUMNS - have)) if have else
-               f"it holds {'the tables ' + held if tables else 'no table'} and no runs table")
+        why = (
+            "its runs table lacks " + ", ".join(sorted(CORE_RUN_COLUMNS - have))
+            if have
+            else f"it holds {'the tables ' + held if tables else 'no table'} and no runs table"
+        )
         raise NotAStore(f"{db} is not a fedbench results store ({why})")
     return have
 

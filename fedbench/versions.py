@@ -68,8 +68,14 @@ def version_text() -> str:
         lines.append("lock: none (not a checkout with requirements.lock)")
     else:
         differ = lock_differences()
-        lines.append(f"lock {v['lock']}: " + ("every installed package is at the lock's version" if not differ else
-                     f"{len(differ)} installed package(s) differ from it: " + ", ".join(differ)))
+        lines.append(
+            f"lock {v['lock']}: "
+            + (
+                "every installed package is at the lock's version"
+                if not differ
+                else f"{len(differ)} installed package(s) differ from it: " + ", ".join(differ)
+            )
+        )
     return "\n".join(lines)
 
 

@@ -49,8 +49,11 @@ def main() -> None:
             print("torch: an NVIDIA GPU is present: PyPI's CUDA build", file=sys.stderr)
             return
         if not answers(CPU_INDEX):
-            print(f"torch: no NVIDIA GPU, but {CPU_INDEX} does not answer: PyPI's default build (with CUDA "
-                  "libraries on Linux x86-64, about 6 GB); TORCH_INDEX=cpu forces the CPU index", file=sys.stderr)
+            print(
+                f"torch: no NVIDIA GPU, but {CPU_INDEX} does not answer: PyPI's default build (with CUDA "
+                "libraries on Linux x86-64, about 6 GB); TORCH_INDEX=cpu forces the CPU index",
+                file=sys.stderr,
+            )
             return
         choice = "cpu"
     if choice == "cpu":

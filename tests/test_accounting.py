@@ -22,10 +22,14 @@ from fedbench.papers.fedqvr.claims import FP32_PER_QUANTIZED, RATIO_TOL
 from tests.algorithms.test_fedqvr import drive
 from tests.algorithms.toy import Quadratics, make_algorithm
 
-D = 6400                  # r·d is a whole number of coordinates for r = 1/64, 1/128, 1/256
+D = 6400  # r·d is a whole number of coordinates for r = 1/64, 1/128, 1/256
 LAYOUT = (6000, 384, 16)  # three tensors: μ = 3·64 bits for a stochastic quantizer
-_CAMS = {"FedCAMS-sign": {"kind": "sign"}, "FedCAMS-top1/64": {"kind": "topk", "ratio": 1 / 64},
-         "FedCAMS-top1/128": {"kind": "topk", "ratio": 1 / 128}, "FedCAMS-top1/256": {"kind": "topk", "ratio": 1 / 256}}
+_CAMS = {
+    "FedCAMS-sign": {"kind": "sign"},
+    "FedCAMS-top1/64": {"kind": "topk", "ratio": 1 / 64},
+    "FedCAMS-top1/128": {"kind": "topk", "ratio": 1 / 128},
+    "FedCAMS-top1/256": {"kind": "topk", "ratio": 1 / 256},
+}
 
 
 def bits_per_client(name: str, d: int = D, layout: tuple[int, ...] = LAYOUT, **params) -> float:
@@ -41,17 +45,22 @@ def test_fedcams_b1_uplink_ratios_from_the_algorithms_uploads() -> None:
     assert fedams == 32 * D
     for label, comp in _CAMS.items():
         bits = bits_per_client("fedcams", compression=comp)
-        assert bits == build_compressor(comp["kind"], {k: v for k, v in comp.items() if k != "kind"}, LAYOUT).payload_bits(D)
+        assert bits == build_compressor(
+            comp["kind"], {k: v for k, v in comp.items() if k != "kind"}, LAYOUT
+        ).payload_bits(D)
         assert bits / fedams * _UPLINK_RATIO[label] == pytest.approx(1.0, abs=FEDCAMS_RATIO_TOL)
     assert bits_per_client("fedcams", compression=_CAMS["FedCAMS-sign"]) == D + 32  # sign: 1 bit each + the fp32 scale
 
 
-@pytest.mark.parametrize("model, params, shape, buffers_fit", [
-    ("small_cnn", {}, (1, 8, 8), True),                       # tiny stand-in for ResNet-18 (digits), no BatchNorm
-    ("mlp", {"hidden": [200, 200]}, (1, 8, 8), True),          # tiny stand-in for ConvMixer (digits), no BatchNorm
-    ("resnet18", {"norm": "batch"}, (3, 32, 32), False),        # the paper's models: 9,600 and 8,704 BatchNorm
-    ("convmixer", {"dim": 256, "depth": 8}, (3, 32, 32), False),  # statistics, sent uncompressed
-])
+@pytest.mark.parametrize(
+    "model, params, shape, buffers_fit",
+    [
+        ("small_cnn", {}, (1, 8, 8), True),  # tiny stand-in for ResNet-18 (digits), no BatchNorm
+        ("mlp", {"hidden": [200, 200]}, (1, 8, 8), True),  # tiny stand-in for ConvMixer (digits), no BatchNorm
+        ("resnet18", {"norm": "batch"}, (3, 32, 32), False),  # the paper's models: 9,600 and 8,704 BatchNorm
+        ("convmixer", {"dim": 256, "depth": 8}, (3, 32, 32), False),  # statistics, sent uncompressed
+    ],
+)
 def test_fedcams_b1_at_the_models_sizes(model: str, params: dict, shape: tuple, buffers_fit: bool) -> None:
     """Parameters alone (the paper's Table 2 accounting) meet B1 for every model. The engine's
     ``bits_up`` adds 32 bits per floating buffer (BatchNorm statistics, uncompressed): the tiny models

@@ -67,8 +67,9 @@ def test_numbers_equal_a_cli_run(api_run: fb.Results, tmp_path: Path) -> None:
     cli = fb.open_store(out)
     columns = ["run_id", "scenario", "algorithm", "seed", "status", "spec_hash", "scale"]
     pd.testing.assert_frame_equal(cli.runs[columns], api_run.runs[columns])
-    pd.testing.assert_frame_equal(cli.rounds(extra=True).drop(columns=TIMING),
-                                  api_run.rounds(extra=True).drop(columns=TIMING))
+    pd.testing.assert_frame_equal(
+        cli.rounds(extra=True).drop(columns=TIMING), api_run.rounds(extra=True).drop(columns=TIMING)
+    )
     pd.testing.assert_frame_equal(cli.summary(), api_run.summary())
 
 
@@ -95,8 +96,9 @@ def test_an_interrupted_run_resumes_with_the_same_numbers(tmp_path: Path, monkey
     resumed = fb.run(sc, out=tmp_path / "a", device="cpu")
     clean = fb.run(sc, out=tmp_path / "b", device="cpu")
     assert resumed.runs["status"].tolist() == ["finished"]
-    pd.testing.assert_frame_equal(resumed.rounds(extra=True).drop(columns=TIMING),
-                                  clean.rounds(extra=True).drop(columns=TIMING))
+    pd.testing.assert_frame_equal(
+        resumed.rounds(extra=True).drop(columns=TIMING), clean.rounds(extra=True).drop(columns=TIMING)
+    )
 
 
 def test_rounds_summary_and_curves_agree_with_the_rows(api_run: fb.Results) -> None:
@@ -129,12 +131,17 @@ def test_open_store_on_a_missing_store_raises_and_creates_nothing(tmp_path: Path
 
 def test_bad_input_raises_before_anything_is_written(tmp_path: Path) -> None:
     sc, out = fb.scenario(TWO), tmp_path / "out"
-    for kwargs, message in (({"seeds": [0, 0]}, "seeds: expected distinct"), ({"seeds": [-1]}, "seeds"),
-                            ({"device": "gpu"}, "--device gpu"), ({"only": "nope"}, "matches no algorithm"),
-                            ({"executor": "fast"}, "executor: expected one of"), ({"scale": "tiny"}, "scenario file"),
-                            ({"chunk": 0}, "chunk: expected a positive"),
-                            ({"executor": "ray"}, "process placement is --backend ray"),
-                            ({"client_state": "disk"}, "client-state: expected one of device, host")):
+    for kwargs, message in (
+        ({"seeds": [0, 0]}, "seeds: expected distinct"),
+        ({"seeds": [-1]}, "seeds"),
+        ({"device": "gpu"}, "--device gpu"),
+        ({"only": "nope"}, "matches no algorithm"),
+        ({"executor": "fast"}, "executor: expected one of"),
+        ({"scale": "tiny"}, "scenario file"),
+        ({"chunk": 0}, "chunk: expected a positive"),
+        ({"executor": "ray"}, "process placement is --backend ray"),
+        ({"client_state": "disk"}, "client-state: expected one of device, host"),
+    ):
         with pytest.raises(ValueError, match=message):
             fb.run(sc, out=out, **kwargs)
         assert not out.exists(), kwargs

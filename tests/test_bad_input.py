@@ -26,8 +26,11 @@ def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
 def fails_cleanly(tmp_path: Path, args: list[str], needle: str) -> str:
     """Run the CLI; assert exit 2, ``needle`` in the output, no traceback and no results folder."""
     out = tmp_path / "out"
-    result = runner.invoke(app, [*args, "--out", str(out)] if args[0] in ("run", "sweep") and "--out" not in args else args,
-                           terminal_width=300)
+    result = runner.invoke(
+        app,
+        [*args, "--out", str(out)] if args[0] in ("run", "sweep") and "--out" not in args else args,
+        terminal_width=300,
+    )
     assert result.exit_code == 2, (args, result.output, result.exception)
     assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
     assert needle in result.output, (needle, result.output)
@@ -39,20 +42,25 @@ def test_a_key_given_twice_is_an_error_naming_its_path(tmp_path):
     text = yaml.safe_dump(TINY) + "local: {iterations: 2}\n"
     with pytest.raises(ScenarioError, match=r"local: key given twice \(lines \d+ and \d+\)"):
         load_scenario(write(tmp_path, text))
-    nested = yaml.safe_dump({**TINY, "algorithms": []}).replace("algorithms: []", "algorithms:\n- {name: fedavg, name: fedprox}")
+    nested = yaml.safe_dump({**TINY, "algorithms": []}).replace(
+        "algorithms: []", "algorithms:\n- {name: fedavg, name: fedprox}"
+    )
     with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.name: key given twice"):
         load_scenario(write(tmp_path, nested))
 
 
-@pytest.mark.parametrize("key, value, needle", [
-    ("rounds", True, "rounds: expected a number, not a boolean"),
-    ("local.iterations", False, "local.iterations: expected a number, not a boolean"),
-    ("local.lr", float("inf"), "local.lr: Input should be a finite number"),
-    ("local.lr", float("nan"), "local.lr: Input should be a finite number"),
-    ("server.lr", float("inf"), "server.lr: Input should be a finite number"),
-    ("partition", {"kind": "dirichlet", "omega": True}, "partition.omega: expected a number, not a boolean"),
-    ("partition", {"kind": "dirichlet", "omega": float("inf")}, "partition.omega: Input should be a finite number"),
-])
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("rounds", True, "rounds: expected a number, not a boolean"),
+        ("local.iterations", False, "local.iterations: expected a number, not a boolean"),
+        ("local.lr", float("inf"), "local.lr: Input should be a finite number"),
+        ("local.lr", float("nan"), "local.lr: Input should be a finite number"),
+        ("server.lr", float("inf"), "server.lr: Input should be a finite number"),
+        ("partition", {"kind": "dirichlet", "omega": True}, "partition.omega: expected a number, not a boolean"),
+        ("partition", {"kind": "dirichlet", "omega": float("inf")}, "partition.omega: Input should be a finite number"),
+    ],
+)
 def test_booleans_are_not_numbers_and_floats_are_finite(key, value, needle):
     with pytest.raises(ScenarioError) as err:
         parse_scenario(tiny_scenario({key: value}))
@@ -81,14 +89,22 @@ def test_files_that_are_not_scenarios(tmp_path):
 def test_bad_options_are_refused_before_anything_runs(tmp_path):
     path = write(tmp_path, yaml.safe_dump(TINY))
     fails_cleanly(tmp_path, ["run", str(path), "--set", "local={lr: 0.1"], "not valid YAML at line 1")
-    fails_cleanly(tmp_path, ["run", str(path), "--executor", "fast"], "--executor: expected one of auto, sequential, batched")
-    fails_cleanly(tmp_path, ["run", str(path), "--client-state", "disk"], "--client-state: expected one of device, host")
+    fails_cleanly(
+        tmp_path, ["run", str(path), "--executor", "fast"], "--executor: expected one of auto, sequential, batched"
+    )
+    fails_cleanly(
+        tmp_path, ["run", str(path), "--client-state", "disk"], "--client-state: expected one of device, host"
+    )
     fails_cleanly(tmp_path, ["run", str(path), "--only", "Nope"], "--only Nope: matches no algorithm label")
-    fails_cleanly(tmp_path, ["run", str(path), "--device", "gpu0"], "--device gpu0: expected auto, cpu, cuda, cuda:N or mps")
+    fails_cleanly(
+        tmp_path, ["run", str(path), "--device", "gpu0"], "--device gpu0: expected auto, cpu, cuda, cuda:N or mps"
+    )
     if not torch.cuda.is_available():
         fails_cleanly(tmp_path, ["run", str(path), "--device", "cuda"], "torch sees no CUDA device")
     fails_cleanly(tmp_path, ["sweep", str(path), "--client-executor", "batched"], "--client-executor is now --executor")
-    fails_cleanly(tmp_path, ["sweep", str(path), "--executor", "slurm"], "--executor: expected one of auto, sequential, batched")
+    fails_cleanly(
+        tmp_path, ["sweep", str(path), "--executor", "slurm"], "--executor: expected one of auto, sequential, batched"
+    )
     fails_cleanly(tmp_path, ["sweep", str(path), "--backend", "slurm"], "--backend: expected one of local, ray")
 
 
@@ -169,6 +185,7 @@ def test_a_missing_dataset_stops_the_command_before_any_run_is_recorded(tmp_path
 def test_download_lets_a_torchvision_dataset_through_but_not_tiny_imagenet(tmp_path):
     raw = tiny_scenario({"rounds": 1}, dataset={"name": "tiny_imagenet"}, model={"name": "mlp", "hidden": [8]})
     path = write(tmp_path, yaml.safe_dump(raw))
-    output = fails_cleanly(tmp_path, ["run", str(path), "--download", "--data-dir", str(tmp_path / "d")],
-                           "dataset tiny_imagenet: not in")
+    output = fails_cleanly(
+        tmp_path, ["run", str(path), "--download", "--data-dir", str(tmp_path / "d")], "dataset tiny_imagenet: not in"
+    )
     assert "no downloader: fetch http://cs231n.stanford.edu/tiny-imagenet-200.zip" in output

@@ -15,12 +15,17 @@ runner = CliRunner()
 # holds grid files (checked by tests/test_sweep.py).
 _CONFIG_DIR = Path(__file__).parents[1].joinpath("configs")
 CONFIGS = sorted(
-    p for p in _CONFIG_DIR.rglob("*.yaml") if not p.name.startswith("_") and p.relative_to(_CONFIG_DIR).parts[0] != "sweeps"
+    p
+    for p in _CONFIG_DIR.rglob("*.yaml")
+    if not p.name.startswith("_") and p.relative_to(_CONFIG_DIR).parts[0] != "sweeps"
 )
 
 TINY = tiny_scenario(
-    {"clients.num": 6, "clients.per_round": 2, "local.iterations": 2}, dataset="digits", partition={"kind": "iid"},
-    algorithms=[{"name": "fedavg"}, {"name": "scaffold"}], targets=[0.2],
+    {"clients.num": 6, "clients.per_round": 2, "local.iterations": 2},
+    dataset="digits",
+    partition={"kind": "iid"},
+    algorithms=[{"name": "fedavg"}, {"name": "scaffold"}],
+    targets=[0.2],
 )
 
 
@@ -73,7 +78,11 @@ def test_run_table_plot(tmp_path):
     result = runner.invoke(app, ["plot", "--out", str(out), "--figures-dir", str(figures)])
     assert result.exit_code == 0
     assert sorted(p.name for p in figures.iterdir()) == [
-        "tiny_acc_vs_bits.pdf", "tiny_acc_vs_bits.png", "tiny_acc_vs_rounds.pdf", "tiny_acc_vs_rounds.png"]
+        "tiny_acc_vs_bits.pdf",
+        "tiny_acc_vs_bits.png",
+        "tiny_acc_vs_rounds.pdf",
+        "tiny_acc_vs_rounds.png",
+    ]
 
 
 def test_run_quiet_prints_one_line_per_run(tmp_path):
@@ -91,7 +100,9 @@ def test_run_rejects_bad_seeds_and_overrides(tmp_path):
     path.write_text(yaml.safe_dump(TINY))
     assert runner.invoke(app, ["run", str(path), "--seeds", "a,b"]).exit_code == 2
     for bad in ("", "0,,1", "-1", "0,0", "1,²"):  # empty, an empty entry, negative, duplicate, non-ASCII digit
-        result = runner.invoke(app, ["run", str(path), "--seeds", bad, "--out", str(tmp_path / "out")], terminal_width=200)
+        result = runner.invoke(
+            app, ["run", str(path), "--seeds", bad, "--out", str(tmp_path / "out")], terminal_width=200
+        )
         assert result.exit_code == 2 and "--seeds" in result.output and result.exception.__class__ is SystemExit, bad
         assert not (tmp_path / "out").exists(), bad  # nothing written
     negative = tmp_path / "negative.yaml"

@@ -43,12 +43,14 @@ def listing(folder: Path) -> list[str]:
 
 # -- tracebacks that became one line --
 
+
 def test_a_seed_beyond_the_store_is_refused_before_the_store_exists(tmp_path: Path):
     path, out = scenario_file(tmp_path), tmp_path / "out"
     line = one_line(["run", str(path), "--seeds", "99999999999999999999999", "--out", str(out)])
     assert line.startswith("--seeds: expected distinct integers from 0 to 9223372036854775807")
     assert "seeds[0]: Input should be less than or equal to 9223372036854775807" in one_line(
-        ["run", str(path), "--set", "seeds=[9223372036854775808]", "--out", str(out)])
+        ["run", str(path), "--set", "seeds=[9223372036854775808]", "--out", str(out)]
+    )
     assert not out.exists()
 
 
@@ -82,10 +84,14 @@ def test_reproduce_away_from_the_configs_names_the_missing_file(tmp_path: Path, 
 
 # -- read-only means read-only --
 
+
 def test_an_empty_file_is_not_a_store(tmp_path: Path):
     (tmp_path / DB_NAME).write_bytes(b"")
     line = one_line(["table", "--out", str(tmp_path), "--tables-dir", str(tmp_path / "t")])
-    assert line == f"{tmp_path / DB_NAME} is an empty file, not a fedbench results store; choose another --out, or move that file aside"
+    assert (
+        line
+        == f"{tmp_path / DB_NAME} is an empty file, not a fedbench results store; choose another --out, or move that file aside"
+    )
     assert listing(tmp_path) == [DB_NAME] and (tmp_path / DB_NAME).stat().st_size == 0
 
 
@@ -97,8 +103,11 @@ def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path: Path, schema: str)
         conn.execute(schema)
     conn.close()
     before = hashlib.sha256((out / DB_NAME).read_bytes()).hexdigest()
-    for args in (["table", "--tables-dir", str(tmp_path / "t")], ["plot", "--figures-dir", str(tmp_path / "f")],
-                 ["run", str(scenario_file(tmp_path))]):
+    for args in (
+        ["table", "--tables-dir", str(tmp_path / "t")],
+        ["plot", "--figures-dir", str(tmp_path / "f")],
+        ["run", str(scenario_file(tmp_path))],
+    ):
         line = one_line([*args, "--out", str(out)])
         assert line.startswith(f"{out / DB_NAME} is not a fedbench results store ("), line
     assert hashlib.sha256((out / DB_NAME).read_bytes()).hexdigest() == before
@@ -112,14 +121,18 @@ def test_reading_commands_on_an_empty_store_say_so_and_write_nothing(tmp_path: P
     ResultsStore(tmp_path / "out")
     before = listing(tmp_path)
     line = f"no runs in the store at {tmp_path / 'out'}/: nothing written"
-    for args in (["table", "--tables-dir", str(tmp_path / "t")], ["plot", "--figures-dir", str(tmp_path / "f")],
-                 ["report", "--html", str(tmp_path / "r" / "page.html")],
-                 ["claims", "--paper", "fedmim", "--tables-dir", str(tmp_path / "t")]):
+    for args in (
+        ["table", "--tables-dir", str(tmp_path / "t")],
+        ["plot", "--figures-dir", str(tmp_path / "f")],
+        ["report", "--html", str(tmp_path / "r" / "page.html")],
+        ["claims", "--paper", "fedmim", "--tables-dir", str(tmp_path / "t")],
+    ):
         assert one_line([*args, "--out", str(tmp_path / "out")], code=0) == line, args
     assert listing(tmp_path) == before
 
 
 # -- accepted silently, messages --
+
 
 def test_tune_refuses_trials_longer_than_the_scenario(tmp_path: Path):
     path = scenario_file(tmp_path, rounds=3, tune={"space": {"local.lr": [0.1, 0.2]}, "trials": {"rounds": 500}})
@@ -131,14 +144,24 @@ def test_tune_refuses_trials_longer_than_the_scenario(tmp_path: Path):
 def test_messages_name_their_key_and_keep_their_brackets(tmp_path: Path):
     path = scenario_file(tmp_path)
     assert one_line(["validate", str(path), "--set", "=5"]) == (
-        f"{path}: --set '=5': expected KEY=VALUE with a dotted key before '=', e.g. rounds=5 or partition.omega=0.5")
-    line = one_line(["run", str(path), "--out", str(tmp_path / "out"), "--set",
-                     "local={random_epochs: [3, 1], batch_size: 8, lr: 0.1}"])
+        f"{path}: --set '=5': expected KEY=VALUE with a dotted key before '=', e.g. rounds=5 or partition.omega=0.5"
+    )
+    line = one_line(
+        [
+            "run",
+            str(path),
+            "--out",
+            str(tmp_path / "out"),
+            "--set",
+            "local={random_epochs: [3, 1], batch_size: 8, lr: 0.1}",
+        ]
+    )
     assert line == f"{path}: local.random_epochs: expected [low, high] with 1 ≤ low ≤ high, got [3, 1]"
     assert listing(tmp_path) == ["s.yaml"]
 
 
 # -- scale --
+
 
 def test_a_file_of_many_unknown_keys_is_refused_quickly_with_a_bounded_list(tmp_path: Path):
     path = tmp_path / "big.yaml"
@@ -153,6 +176,7 @@ def test_a_file_of_many_unknown_keys_is_refused_quickly_with_a_bounded_list(tmp_
 
 
 # -- warnings (item 7) --
+
 
 def test_a_warning_prints_as_one_line_without_source(tmp_path: Path, monkeypatch):
     """A corrupt checkpoint, set aside when the run resumes, is reported in one line."""

@@ -18,8 +18,14 @@ def files_under(path: Path) -> set[str]:
 
 def test_read_only_commands_leave_no_files_where_there_is_no_store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for args in (["table"], ["plot"], ["continual"], ["compare", "--paper", "fedmim", "--table", "I"],
-                 ["claims", "--paper", "fedmim"], ["table", "--out", "elsewhere"]):
+    for args in (
+        ["table"],
+        ["plot"],
+        ["continual"],
+        ["compare", "--paper", "fedmim", "--table", "I"],
+        ["claims", "--paper", "fedmim"],
+        ["table", "--out", "elsewhere"],
+    ):
         result = runner.invoke(app, args, terminal_width=300)
         assert result.exit_code == 2 and "Traceback" not in result.output, (args, result.output)
         assert "no results store" in result.output, (args, result.output)
@@ -41,9 +47,18 @@ def test_without_out_the_single_store_under_results_is_found(tmp_path, monkeypat
 
 
 def test_flags_show_no_value_type_and_usage_names_arguments_in_capitals():
-    for command, usage in (("run", "SCENARIO"), ("sweep", "FILES..."), ("reproduce", "[PAPER] [TARGET...]"), ("list", "[WHAT]")):
+    for command, usage in (
+        ("run", "SCENARIO"),
+        ("sweep", "FILES..."),
+        ("reproduce", "[PAPER] [TARGET...]"),
+        ("list", "[WHAT]"),
+    ):
         text = runner.invoke(app, [command, "--help"], terminal_width=200).output
-        assert f"{command} [OPTIONS] {usage}" in text and "<bool>" not in text and "{" not in text.split("Usage:")[1].splitlines()[0]
+        assert (
+            f"{command} [OPTIONS] {usage}" in text
+            and "<bool>" not in text
+            and "{" not in text.split("Usage:")[1].splitlines()[0]
+        )
     assert "compressors" in runner.invoke(app, ["list", "--help"], terminal_width=200).output
     assert "fedqvr" in runner.invoke(app, ["costs", "--help"], terminal_width=200).output
 

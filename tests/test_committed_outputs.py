@@ -32,28 +32,55 @@ class Case:
 
 
 CASES = [
-    Case("quickstart", ("configs/quickstart.yaml",), ("table", "--scenario", "quickstart", "--no-show"),
-         ("quickstart.md", "quickstart.csv", "quickstart.tex"), scale=None),
-    Case("fedcams", ("configs/fedcams/fig4_compressors_cifar10_resnet18.yaml", "configs/fedcams/fig5_compressors_cifar10_convmixer.yaml"),
-         ("compare", "--paper", "fedcams", "--table", "fig4_5", "--scale", "tiny"),
-         ("fedcams_tablefig4_5_tiny.md", "fedcams_tablefig4_5_tiny.csv", "fedcams_tablefig4_5_tiny.tex")),
-    Case("fedqvr", ("configs/fedqvr/fig5_mnist_tau0.08.yaml",),
-         ("table", "--scenario", "fedqvr_fig5_mnist_tau0.08.tiny", "--no-show"),
-         ("fedqvr_fig5_mnist_tau0.08.tiny.md", "fedqvr_fig5_mnist_tau0.08.tiny.csv")),
-    Case("cflag", ("configs/cflag/ti_cifar10_noniid.yaml",), ("continual", "--scenario", "cflag_ti_cifar10_noniid.tiny"),
-         ("cflag_ti_cifar10_noniid.tiny_continual.md", "cflag_ti_cifar10_noniid.tiny_continual.csv")),
-    Case("gradma", ("configs/gradma/fig6_memory_mnist_w0.1.yaml",),
-         ("table", "--scenario", "gradma_fig6_memory_mnist_w0.1.tiny", "--no-show"),
-         ("gradma_fig6_memory_mnist_w0.1.tiny.md", "gradma_fig6_memory_mnist_w0.1.tiny.csv"),
-         run_options=("--executor", "batched")),  # as gradma's room runs it at the tiny scale
-    Case("fedmim", ("configs/fedmim/table3.yaml",), ("compare", "--paper", "fedmim", "--table", "III", "--scale", "tiny"),
-         ("fedmim_tableIII_tiny.md", "fedmim_tableIII_tiny.csv", "fedmim_tableIII_tiny.tex")),
+    Case(
+        "quickstart",
+        ("configs/quickstart.yaml",),
+        ("table", "--scenario", "quickstart", "--no-show"),
+        ("quickstart.md", "quickstart.csv", "quickstart.tex"),
+        scale=None,
+    ),
+    Case(
+        "fedcams",
+        (
+            "configs/fedcams/fig4_compressors_cifar10_resnet18.yaml",
+            "configs/fedcams/fig5_compressors_cifar10_convmixer.yaml",
+        ),
+        ("compare", "--paper", "fedcams", "--table", "fig4_5", "--scale", "tiny"),
+        ("fedcams_tablefig4_5_tiny.md", "fedcams_tablefig4_5_tiny.csv", "fedcams_tablefig4_5_tiny.tex"),
+    ),
+    Case(
+        "fedqvr",
+        ("configs/fedqvr/fig5_mnist_tau0.08.yaml",),
+        ("table", "--scenario", "fedqvr_fig5_mnist_tau0.08.tiny", "--no-show"),
+        ("fedqvr_fig5_mnist_tau0.08.tiny.md", "fedqvr_fig5_mnist_tau0.08.tiny.csv"),
+    ),
+    Case(
+        "cflag",
+        ("configs/cflag/ti_cifar10_noniid.yaml",),
+        ("continual", "--scenario", "cflag_ti_cifar10_noniid.tiny"),
+        ("cflag_ti_cifar10_noniid.tiny_continual.md", "cflag_ti_cifar10_noniid.tiny_continual.csv"),
+    ),
+    Case(
+        "gradma",
+        ("configs/gradma/fig6_memory_mnist_w0.1.yaml",),
+        ("table", "--scenario", "gradma_fig6_memory_mnist_w0.1.tiny", "--no-show"),
+        ("gradma_fig6_memory_mnist_w0.1.tiny.md", "gradma_fig6_memory_mnist_w0.1.tiny.csv"),
+        run_options=("--executor", "batched"),
+    ),  # as gradma's room runs it at the tiny scale
+    Case(
+        "fedmim",
+        ("configs/fedmim/table3.yaml",),
+        ("compare", "--paper", "fedmim", "--table", "III", "--scale", "tiny"),
+        ("fedmim_tableIII_tiny.md", "fedmim_tableIII_tiny.csv", "fedmim_tableIII_tiny.tex"),
+    ),
 ]
 
 
 def invoke(*args: str) -> None:
     result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, f"fedbench {' '.join(args)} exited {result.exit_code}:\n{result.output}\n{result.exception!r}"
+    assert result.exit_code == 0, (
+        f"fedbench {' '.join(args)} exited {result.exit_code}:\n{result.output}\n{result.exception!r}"
+    )
 
 
 @pytest.mark.outputs
@@ -68,4 +95,6 @@ def test_a_committed_table_regenerates_byte_identical(case: Case, tmp_path: Path
     invoke(*case.report, "--out", str(out), "--tables-dir", str(tables), *figures)
     for name in case.outputs:
         fresh, committed = (tables / name).read_text(), (ROOT / "tables" / name).read_text()
-        assert fresh == committed, f"tables/{name} is not what today's code produces: regenerate it (make check-outputs)"
+        assert fresh == committed, (
+            f"tables/{name} is not what today's code produces: regenerate it (make check-outputs)"
+        )

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PAGES = sorted([ROOT / "README.md", ROOT / "benchmarks" / "README.md", *ROOT.glob("docs/*.md"),
-                *ROOT.glob("configs/*/README.md")])
+PAGES = sorted(
+    [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("configs/*/README.md")]
+)
 # Pages another branch adds; a link to one is allowed until it lands (then remove it from here).
 PENDING = {ROOT / "docs" / "reproduce.md"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -49,9 +49,13 @@ def test_the_probe_compiles_the_step_only_where_the_run_would(tmp_path: Path, mo
 
     cache = DataCache(tmp_path, False, torch.device("cpu"))
     spec = tiny_spec(rounds=5)
-    assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith("step eager (--compile off)")
+    assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith(
+        "step eager (--compile off)"
+    )
     monkeypatch.setattr(compiled, "COMPILE_MIN_STEPS", 5 * spec.local.iterations)
-    assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith("step compiled (--compile on)")
+    assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith(
+        "step compiled (--compile on)"
+    )
 
 
 def test_evaluations_follow_the_schedule_and_the_last_round() -> None:
@@ -108,14 +112,20 @@ def test_a_dataset_not_on_disk_gives_one_line(tmp_path: Path) -> None:
     sc = parse_scenario(tiny_scenario(dataset={"name": "mnist"}, model={"name": "mlp", "hidden": [8]}))
     est = estimator(tmp_path)
     lines = estimate.lines(est.estimate(estimate.scenario_runs(sc)), est)
-    assert lines == [f"no estimate: dataset mnist: not in {tmp_path / 'data'}/MNIST/raw/ (fetch it with --download of "
-                     f"run, sweep, tune or reproduce into {tmp_path / 'data'}/, or --data-dir to the folder that holds "
-                     "MNIST/raw/)"]
+    assert lines == [
+        f"no estimate: dataset mnist: not in {tmp_path / 'data'}/MNIST/raw/ (fetch it with --download of "
+        f"run, sweep, tune or reproduce into {tmp_path / 'data'}/, or --data-dir to the folder that holds "
+        "MNIST/raw/)"
+    ]
     assert not (tmp_path / "data").exists()  # nothing downloaded, nothing created
 
 
-MNIST = {"dataset": {"name": "mnist"}, "model": {"name": "mlp", "hidden": [8]}, "partition": {"kind": "iid"},
-         "clients": {"num": 4, "per_round": 2}}
+MNIST = {
+    "dataset": {"name": "mnist"},
+    "model": {"name": "mlp", "hidden": [8]},
+    "partition": {"kind": "iid"},
+    "clients": {"num": 4, "per_round": 2},
+}
 
 
 def test_the_estimate_prices_the_data_on_disk_and_names_the_rest(tmp_path: Path, fake_clock: None) -> None:
@@ -131,20 +141,26 @@ def test_the_estimate_prices_the_data_on_disk_and_names_the_rest(tmp_path: Path,
     lines = estimate.lines(result, est)
     assert lines[0].startswith("estimate on cpu: 3 run(s) to do (0 done) × 11 rounds in all ≥ 16 s")
     assert lines[1].startswith("  probe mnist mlp S=2 fedavg: 1 s/round + 1 s/evaluation (2 run(s) to do, 16 s)")
-    assert lines[-2].startswith(f"  not priced (1 run(s)): dataset tiny_imagenet: not in {tmp_path / 'data'}/tiny-"
-                                "imagenet-200/ (no downloader: fetch http://cs231n.stanford.edu/tiny-imagenet-200.zip")
+    assert lines[-2].startswith(
+        f"  not priced (1 run(s)): dataset tiny_imagenet: not in {tmp_path / 'data'}/tiny-"
+        "imagenet-200/ (no downloader: fetch http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+    )
     assert "--download" not in lines[-2]
     assert lines[-1] == "  per dataset: mnist 16 s (2 run(s)); tiny_imagenet not priced (1 run(s))"
 
 
-RATES = {"source": "an H200 probe", "rates": [
-    {"dataset": "digits", "model": "mlp", "per_round": 3, "round_s": 0.3, "eval_s": 0.1},
-    {"dataset": "digits", "model": "mlp", "per_round": 3, "round_s": 0.6, "algorithm": "scaffold"},
-]}
+RATES = {
+    "source": "an H200 probe",
+    "rates": [
+        {"dataset": "digits", "model": "mlp", "per_round": 3, "round_s": 0.3, "eval_s": 0.1},
+        {"dataset": "digits", "model": "mlp", "per_round": 3, "round_s": 0.6, "algorithm": "scaffold"},
+    ],
+}
 
 
-def test_rates_price_each_class_by_dataset_model_and_s_without_probing(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rates_price_each_class_by_dataset_model_and_s_without_probing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(probe, "probe_run", lambda *a: pytest.fail("probed although rates were given"))
     path = tmp_path / "rates.yaml"
     path.write_text(yaml.safe_dump(RATES))
@@ -161,15 +177,19 @@ def test_rates_price_each_class_by_dataset_model_and_s_without_probing(tmp_path:
     assert lines[1:] == [
         "  rate digits mlp S=6: 0.6 s/round + 0.1 s/evaluation (1 algorithm(s), 1 run(s) to do, 7 s)",
         "  rate digits mlp S=6: 1.2 s/round (evaluation not in the rate) (1 algorithm(s), 1 run(s) to do, 12 s)",
-        "  not estimated (2 run(s); no rate for them): digits cnn_fedqvr S=6 fedavg, digits cnn_fedqvr S=6 scaffold"]
+        "  not estimated (2 run(s); no rate for them): digits cnn_fedqvr S=6 fedavg, digits cnn_fedqvr S=6 scaffold",
+    ]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("rates: []", "source: Field required"),
-    ("source: x\nrates: [{dataset: mnist, model: tinynn, per_round: 10, round_s: '0.065'}]", "rates.0.round_s"),
-    ("source: x\nrates: [{dataset: mnist, model: tinynn, per_round: 10, round_s: 0.1, speed: 2}]", "rates.0.speed"),
-    ("[", "not YAML"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("rates: []", "source: Field required"),
+        ("source: x\nrates: [{dataset: mnist, model: tinynn, per_round: 10, round_s: '0.065'}]", "rates.0.round_s"),
+        ("source: x\nrates: [{dataset: mnist, model: tinynn, per_round: 10, round_s: 0.1, speed: 2}]", "rates.0.speed"),
+        ("[", "not YAML"),
+    ],
+)
 def test_a_bad_rates_file_is_one_line_naming_the_key(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "rates.yaml"
     path.write_text(text)
@@ -184,8 +204,9 @@ def test_classes_beyond_the_limit_are_scaled_from_a_probe(tmp_path: Path, monkey
     raw = tiny_scenario(rounds=10, algorithms=TWO, clients={"num": 8, "per_round": 2})
     narrow = parse_scenario(raw)
     wide = parse_scenario({**raw, "name": "wide", "model": {"name": "mlp", "hidden": [32]}})
-    wide4 = parse_scenario({**raw, "name": "wide4", "model": {"name": "mlp", "hidden": [32]},
-                            "clients": {"num": 8, "per_round": 4}})
+    wide4 = parse_scenario(
+        {**raw, "name": "wide4", "model": {"name": "mlp", "hidden": [32]}, "clients": {"num": 8, "per_round": 4}}
+    )
     est = estimator(tmp_path, max_probes=3)
     est.estimate(estimate.scenario_runs(narrow))  # both algorithms probed on the narrow model
     result = est.estimate([*estimate.scenario_runs(wide), *estimate.scenario_runs(wide4)])
@@ -223,12 +244,15 @@ def test_validate_estimate_writes_nothing(tmp_path: Path, fake_clock: None, monk
     assert "estimate on" not in runner.invoke(app, ["validate", str(path)], terminal_width=250).output
 
 
-@pytest.mark.parametrize("args", [
-    ["validate", "{path}", "--estimate", "--device", "tpu"],
-    ["validate", "{path}", "--estimate", "--probe-budget", "0"],
-    ["validate", "{path}", "--estimate", "--probe-budget", "soon"],
-    ["reproduce", "gradma", "table1", "--scale", "tiny", "--estimate"],  # --estimate goes with --dry-run
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["validate", "{path}", "--estimate", "--device", "tpu"],
+        ["validate", "{path}", "--estimate", "--probe-budget", "0"],
+        ["validate", "{path}", "--estimate", "--probe-budget", "soon"],
+        ["reproduce", "gradma", "table1", "--scale", "tiny", "--estimate"],  # --estimate goes with --dry-run
+    ],
+)
 def test_bad_estimate_flags_exit_2(tmp_path: Path, args: list[str]) -> None:
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_scenario()))
@@ -240,8 +264,23 @@ def test_bad_estimate_flags_exit_2(tmp_path: Path, args: list[str]) -> None:
 def test_reproduce_dry_run_estimate(tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probe, "probe_run", lambda spec, *a: RoundCost(0.5, 0.0, 2, "sequential"))
     out = tmp_path / "store"
-    result = runner.invoke(app, ["reproduce", "fedqvr", "fig5_mnist_tau0.08", "--scale", "tiny", "--dry-run",
-                                 "--estimate", "--jobs", "2", "--out", str(out)], terminal_width=250)
+    result = runner.invoke(
+        app,
+        [
+            "reproduce",
+            "fedqvr",
+            "fig5_mnist_tau0.08",
+            "--scale",
+            "tiny",
+            "--dry-run",
+            "--estimate",
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+        ],
+        terminal_width=250,
+    )
     assert result.exit_code == 0, result.output
     head = next(line for line in result.output.splitlines() if "estimate on cpu" in line)
     assert head.startswith("fedqvr fig5_mnist_tau0.08: estimate on cpu: ") and "wall with 2 parallel jobs" in head
@@ -250,7 +289,8 @@ def test_reproduce_dry_run_estimate(tmp_path: Path, fake_clock: None, monkeypatc
 
 @pytest.mark.slow
 def test_reproduce_gradma_paper_prices_every_target_whose_data_is_in_the_data_dir(
-        tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 24's done-when: MNIST and CIFAR-10 files (real formats) in D, CIFAR-100 and Tiny-ImageNet
     absent: every target is priced from D (probes stubbed: paper-scale rounds are not trained here);
     the runs of the two absent datasets are named, with how to get them."""
@@ -258,11 +298,34 @@ def test_reproduce_gradma_paper_prices_every_target_whose_data_is_in_the_data_di
     fake_mnist(data)
     fake_cifar10(data)
     seen = []
-    monkeypatch.setattr(probe, "probe_run", lambda spec, seed, cache, options, rounds: seen.append(
-        (spec.dataset["name"], cache.data_dir, options.executor, options.chunk)) or RoundCost(0.1, 0.0, 2, "x"))
-    result = runner.invoke(app, ["reproduce", "gradma", "--scale", "paper", "--dry-run", "--estimate", "--data-dir",
-                                 str(data), "--out", str(tmp_path / "out"), "--device", "cpu", "--chunk", "5"],
-                           terminal_width=250)
+    monkeypatch.setattr(
+        probe,
+        "probe_run",
+        lambda spec, seed, cache, options, rounds: (
+            seen.append((spec.dataset["name"], cache.data_dir, options.executor, options.chunk))
+            or RoundCost(0.1, 0.0, 2, "x")
+        ),
+    )
+    result = runner.invoke(
+        app,
+        [
+            "reproduce",
+            "gradma",
+            "--scale",
+            "paper",
+            "--dry-run",
+            "--estimate",
+            "--data-dir",
+            str(data),
+            "--out",
+            str(tmp_path / "out"),
+            "--device",
+            "cpu",
+            "--chunk",
+            "5",
+        ],
+        terminal_width=250,
+    )
     assert result.exit_code == 0, result.output
     heads = {line.split(":")[0]: line for line in result.output.splitlines() if "estimate on cpu" in line}
     assert set(heads) == {"gradma runs", "gradma fig5", "gradma memory"}  # the targets with runs of their own
@@ -276,8 +339,9 @@ def test_reproduce_gradma_paper_prices_every_target_whose_data_is_in_the_data_di
     assert not (tmp_path / "out").exists()
 
 
-def test_a_tuned_scenario_counts_its_trials_then_its_final_runs(tmp_path: Path, fake_clock: None,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tuned_scenario_counts_its_trials_then_its_final_runs(
+    tmp_path: Path, fake_clock: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(probe, "probe_run", lambda spec, *a: RoundCost(1.0, 0.0, 2, "x"))
     tune = {"space": {"local.lr": [0.01, 0.1]}, "trials": {"rounds": 2}}
     sc = parse_scenario(tiny_scenario(rounds=5, seeds=[0, 1], tune=tune))

@@ -39,8 +39,9 @@ KERNEL_CASES = [c for c in CASES if c.name == "fedqvr"]
 
 def fedbench(*args: str, cwd: Path = ROOT) -> str:
     env = {**os.environ, **BASIC_KERNELS, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "fedbench", *args], cwd=cwd, env=env, capture_output=True,
-                            text=True, timeout=1800)
+    result = subprocess.run(
+        [sys.executable, "-m", "fedbench", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800
+    )
     assert result.returncode == 0, f"fedbench {' '.join(args)}: {result.stdout}\n{result.stderr}"
     return result.stdout
 

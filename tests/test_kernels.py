@@ -26,13 +26,16 @@ def test_cpu_flags_reads_the_first_processor(tmp_path: Path):
     assert cpu_flags(tmp_path / "absent") == set()
 
 
-@pytest.mark.parametrize("flags, preset, expected", [
-    ({"avx2", "fma", "avx512f"}, None, PINNED),  # an AVX-512 CPU runs the AVX2 kernels
-    ({"avx2", "fma"}, None, PINNED),
-    ({"avx", "sse4_2"}, None, None),  # no AVX2: ATen's own (scalar) choice
-    ({"avx2"}, None, None),  # AVX2 without FMA: ATen's AVX2 kernels need both
-    ({"avx2", "fma"}, "default", "default"),  # the user's value is kept
-])
+@pytest.mark.parametrize(
+    "flags, preset, expected",
+    [
+        ({"avx2", "fma", "avx512f"}, None, PINNED),  # an AVX-512 CPU runs the AVX2 kernels
+        ({"avx2", "fma"}, None, PINNED),
+        ({"avx", "sse4_2"}, None, None),  # no AVX2: ATen's own (scalar) choice
+        ({"avx2"}, None, None),  # AVX2 without FMA: ATen's AVX2 kernels need both
+        ({"avx2", "fma"}, "default", "default"),  # the user's value is kept
+    ],
+)
 def test_pin_aten_kernels(flags: set[str], preset: str | None, expected: str | None):
     environ = {} if preset is None else {VARIABLE: preset}
     assert pin_aten_kernels(environ, flags) == expected

@@ -11,17 +11,24 @@ import pytest
 ROOT = Path(__file__).parents[1]
 DATA_PATH = [
     *sorted((ROOT / "fedbench/scenario").glob("*.py")),
-    ROOT / "fedbench/engine/runner.py", ROOT / "fedbench/engine/plugins.py", ROOT / "fedbench/engine/axes.py",
-    ROOT / "fedbench/continual/stream.py", ROOT / "fedbench/wireless/plugin.py",
-    ROOT / "fedbench/engine/probe.py", ROOT / "fedbench/estimate.py",
+    ROOT / "fedbench/engine/runner.py",
+    ROOT / "fedbench/engine/plugins.py",
+    ROOT / "fedbench/engine/axes.py",
+    ROOT / "fedbench/continual/stream.py",
+    ROOT / "fedbench/wireless/plugin.py",
+    ROOT / "fedbench/engine/probe.py",
+    ROOT / "fedbench/estimate.py",
 ]
 
 
 @pytest.mark.parametrize("path", DATA_PATH, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_function_of_scenario_resolution_or_the_round_loop_is_over_50_lines(path):
     tree = ast.parse(path.read_text())
-    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 50]
+    long = [
+        (n.name, n.end_lineno - n.lineno + 1)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 50
+    ]
     assert not long, long
 
 
@@ -32,22 +39,27 @@ def modules_of(package: str) -> list[str]:
     return [n.removesuffix(".__init__") for n in names]
 
 
-@pytest.mark.parametrize("module, forbidden", [
-    ("fedbench.engine.*", ("fedbench.wireless", "fedbench.papers", "fedbench.report", "fedbench.cli")),
-    ("fedbench.report.*", ("fedbench.papers", "fedbench.cli")),
-    ("fedbench.rooms", ("fedbench.papers", "fedbench.report", "fedbench.engine", "torch")),
-    ("fedbench.engine.runner", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
-    ("fedbench.engine.probe", ("fedbench.report", "fedbench.papers", "fedbench.cli", "fedbench.sweeps")),
-    ("fedbench.estimate", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
-    ("fedbench.optim.spec", ("torch",)),
-    ("fedbench.sweeps.grid", ("fedbench.engine", "fedbench.report")),
-    ("fedbench.sweeps.tuning", ("fedbench.engine", "fedbench.report")),
-])
+@pytest.mark.parametrize(
+    "module, forbidden",
+    [
+        ("fedbench.engine.*", ("fedbench.wireless", "fedbench.papers", "fedbench.report", "fedbench.cli")),
+        ("fedbench.report.*", ("fedbench.papers", "fedbench.cli")),
+        ("fedbench.rooms", ("fedbench.papers", "fedbench.report", "fedbench.engine", "torch")),
+        ("fedbench.engine.runner", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
+        ("fedbench.engine.probe", ("fedbench.report", "fedbench.papers", "fedbench.cli", "fedbench.sweeps")),
+        ("fedbench.estimate", ("fedbench.report", "fedbench.papers", "fedbench.cli")),
+        ("fedbench.optim.spec", ("torch",)),
+        ("fedbench.sweeps.grid", ("fedbench.engine", "fedbench.report")),
+        ("fedbench.sweeps.tuning", ("fedbench.engine", "fedbench.report")),
+    ],
+)
 def test_arrows_point_down(module, forbidden):
     """Importing ``module`` (``package.*``: every module of it) loads nothing of ``forbidden``."""
     modules = modules_of(module.removesuffix(".*")) if module.endswith(".*") else [module]
-    code = f"import sys; {'; '.join(f'import {m}' for m in modules)}; " \
-           f"print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))"
+    code = (
+        f"import sys; {'; '.join(f'import {m}' for m in modules)}; "
+        f"print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]", out
 
@@ -63,15 +75,20 @@ def imported_names(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("folder, forbidden", [
-    ("fedbench/engine", ("fedbench.wireless", "fedbench.papers")),
-    ("fedbench/report", ("fedbench.papers",)),
-])
+@pytest.mark.parametrize(
+    "folder, forbidden",
+    [
+        ("fedbench/engine", ("fedbench.wireless", "fedbench.papers")),
+        ("fedbench/report", ("fedbench.papers",)),
+    ],
+)
 def test_no_module_imports_up_textually(folder, forbidden):
     """Not even a function-local import: the engine reaches the wireless plug-in by entry point
     (engine/axes.py), the report reaches the rooms by name (fedbench/rooms.py)."""
-    up = {str(p.relative_to(ROOT)): sorted(n for n in imported_names(p) if n.startswith(forbidden))
-          for p in sorted((ROOT / folder).rglob("*.py"))}
+    up = {
+        str(p.relative_to(ROOT)): sorted(n for n in imported_names(p) if n.startswith(forbidden))
+        for p in sorted((ROOT / folder).rglob("*.py"))
+    }
     assert not {k: v for k, v in up.items() if v}
 
 
@@ -84,8 +101,22 @@ def _named_things() -> re.Pattern:
     from fedbench.rooms import paper_names
 
     words = {w for e in ALGORITHMS for w in (e.name, e.obj.caps.label)} | set(paper_names())
-    words |= {"GradMA", "C-FLAG", "FedMIM", "FedCAMS", "FedQVR", "FedAMS", "MIFA", "MOON", "EWC", "iCaRL", "LwF",
-              "NCCL", "SAM", "qp_fallbacks"}
+    words |= {
+        "GradMA",
+        "C-FLAG",
+        "FedMIM",
+        "FedCAMS",
+        "FedQVR",
+        "FedAMS",
+        "MIFA",
+        "MOON",
+        "EWC",
+        "iCaRL",
+        "LwF",
+        "NCCL",
+        "SAM",
+        "qp_fallbacks",
+    }
     alternatives = "|".join(sorted(map(re.escape, words), key=len, reverse=True))
     return re.compile(rf"(?<![A-Za-z0-9_])({alternatives})(?![A-Za-z0-9_])", re.IGNORECASE)
 
@@ -95,11 +126,17 @@ def test_generic_engine_modules_name_no_paper_and_no_algorithm(path):
     """The round loop, executors and providers know no algorithm's maths: an algorithm's needs reach
     them as declared inputs and diagnostics (issue 25), so no engine module — code, docstring or
     comment — names an algorithm, its label or a paper."""
-    hits = [(i, m.group(0)) for i, line in enumerate(path.read_text().splitlines(), 1) for m in _named_things().finditer(line)]
+    hits = [
+        (i, m.group(0))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        for m in _named_things().finditer(line)
+    ]
     assert not hits, hits
 
 
 def test_the_name_scan_finds_names():
     """The scan above is not vacuous: it finds the names where they belong."""
     assert _named_things().search((ROOT / "fedbench/algorithms/gradma.py").read_text())
-    assert _named_things().search("the wireless uplink of FedQVR-E") and not _named_things().search("plain FL, a fedavg_x")
+    assert _named_things().search("the wireless uplink of FedQVR-E") and not _named_things().search(
+        "plain FL, a fedavg_x"
+    )

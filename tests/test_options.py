@@ -21,16 +21,19 @@ def test_defaults_are_the_commands_defaults() -> None:
         RunOptions().device = "cpu"  # frozen: passed down as one value
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"executor": "fast"}, "--executor: expected one of auto, sequential, batched, got 'fast'"),
-    ({"executor": "local"}, "--executor local: process placement is --backend local (sweep, tune, reproduce)"),
-    ({"compile_step": "yes"}, "--compile: expected one of auto, on, off, got 'yes'"),
-    ({"client_state": "disk"}, "--client-state: expected one of device, host, got 'disk'"),
-    ({"device": "gpu"}, "--device gpu: expected auto, cpu, cuda, cuda:N or mps"),
-    ({"chunk": 0}, "--chunk: expected a positive integer, got 0"),
-    ({"threads": None}, "--threads: expected a positive integer, got None"),
-    ({"threads": True}, "--threads: expected a positive integer, got True"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"executor": "fast"}, "--executor: expected one of auto, sequential, batched, got 'fast'"),
+        ({"executor": "local"}, "--executor local: process placement is --backend local (sweep, tune, reproduce)"),
+        ({"compile_step": "yes"}, "--compile: expected one of auto, on, off, got 'yes'"),
+        ({"client_state": "disk"}, "--client-state: expected one of device, host, got 'disk'"),
+        ({"device": "gpu"}, "--device gpu: expected auto, cpu, cuda, cuda:N or mps"),
+        ({"chunk": 0}, "--chunk: expected a positive integer, got 0"),
+        ({"threads": None}, "--threads: expected a positive integer, got None"),
+        ({"threads": True}, "--threads: expected a positive integer, got True"),
+    ],
+)
 def test_a_bad_value_is_refused_in_one_line_naming_the_option(changes: dict, message: str) -> None:
     with pytest.raises(ValueError) as err:
         RunOptions(**changes)

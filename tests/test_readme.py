@@ -25,8 +25,10 @@ def test_readme_algorithm_example_registers_and_runs():
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     tracked = next(b for b in blocks if "mytracked" in b)  # the engine-input example, on the toy driver
     if "mytracked" not in ALGORITHMS:
-        exec(compile(tracked, "docs/adding-an-algorithm.md", "exec"), {**vars(__import__("fedbench.algorithms.base",
-             fromlist=["*"]))})
+        exec(
+            compile(tracked, "docs/adding-an-algorithm.md", "exec"),
+            {**vars(__import__("fedbench.algorithms.base", fromlist=["*"]))},
+        )
     algo, _ = make_algorithm("mytracked", fed)
     state = run_rounds(algo, fed, np.zeros(3), [[0, 1], [1, 2]], [2, 2, 2, 2], 0.05)
     assert np.isfinite(state.x.numpy()).all() and not np.allclose(state.x.numpy(), 0)
@@ -37,8 +39,11 @@ def test_readme_two_commands_come_first_and_ci_runs_the_test_command():
     first_block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     commands = [line.split("#")[0].strip() for line in first_block.splitlines()]
     assert commands == ["make quickstart", "make test"]
-    ci = [line.strip() for line in ROOT.joinpath(".ci", "run").read_text().splitlines()
-          if line.strip() and not line.lstrip().startswith(("#", "set ", "cd "))]
+    ci = [
+        line.strip()
+        for line in ROOT.joinpath(".ci", "run").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith(("#", "set ", "cd "))
+    ]
     assert ci == ["make test"]
 
 
@@ -70,8 +75,13 @@ def test_no_file_carries_merge_conflict_markers():
     """A merge left half-done must not ship (README.md once carried one)."""
     kinds = {".md", ".py", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".mk"}
     skip = {".git", ".venv", ".floors", "node_modules", "results", "data", "__pycache__"}
-    files = [p for p in ROOT.rglob("*") if p.is_file() and (p.suffix in kinds or p.name in {"Makefile", "run"})
-             and not skip & set(p.relative_to(ROOT).parts)]
+    files = [
+        p
+        for p in ROOT.rglob("*")
+        if p.is_file()
+        and (p.suffix in kinds or p.name in {"Makefile", "run"})
+        and not skip & set(p.relative_to(ROOT).parts)
+    ]
     marker = re.compile(r"^(<{7} |>{7} |={7}$)", re.M)
     assert len(files) > 100
     assert [str(p.relative_to(ROOT)) for p in files if marker.search(p.read_text(errors="ignore"))] == []

@@ -18,7 +18,9 @@ from tests.factories import tiny_scenario
 
 SCENARIO = tiny_scenario(
     {"model.hidden": [64], "clients.num": 20, "clients.per_round": 5, "partition.omega": 0.1},
-    name="regression", local={"iterations": 10, "batch_size": 16, "lr": 0.05}, rounds=30,
+    name="regression",
+    local={"iterations": 10, "batch_size": 16, "lr": 0.05},
+    rounds=30,
     algorithms=[{"name": "fedavg"}, {"name": "scaffold"}],
 )
 # label → (minimum top accuracy, maximum top accuracy) after 30 rounds

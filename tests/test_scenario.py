@@ -11,7 +11,9 @@ from tests.factories import tiny_scenario
 
 BASE = tiny_scenario(
     {"clients.num": 10, "local.iterations": 2, "local.batch_size": 8},
-    name="t", algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}], targets=[0.5],
+    name="t",
+    algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+    targets=[0.5],
 )
 
 
@@ -68,7 +70,9 @@ def test_unknown_top_level_and_nested_keys():
 
 
 def test_local_needs_exactly_one_of_iterations_and_epochs():
-    assert any("exactly one of 'iterations', 'epochs' and 'random_epochs'" in p for p in problems(with_("local.epochs", 1)))
+    assert any(
+        "exactly one of 'iterations', 'epochs' and 'random_epochs'" in p for p in problems(with_("local.epochs", 1))
+    )
     assert any("1 ≤ low ≤ high" in p for p in problems(with_("local", {"random_epochs": [3, 1], "lr": 0.1})))
 
 
@@ -142,10 +146,17 @@ def test_extends_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
     base = copy.deepcopy(BASE)
     base["scales"] = {"tiny": {"rounds": 2, "local.lr": 0.5}}
     (tmp_path / "common.yaml").write_text(yaml.safe_dump(base))
-    (tmp_path / "col.yaml").write_text(yaml.safe_dump({
-        "extends": "common.yaml", "name": "col", "local": {"batch_size": 7},
-        "seeds": [5], "scales": {"tiny": {"rounds": 3}},
-    }))
+    (tmp_path / "col.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "extends": "common.yaml",
+                "name": "col",
+                "local": {"batch_size": 7},
+                "seeds": [5],
+                "scales": {"tiny": {"rounds": 3}},
+            }
+        )
+    )
     sc = load_scenario(tmp_path / "col.yaml")
     assert sc.name == "col" and sc.local.batch_size == 7 and sc.local.lr == BASE["local"]["lr"] and sc.seeds == [5]
     tiny = load_scenario(tmp_path / "col.yaml", scale="tiny")

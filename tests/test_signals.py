@@ -17,7 +17,9 @@ def test_sigterm_raises_terminated_within_the_block_only():
             os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is before
     assert isinstance(Terminated(), KeyboardInterrupt)
-    assert (exit_code(Terminated()), exit_code(KeyboardInterrupt())) == (TERMINATED_EXIT, INTERRUPTED_EXIT) == (143, 130)
+    assert (
+        (exit_code(Terminated()), exit_code(KeyboardInterrupt())) == (TERMINATED_EXIT, INTERRUPTED_EXIT) == (143, 130)
+    )
 
 
 @pytest.mark.parametrize("raised, code", [(Terminated, 143), (KeyboardInterrupt, 130)])

@@ -44,12 +44,31 @@ def test_create_insert_read(tmp_path: Path) -> None:
 
     runs = store.runs()
     assert list(runs.columns) == [
-        "run_id", "scenario", "scenario_hash", "spec_hash", "algorithm", "seed",
-        "status", "error", "spec_json", "created", "updated", "scale", "paper", "paper_table", "paper_column",
+        "run_id",
+        "scenario",
+        "scenario_hash",
+        "spec_hash",
+        "algorithm",
+        "seed",
+        "status",
+        "error",
+        "spec_json",
+        "created",
+        "updated",
+        "scale",
+        "paper",
+        "paper_table",
+        "paper_column",
         "versions",
     ]
     row = runs.iloc[0]
-    assert (row.run_id, row.scenario, row.algorithm, row.seed, row.status) == (rec.run_id, "toy", "FedAvg", 0, "running")
+    assert (row.run_id, row.scenario, row.algorithm, row.seed, row.status) == (
+        rec.run_id,
+        "toy",
+        "FedAvg",
+        0,
+        "running",
+    )
     assert json.loads(row.spec_json)["targets"] == [0.5, 0.8]
 
     m = store.metrics()
@@ -82,8 +101,12 @@ def test_non_finite_round_trip(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     rec = record()
     store.start_run(rec)
-    store.record_round(rec.run_id, 1, {"train_loss": float("nan"), "test_loss": float("inf"), "test_acc": 0.1},
-                       {"grad_norm": float("nan")})
+    store.record_round(
+        rec.run_id,
+        1,
+        {"train_loss": float("nan"), "test_loss": float("inf"), "test_acc": 0.1},
+        {"grad_norm": float("nan")},
+    )
     m = store.metrics()
     assert math.isnan(m.loc[0, "train_loss"]) and m.loc[0, "test_loss"] == math.inf
     assert math.isnan(json.loads(m.loc[0, "extra"])["grad_norm"])
@@ -210,20 +233,33 @@ def test_the_spec_asked_for_last_is_current(tmp_path):
 
 def cells(runs: pd.DataFrame) -> list[list]:
     """The report columns of each run, missing values as None."""
-    return [[None if pd.isna(v) else v for v in row] for row in runs[["scale", "paper", "paper_table", "paper_column"]].values]
+    return [
+        [None if pd.isna(v) else v for v in row]
+        for row in runs[["scale", "paper", "paper_table", "paper_column"]].values
+    ]
 
 
 def paper_record(scenario: str, block: dict | None, seed: int = 0, **fields) -> RunRecord:
     spec = {"algorithm": {"name": "FedAvg"}, "targets": [], **({"paper": block} if block else {})}
-    return RunRecord(f"{scenario[:12]:x<16}-s{seed}", scenario, "h" * 64, "a" * 64, "FedAvg", seed, json.dumps(spec), **fields)
+    return RunRecord(
+        f"{scenario[:12]:x<16}-s{seed}", scenario, "h" * 64, "a" * 64, "FedAvg", seed, json.dumps(spec), **fields
+    )
 
 
 def test_scale_and_paper_cell_are_columns(tmp_path: Path) -> None:
     """start_run stores the scale and the paper cell: given fields win, else the spec's paper block."""
     store = ResultsStore(tmp_path)
     store.start_run(paper_record("fedmim_table3.tiny", {"name": "fedmim", "table": "III", "column": 0.5}, scale="tiny"))
-    store.start_run(paper_record("gradma_x", {"name": "gradma", "table": 1, "column": "c"}, seed=1,
-                                 paper="other", paper_table="2", paper_column="d"))
+    store.start_run(
+        paper_record(
+            "gradma_x",
+            {"name": "gradma", "table": 1, "column": "c"},
+            seed=1,
+            paper="other",
+            paper_table="2",
+            paper_column="d",
+        )
+    )
     store.start_run(paper_record("quickstart", None, seed=2, scale="small"))
     rows = cells(store.runs())
     assert rows == [["tiny", "fedmim", "III", "0.5"], ["paper", "other", "2", "d"], ["small", None, None, None]]
@@ -231,25 +267,35 @@ def test_scale_and_paper_cell_are_columns(tmp_path: Path) -> None:
 
 def test_scale_from_name() -> None:
     assert [scale_from_name(n) for n in ("a.tiny", "a.small", "a", "fedmim_fig2a_p0.05", "a.big")] == [
-        "tiny", "small", "paper", "paper", "paper"]
+        "tiny",
+        "small",
+        "paper",
+        "paper",
+        "paper",
+    ]
 
 
 def test_an_older_store_is_migrated_on_open(tmp_path: Path) -> None:
     """A runs table without the report columns gains them, filled from the spec and the name's scale."""
-    old = ("CREATE TABLE runs (run_id TEXT PRIMARY KEY, scenario TEXT NOT NULL, scenario_hash TEXT NOT NULL, "
-           "spec_hash TEXT NOT NULL, algorithm TEXT NOT NULL, seed INTEGER NOT NULL, status TEXT NOT NULL, "
-           "error TEXT, spec_json TEXT NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL)")
+    old = (
+        "CREATE TABLE runs (run_id TEXT PRIMARY KEY, scenario TEXT NOT NULL, scenario_hash TEXT NOT NULL, "
+        "spec_hash TEXT NOT NULL, algorithm TEXT NOT NULL, seed INTEGER NOT NULL, status TEXT NOT NULL, "
+        "error TEXT, spec_json TEXT NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL)"
+    )
     with sqlite3.connect(tmp_path / DB_NAME) as conn:
         conn.execute(old)
-        for rid, name, ref in (("r1", "fedmim_table3.tiny", {"name": "fedmim", "table": "III", "column": "a"}),
-                               ("r2", "quickstart", None)):
+        for rid, name, ref in (
+            ("r1", "fedmim_table3.tiny", {"name": "fedmim", "table": "III", "column": "a"}),
+            ("r2", "quickstart", None),
+        ):
             spec = json.dumps({"targets": [], **({"paper": ref} if ref else {})})
-            conn.execute("INSERT INTO runs VALUES (?, ?, 'h', 's', 'FedAvg', 0, 'finished', NULL, ?, 't', 't')",
-                         (rid, name, spec))
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, 'h', 's', 'FedAvg', 0, 'finished', NULL, ?, 't', 't')",
+                (rid, name, spec),
+            )
     assert read_statuses(tmp_path, ["r1", "r3"]) == {"r1": "finished"}  # read-only: no migration yet
     runs = ResultsStore(tmp_path, read_only=True).runs()  # a reader migrates an old store once, then reads it
-    assert cells(runs) == [
-        ["tiny", "fedmim", "III", "a"], ["paper", None, None, None]]
+    assert cells(runs) == [["tiny", "fedmim", "III", "a"], ["paper", None, None, None]]
     ResultsStore(tmp_path)  # opening again is a no-op
 
 

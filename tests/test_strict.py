@@ -21,23 +21,38 @@ def problems(raw: dict) -> list[str]:
     return err.value.problems
 
 
-@pytest.mark.parametrize("changes, algorithm, needle", [  # the 13 lax cases the outside corpus found
-    ({"rounds": "3"}, "fedavg", "rounds: Input should be a valid integer, got '3' (a string; values are strict)"),
-    ({"rounds": 3.0}, "fedavg", "rounds: Input should be a valid integer, got 3.0 (a float; values are strict)"),
-    ({"local.lr": "0.05"}, "fedavg", "local.lr: Input should be a valid number, got '0.05' (a string"),
-    ({"clients.num": "10"}, "fedavg", "clients.num: Input should be a valid integer, got '10'"),
-    ({}, {"name": "fedprox", "mu": "0.1"}, "algorithms[0].mu: Input should be a valid number, got '0.1'"),
-    ({"eval.client_spread": "yes"}, "fedavg", "eval.client_spread: Input should be a valid boolean, got 'yes'"),
-    ({"eval.client_spread": 1}, "fedavg", "eval.client_spread: Input should be a valid boolean, got 1 (an integer"),
-    ({"local.iterations": 2.0}, "fedavg", "local.iterations: Input should be a valid integer, got 2.0"),
-    ({"partition.omega": "0.5"}, "fedavg", "partition.omega: Input should be a valid number, got '0.5'"),
-    ({"compression": {"kind": "topk", "ratio": "0.5"}}, "fedcams", "compression.ratio: Input should be a valid number"),
-    ({"compression": {"kind": "stochastic", "bits": 4.0}}, "fedcams", "compression.bits: Input should be a valid integer, got 4.0"),
-    ({"local.betas": [0.9, "0.99"], "local.optimizer": "adam"}, "fedavg", "local.betas[1]: Input should be a valid number"),
-    ({"seeds": ["1"]}, "fedavg", "seeds[0]: Input should be a valid integer, got '1'"),
-    ({"model.hidden": ["16"]}, "fedavg", "model.hidden[0]: Input should be a valid integer, got '16'"),
-    ({"dataset.test_fraction": "0.2"}, "fedavg", "dataset.test_fraction: Input should be a valid number"),
-])
+@pytest.mark.parametrize(
+    "changes, algorithm, needle",
+    [  # the 13 lax cases the outside corpus found
+        ({"rounds": "3"}, "fedavg", "rounds: Input should be a valid integer, got '3' (a string; values are strict)"),
+        ({"rounds": 3.0}, "fedavg", "rounds: Input should be a valid integer, got 3.0 (a float; values are strict)"),
+        ({"local.lr": "0.05"}, "fedavg", "local.lr: Input should be a valid number, got '0.05' (a string"),
+        ({"clients.num": "10"}, "fedavg", "clients.num: Input should be a valid integer, got '10'"),
+        ({}, {"name": "fedprox", "mu": "0.1"}, "algorithms[0].mu: Input should be a valid number, got '0.1'"),
+        ({"eval.client_spread": "yes"}, "fedavg", "eval.client_spread: Input should be a valid boolean, got 'yes'"),
+        ({"eval.client_spread": 1}, "fedavg", "eval.client_spread: Input should be a valid boolean, got 1 (an integer"),
+        ({"local.iterations": 2.0}, "fedavg", "local.iterations: Input should be a valid integer, got 2.0"),
+        ({"partition.omega": "0.5"}, "fedavg", "partition.omega: Input should be a valid number, got '0.5'"),
+        (
+            {"compression": {"kind": "topk", "ratio": "0.5"}},
+            "fedcams",
+            "compression.ratio: Input should be a valid number",
+        ),
+        (
+            {"compression": {"kind": "stochastic", "bits": 4.0}},
+            "fedcams",
+            "compression.bits: Input should be a valid integer, got 4.0",
+        ),
+        (
+            {"local.betas": [0.9, "0.99"], "local.optimizer": "adam"},
+            "fedavg",
+            "local.betas[1]: Input should be a valid number",
+        ),
+        ({"seeds": ["1"]}, "fedavg", "seeds[0]: Input should be a valid integer, got '1'"),
+        ({"model.hidden": ["16"]}, "fedavg", "model.hidden[0]: Input should be a valid integer, got '16'"),
+        ({"dataset.test_fraction": "0.2"}, "fedavg", "dataset.test_fraction: Input should be a valid number"),
+    ],
+)
 def test_lax_values_are_refused_naming_their_key(changes, algorithm, needle):
     entry = algorithm if isinstance(algorithm, dict) else {"name": algorithm}
     found = problems(tiny_scenario(changes, algorithms=[entry]))
@@ -45,11 +60,13 @@ def test_lax_values_are_refused_naming_their_key(changes, algorithm, needle):
 
 
 def test_lists_fill_tuples_and_integers_fill_floats_with_unchanged_hashes():
-    sc = parse_scenario(tiny_scenario({"local.lr": 1, "local.optimizer": "adam", "local.betas": [0.9, 0.99],
-                                       "partition.omega": 1}))
+    sc = parse_scenario(
+        tiny_scenario({"local.lr": 1, "local.optimizer": "adam", "local.betas": [0.9, 0.99], "partition.omega": 1})
+    )
     assert sc.local.betas == (0.9, 0.99) and sc.local.lr == 1.0 and isinstance(sc.local.lr, float)
-    same = parse_scenario(tiny_scenario({"local.lr": 1.0, "local.optimizer": "adam", "local.betas": (0.9, 0.99),
-                                         "partition.omega": 1.0}))
+    same = parse_scenario(
+        tiny_scenario({"local.lr": 1.0, "local.optimizer": "adam", "local.betas": (0.9, 0.99), "partition.omega": 1.0})
+    )
     assert sc.runs[0].spec_hash() == same.runs[0].spec_hash()
     random = parse_scenario(tiny_scenario(local={"random_epochs": [1, 3], "batch_size": 8, "lr": 0.1}))
     assert random.local.random_epochs == (1, 3)
@@ -74,12 +91,15 @@ def test_a_grid_file_is_strict(tmp_path):
         read_grid(grid)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("topk:ratio=7", "--compressor topk:ratio=7: ratio: Input should be less than or equal to 1, got 7"),
-    ("stochastic:bits=2.5", "--compressor stochastic:bits=2.5: bits: Input should be a valid integer, got 2.5"),
-    ("topk:ratio=a/b", "--compressor topk:ratio=a/b: ratio: expected a number or a fraction like 1/64, got 'a/b'"),
-    ("topk:=3", "--compressor topk:=3: expected KIND:KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("topk:ratio=7", "--compressor topk:ratio=7: ratio: Input should be less than or equal to 1, got 7"),
+        ("stochastic:bits=2.5", "--compressor stochastic:bits=2.5: bits: Input should be a valid integer, got 2.5"),
+        ("topk:ratio=a/b", "--compressor topk:ratio=a/b: ratio: expected a number or a fraction like 1/64, got 'a/b'"),
+        ("topk:=3", "--compressor topk:=3: expected KIND:KEY=VALUE"),
+    ],
+)
 def test_bits_compressor_parameters_are_checked_like_a_scenario(text, needle):
     with pytest.raises(ValueError) as err:
         parse_compressor(text)
@@ -89,8 +109,12 @@ def test_bits_compressor_parameters_are_checked_like_a_scenario(text, needle):
 
 
 def test_bits_command_prints_one_line_without_pydantic_text(tmp_path):
-    result = runner.invoke(app, ["bits", "mlp", "--input", "1x8x8", "--compressor", "topk:ratio=7",
-                                 "--tables-dir", str(tmp_path / "t")], terminal_width=300)
+    result = runner.invoke(
+        app,
+        ["bits", "mlp", "--input", "1x8x8", "--compressor", "topk:ratio=7", "--tables-dir", str(tmp_path / "t")],
+        terminal_width=300,
+    )
     assert result.exit_code == 2 and result.output.strip().splitlines() == [
-        "--compressor topk:ratio=7: ratio: Input should be less than or equal to 1, got 7"]
+        "--compressor topk:ratio=7: ratio: Input should be less than or equal to 1, got 7"
+    ]
     assert not (tmp_path / "t").exists()

@@ -19,8 +19,13 @@ from tests.factories import tiny_scenario
 
 BASE = tiny_scenario(
     {"clients.num": 4, "clients.per_round": 2, "partition.omega": 1.0, "local.iterations": 2},
-    name="tinysweep", dataset="digits", rounds=2, algorithms=[{"name": "fedavg"}, {"name": "scaffold"}], seeds=[0],
-    paper={"name": "fedmim", "table": "I", "column": "x"}, scales={"tiny": {"rounds": 1, "clients.num": 3}},
+    name="tinysweep",
+    dataset="digits",
+    rounds=2,
+    algorithms=[{"name": "fedavg"}, {"name": "scaffold"}],
+    seeds=[0],
+    paper={"name": "fedmim", "table": "I", "column": "x"},
+    scales={"tiny": {"rounds": 1, "clients.num": 3}},
 )
 SWEEPS = sorted(Path(__file__).parents[1].joinpath("configs", "sweeps").glob("*.yaml"))
 
@@ -40,12 +45,17 @@ def test_grid_is_the_cartesian_product_with_readable_valid_names(base):
     grid = {"base": "base.yaml", "grid": {"partition.omega": [0.5, 5.0], "clients.per_round": [1, 2]}, "seeds": [0, 1]}
     points = expand([write(base.parent, "g.yaml", grid)])
     assert [p.scenario.name for p in points] == [
-        "tinysweep--omega-0.5--per_round-1", "tinysweep--omega-0.5--per_round-2",
-        "tinysweep--omega-5.0--per_round-1", "tinysweep--omega-5.0--per_round-2",
+        "tinysweep--omega-0.5--per_round-1",
+        "tinysweep--omega-0.5--per_round-2",
+        "tinysweep--omega-5.0--per_round-1",
+        "tinysweep--omega-5.0--per_round-2",
     ]
     for p in points:
         sc = p.scenario
-        assert (sc.partition.params()["omega"], sc.clients.per_round) == (p.overrides["partition.omega"], p.overrides["clients.per_round"])
+        assert (sc.partition.params()["omega"], sc.clients.per_round) == (
+            p.overrides["partition.omega"],
+            p.overrides["clients.per_round"],
+        )
         assert sc.seeds == [0, 1] and sc.clients.num == 4 and sc.paper is None  # a variant is no paper cell
         assert scale_from_name(sc.name) == "paper"
     runs = sweep_runs(points)
@@ -55,9 +65,14 @@ def test_grid_is_the_cartesian_product_with_readable_valid_names(base):
 def test_scale_stays_the_name_suffix_and_applies_before_the_grid(base):
     grid = {"base": "base.yaml", "scale": "tiny", "grid": {"model.hidden": [[16], [8, 4]], "clients.num": [5]}}
     points = expand([write(base.parent, "g.yaml", grid)])
-    assert [p.scenario.name for p in points] == ["tinysweep--hidden-16--num-5.tiny", "tinysweep--hidden-8_4--num-5.tiny"]
+    assert [p.scenario.name for p in points] == [
+        "tinysweep--hidden-16--num-5.tiny",
+        "tinysweep--hidden-8_4--num-5.tiny",
+    ]
     assert all(scale_from_name(p.scenario.name) == "tiny" and p.scenario.rounds == 1 for p in points)
-    assert points[1].scenario.model.params()["hidden"] == [8, 4] and points[0].scenario.clients.num == 5  # grid wins over scale
+    assert (
+        points[1].scenario.model.params()["hidden"] == [8, 4] and points[0].scenario.clients.num == 5
+    )  # grid wins over scale
     again = expand([write(base.parent, "g2.yaml", {**grid, "scale": None})], scale="tiny")  # --scale
     assert [p.scenario.name for p in again] == [p.scenario.name for p in points]
 
@@ -109,7 +124,11 @@ def test_shipped_grid_files_expand(path):
 # --- executors ------------------------------------------------------------------------------
 
 GRID = {"base": "base.yaml", "grid": {"partition.omega": [0.5, 5.0]}, "seeds": [0]}  # 2 points × 2 algorithms
-FAILING = {"base": "base.yaml", "name": "broken", "set": {"partition.min_samples": 5000, "algorithms": [{"name": "fedavg"}]}}
+FAILING = {
+    "base": "base.yaml",
+    "name": "broken",
+    "set": {"partition.min_samples": 5000, "algorithms": [{"name": "fedavg"}]},
+}
 
 
 def comparable(store: ResultsStore):
@@ -153,7 +172,11 @@ def test_cli_sweep_dry_run_lists_points_and_done_runs(local_sweep):
     result = CliRunner().invoke(app, ["sweep", str(bad), "--dry-run", "--strict"], terminal_width=250)
     assert result.exit_code == 2 and "partition.omega=-1" in result.output
     result = CliRunner().invoke(app, ["sweep", str(bad), "--dry-run"], terminal_width=250)
-    assert result.exit_code == 1 and "skipped invalid grid point" in result.output and "partition.omega=-1" in result.output
+    assert (
+        result.exit_code == 1
+        and "skipped invalid grid point" in result.output
+        and "partition.omega=-1" in result.output
+    )
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +227,9 @@ def test_ray_retries_a_run_whose_worker_died(local_sweep, ray_local, tmp_path):
         return compute(run, settings, device)
 
     done = []
-    outcomes = run_ray(runs[:3], tmp_path / "out", RunOptions(threads=1), lambda r, o: done.append(o), max_retries=1,
-                       task=dying)
+    outcomes = run_ray(
+        runs[:3], tmp_path / "out", RunOptions(threads=1), lambda r, o: done.append(o), max_retries=1, task=dying
+    )
     status = {o.run_id: o.status for o in outcomes}
     assert status == {once: "finished", always: "failed", runs[2].run_id: "finished"} and len(done) == 3
     store = ResultsStore(tmp_path / "out")
@@ -216,7 +240,9 @@ def test_ray_retries_a_run_whose_worker_died(local_sweep, ray_local, tmp_path):
 
 
 def test_invalid_points_are_skipped_and_reported_unless_strict(base, tmp_path):
-    grid = write(base.parent, "g.yaml", {"base": "base.yaml", "grid": {"partition.omega": [0.5, -1]}, "set": {"rounds": 1}})
+    grid = write(
+        base.parent, "g.yaml", {"base": "base.yaml", "grid": {"partition.omega": [0.5, -1]}, "set": {"rounds": 1}}
+    )
     skipped: list[str] = []
     points = expand([grid], skipped=skipped)
     assert [p.overrides for p in points] == [{"partition.omega": 0.5}]
@@ -227,4 +253,6 @@ def test_invalid_points_are_skipped_and_reported_unless_strict(base, tmp_path):
     lenient = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(out), "--jobs", "1"], terminal_width=300)
     assert lenient.exit_code == 1 and "skipped invalid grid point" in lenient.output, lenient.output
     assert "1 invalid grid point(s) were skipped" in lenient.output
-    assert set(ResultsStore(out).runs()["status"]) == {"finished"} and len(ResultsStore(out).runs()) == len(sweep_runs(points))
+    assert set(ResultsStore(out).runs()["status"]) == {"finished"} and len(ResultsStore(out).runs()) == len(
+        sweep_runs(points)
+    )

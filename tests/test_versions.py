@@ -22,13 +22,16 @@ def test_versions_name_fedbench_torch_numpy_python_and_the_lock():
     assert LOCK_FILE.parent == Path(fedbench.__file__).resolve().parents[1]  # the source tree's root
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("# lock: 2026-11-27-cpu\ntorch==2.5.1\n", "2026-11-27-cpu"),
-    ("#lock:abc123\n", "abc123"),
-    ("torch==2.5.1\n# lock: late\n", "none"),  # only the first line names the lock
-    ("", "none"),
-    (None, "none"),  # no file
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("# lock: 2026-11-27-cpu\ntorch==2.5.1\n", "2026-11-27-cpu"),
+        ("#lock:abc123\n", "abc123"),
+        ("torch==2.5.1\n# lock: late\n", "none"),  # only the first line names the lock
+        ("", "none"),
+        (None, "none"),  # no file
+    ],
+)
 def test_the_lock_id_is_the_first_lines_comment(tmp_path, text, expected):
     path = tmp_path / "requirements.lock"
     if text is not None:
@@ -45,11 +48,13 @@ def test_a_run_records_the_versions_it_trained_with(tmp_path):
 def test_lock_differences_name_installed_packages_off_the_lock_only(tmp_path):
     installed = {"numpy": numpy.__version__, "torch": torch.__version__}
     path = tmp_path / "requirements.lock"
-    path.write_text("# lock: t\n# a comment\n"
-                    f"numpy=={installed['numpy']}\n"
-                    f"Torch=={installed['torch'].split('+')[0]}+cpu\n"  # another build label of the same version
-                    "no-such-package-installed==1.0\n"  # pinned, not installed (CUDA wheels beside a CPU torch)
-                    "PyYAML==0.0.1\n")
+    path.write_text(
+        "# lock: t\n# a comment\n"
+        f"numpy=={installed['numpy']}\n"
+        f"Torch=={installed['torch'].split('+')[0]}+cpu\n"  # another build label of the same version
+        "no-such-package-installed==1.0\n"  # pinned, not installed (CUDA wheels beside a CPU torch)
+        "PyYAML==0.0.1\n"
+    )
     assert lock_differences(path) == [f"pyyaml {metadata.version('pyyaml')} (lock 0.0.1)"]
 
 

@@ -146,7 +146,12 @@ class RoundContext:
     def select(self, rows: torch.Tensor | slice) -> RoundContext:
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
         return RoundContext(
-            self.clients[rows], self.lr, self.steps[rows], self.broadcast, select_rows(self.held, rows), self.round,
+            self.clients[rows],
+            self.lr,
+            self.steps[rows],
+            self.broadcast,
+            select_rows(self.held, rows),
+            self.round,
             MappingProxyType({k: v[rows] for k, v in self.inputs.items()}),
         )
 
@@ -161,8 +166,10 @@ class RoundContext:
     def input(self, name: str) -> torch.Tensor:
         """The engine input ``name`` ``[S, ...]``; a KeyError naming the declaration if it is absent."""
         if name not in self.inputs:
-            raise KeyError(f"engine input {name!r} is not in this round's context: declare it in the algorithm's "
-                           f"Capabilities(inputs=...) (provided: {sorted(self.inputs) or 'none'})")
+            raise KeyError(
+                f"engine input {name!r} is not in this round's context: declare it in the algorithm's "
+                f"Capabilities(inputs=...) (provided: {sorted(self.inputs) or 'none'})"
+            )
         return self.inputs[name]
 
 

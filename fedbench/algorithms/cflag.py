@@ -68,7 +68,9 @@ class AdapLRParams(BaseModel):
     )
     L: float = Field(default=5.0, gt=0, description="smoothness constant L of the adaptive rates (paper: 5)")
     alpha: float | None = Field(default=None, gt=0, description="memory step α; null: the round's local lr (α = β)")
-    max_scale: float | None = Field(default=None, gt=0, description="upper clip of β_{t,i}/β and α_{t,i}/α (null: none)")
+    max_scale: float | None = Field(
+        default=None, gt=0, description="upper clip of β_{t,i}/β and α_{t,i}/α (null: none)"
+    )
     min_scale: float = Field(default=0.0, ge=0, description="lower clip of β_{t,i}/β and α_{t,i}/α")
 
     @model_validator(mode="after")
@@ -128,15 +130,26 @@ class CFLAG(FedTrack):
 
     def prepare_round(self, state: Any, ctx: RoundContext, weights: torch.Tensor) -> RoundContext:
         """Alg. 1 lines 2–3: broadcast ∇g(x_t) and F = ∇f†(x_t) = Σ p_i ∇f_i†(x_t); note κ·p_i per client."""
-        ctx = super().prepare_round(state, ctx, weights).sending(grad_f=weighted_mean(ctx.input("memory_grad"), weights))
+        ctx = (
+            super().prepare_round(state, ctx, weights).sending(grad_f=weighted_mean(ctx.input("memory_grad"), weights))
+        )
         kappa = len(weights) if self.params.case == "worst" else 1
         return ctx.holding(KappaP(kappa * weights))
 
-    def rates(self, ctx: RoundContext, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def rates(
+        self, ctx: RoundContext, a: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return adaptive_rates(
-            ctx.broadcast["grad_f"], a, self.alpha(ctx), ctx.lr, p.L,
-            ctx.held.kp, p.adaptive, p.min_scale, p.max_scale,
+            ctx.broadcast["grad_f"],
+            a,
+            self.alpha(ctx),
+            ctx.lr,
+            p.L,
+            ctx.held.kp,
+            p.adaptive,
+            p.min_scale,
+            p.max_scale,
         )
 
     def upload(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry) -> Upload:

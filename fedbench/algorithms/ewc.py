@@ -66,8 +66,12 @@ class EWCParams(BaseModel):
 
 
 @ALGORITHMS.register(
-    "ewc_fl", "EWC-FL: FedAvg with an elastic weight consolidation penalty (diagonal Fisher per task)", EWCParams,
-    label="EWC-FL", compression=True, local_optimizer=True,
+    "ewc_fl",
+    "EWC-FL: FedAvg with an elastic weight consolidation penalty (diagonal Fisher per task)",
+    EWCParams,
+    label="EWC-FL",
+    compression=True,
+    local_optimizer=True,
 )
 class EWCFL(Algorithm):
     """Local step on ∇CE + λ(Φ ⊙ x − Ψ) (module docstring); FedAvg server; Fisher at each task's end."""

@@ -19,7 +19,9 @@ class FedCMParams(BaseModel):
     alpha: float = Field(default=0.1, gt=0, le=1, description="weight α of the local gradient (1 − α on the momentum)")
 
 
-@ALGORITHMS.register("fedcm", "FedCM: local steps along α·gradient + (1−α)·last global update direction", FedCMParams, label="FedCM")
+@ALGORITHMS.register(
+    "fedcm", "FedCM: local steps along α·gradient + (1−α)·last global update direction", FedCMParams, label="FedCM"
+)
 class FedCM(Algorithm):
     """FedCM Alg. 1.
 

@@ -53,7 +53,10 @@ def _weighted_changes(history: torch.Tensor, weights: list[float]) -> torch.Tens
 
 
 @ALGORITHMS.register(
-    "fedmim", "FedMIM: local steps with multi-step inertial momentum and a look-ahead gradient", FedMIMParams, label="FedMIM"
+    "fedmim",
+    "FedMIM: local steps with multi-step inertial momentum and a look-ahead gradient",
+    FedMIMParams,
+    label="FedMIM",
 )
 class FedMIM(Algorithm):
     """FedMIM Alg. 1.

@@ -91,8 +91,12 @@ class MLBObjective:
 
 
 @ALGORITHMS.register(
-    "fedmlb", "FedMLB: hybrid paths through frozen global blocks (CE + KD), FedAvg server", FedMLBParams,
-    label="FedMLB", compression=True, batchable=False,
+    "fedmlb",
+    "FedMLB: hybrid paths through frozen global blocks (CE + KD), FedAvg server",
+    FedMLBParams,
+    label="FedMLB",
+    compression=True,
+    batchable=False,
 )
 class FedMLB(Algorithm):
     """Local step w ← w − η_l·∇L(w; ξ) with FedMLB's loss L (module docstring); server FedAvg."""
@@ -109,8 +113,13 @@ class FedMLB(Algorithm):
 
 
 @ALGORITHMS.register(
-    "fedmlbm", "FedMLB with server momentum (FedAvgM server; GradMA's FedMLBM)", FedMLBParams, label="FedMLBM",
-    server={"optimizer": "sgd", "momentum": 0.5}, compression=True, batchable=False,
+    "fedmlbm",
+    "FedMLB with server momentum (FedAvgM server; GradMA's FedMLBM)",
+    FedMLBParams,
+    label="FedMLBM",
+    server={"optimizer": "sgd", "momentum": 0.5},
+    compression=True,
+    batchable=False,
 )
 class FedMLBM(FedMLB):
     """FedMLB's local loss with the FedAvgM server m ← β·m + Δ, x ← x + η_g·m (GradMA Alg. 5; β = 0.5)."""

@@ -13,7 +13,9 @@ class FedSAMParams(BaseModel):
     rho: float = Field(default=0.1, gt=0, description="SAM neighbourhood radius ρ")
 
 
-@ALGORITHMS.register("fedsam", "FedSAM: local SAM steps (gradient at the worst point of a ρ-ball)", FedSAMParams, label="FedSAM")
+@ALGORITHMS.register(
+    "fedsam", "FedSAM: local SAM steps (gradient at the worst point of a ρ-ball)", FedSAMParams, label="FedSAM"
+)
 class FedSAM(Algorithm):
     """Local SAM step (Foret et al. 2021, Eq. 2 with the first-order ε̂):
     ε = ρ·g(x)/‖g(x)‖, x ← x − η_l·g(x + ε), both gradients on the same minibatch (two

@@ -107,14 +107,18 @@ class FedTrack(Algorithm):
             total = torch.zeros_like(x)
         return TrackCarry(x.new_zeros(len(x)), torch.zeros_like(x), table, mean, total, super().local_init(ctx, x))
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry, grad: GradFn) -> tuple[torch.Tensor, TrackCarry]:
+    def local_step(
+        self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry, grad: GradFn
+    ) -> tuple[torch.Tensor, TrackCarry]:
         """Eq. (4) through ``local.optimizer``; adds ∇g_i′(x_{t,k}) to a_i."""
         estimate, carry = self.estimate(ctx, x, carry, grad)
         drift = ctx.broadcast["grad_g"] - ctx.input("full_grad")
         x, opt = self.ctx.local_optimizer.step(x, drift + estimate, carry.opt, ctx.lr)
         return x, carry._replace(k=carry.k + 1, acc=carry.acc + estimate, opt=opt)
 
-    def estimate(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry, grad: GradFn) -> tuple[torch.Tensor, TrackCarry]:
+    def estimate(
+        self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry, grad: GradFn
+    ) -> tuple[torch.Tensor, TrackCarry]:
         """∇g_i′(x_{t,k}) per ``iag`` (module docstring), and the carry with the IAG's new state."""
         g = grad(x)
         if self.iag == "off":

@@ -14,16 +14,23 @@ from fedbench.algorithms.base import ALGORITHMS, Algorithm
 
 
 @ALGORITHMS.register(
-    "fine_fl", "Fine-FL: FedAvg fine-tuning on each task in turn (continual baseline)", label="Fine-FL",
-    compression=True, local_optimizer=True,
+    "fine_fl",
+    "Fine-FL: FedAvg fine-tuning on each task in turn (continual baseline)",
+    label="Fine-FL",
+    compression=True,
+    local_optimizer=True,
 )
 class FineFL(Algorithm):
     """FedAvg (:class:`~fedbench.algorithms.base.Algorithm`) under the label Fine-FL."""
 
 
 @ALGORITHMS.register(
-    "er_fl", "Ering: FedAvg with a replay-memory batch joined to every local minibatch (continual baseline)",
-    label="Ering", compression=True, local_optimizer=True, replay_per_step=True,
+    "er_fl",
+    "Ering: FedAvg with a replay-memory batch joined to every local minibatch (continual baseline)",
+    label="Ering",
+    compression=True,
+    local_optimizer=True,
+    replay_per_step=True,
 )
 class ERing(Algorithm):
     """FedAvg whose local minibatches are current-task samples plus a memory draw (experience replay)."""

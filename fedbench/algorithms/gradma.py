@@ -137,7 +137,9 @@ class GradMAW(Algorithm):
     def local_init(self, ctx: RoundContext, x: torch.Tensor) -> WorkerCarry:
         return WorkerCarry(ctx.held.x_prev, torch.zeros(len(x), dtype=torch.int64, device=x.device))
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: WorkerCarry, grad: GradFn) -> tuple[torch.Tensor, WorkerCarry]:
+    def local_step(
+        self, ctx: RoundContext, x: torch.Tensor, carry: WorkerCarry, grad: GradFn
+    ) -> tuple[torch.Tensor, WorkerCarry]:
         """Alg. 2 lines 3–6 (Eq. 5); x_{τ−1} and the QP failure count ride in the carry."""
         x_t = ctx.broadcast["x"].unsqueeze(0).expand_as(x)
         g = grad(x)
@@ -313,14 +315,26 @@ class GradMA(GradMAW, GradMAS):
 
 
 ALGORITHMS.register(
-    "gradma", "GradMA: QP-projected local steps, server momentum projected onto a worker memory",
-    GradMAParams, label="GradMA", server=SERVER, diagnostics=DIAGNOSTICS,
+    "gradma",
+    "GradMA: QP-projected local steps, server momentum projected onto a worker memory",
+    GradMAParams,
+    label="GradMA",
+    server=SERVER,
+    diagnostics=DIAGNOSTICS,
 )(GradMA)
 ALGORITHMS.register(
-    "gradma_w", "GradMA-W: GradMA's QP-projected local steps with plain server averaging",
-    GradMAWParams, label="GradMA-W", server=SERVER, diagnostics=DIAGNOSTICS,
+    "gradma_w",
+    "GradMA-W: GradMA's QP-projected local steps with plain server averaging",
+    GradMAWParams,
+    label="GradMA-W",
+    server=SERVER,
+    diagnostics=DIAGNOSTICS,
 )(GradMAW)
 ALGORITHMS.register(
-    "gradma_s", "GradMA-S: local SGD, server momentum projected onto a worker memory (mem_red + QP_g)",
-    GradMASParams, label="GradMA-S", server=SERVER, diagnostics=DIAGNOSTICS,
+    "gradma_s",
+    "GradMA-S: local SGD, server momentum projected onto a worker memory (mem_red + QP_g)",
+    GradMASParams,
+    label="GradMA-S",
+    server=SERVER,
+    diagnostics=DIAGNOSTICS,
 )(GradMAS)

@@ -70,7 +70,9 @@ class ICaRLObjective:
     old_model: torch.Tensor  # [P]
     old: torch.Tensor  # [K] bool: classes of finished tasks, or [0] before any task has ended
 
-    def __call__(self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         logits = model.logits(point, buffers, x)
         targets = F.one_hot(y, logits.shape[1]).to(logits.dtype)
         allowed = torch.ones_like(logits, dtype=torch.bool) if model.label_mask is None else model.label_mask[y]
@@ -117,8 +119,13 @@ class OldClasses(NamedTuple):
 
 
 @ALGORITHMS.register(
-    "icarl_fl", "iCaRL-FL: FedAvg with herded exemplars, sigmoid distillation and a nearest-mean-of-exemplars classifier",
-    ICaRLParams, label="iCaRL-FL", compression=True, local_optimizer=True, batchable=False,
+    "icarl_fl",
+    "iCaRL-FL: FedAvg with herded exemplars, sigmoid distillation and a nearest-mean-of-exemplars classifier",
+    ICaRLParams,
+    label="iCaRL-FL",
+    compression=True,
+    local_optimizer=True,
+    batchable=False,
     replay_per_step=True,
 )
 class ICaRLFL(Algorithm):
@@ -137,7 +144,9 @@ class ICaRLFL(Algorithm):
 
     def objective(self, ctx: RoundContext) -> ICaRLObjective:
         if len(ctx.clients) != 1:
-            raise RuntimeError(f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}")
+            raise RuntimeError(
+                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
+            )
         return ICaRLObjective(ctx.held.old_model[0], ctx.held.old[0])
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
@@ -200,7 +209,8 @@ class ICaRLFL(Algorithm):
         }
         seen = int((~means.isnan().any(1)).sum())
         logs: dict[str, Any] = {
-            "task_acc_nme": rows["nme"], "task_acc_network": rows["network"],
+            "task_acc_nme": rows["nme"],
+            "task_acc_network": rows["network"],
             "nme_bits_up": len(data.memory.slots) * seen * (dim + 1) * BITS_PER_FLOAT,  # type: ignore[union-attr]
             "nme_bits_down": len(data.memory.slots) * seen * dim * BITS_PER_FLOAT,  # type: ignore[union-attr]
         }

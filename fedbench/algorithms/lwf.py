@@ -85,7 +85,9 @@ class LwFObjective:
     lam: float
     temperature: float
 
-    def __call__(self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         logits = model.logits(point, buffers, x)
         loss = F.cross_entropy(model.masked(logits, y), y)
         if not bool((self.heads >= 0).any()):
@@ -96,8 +98,13 @@ class LwFObjective:
 
 
 @ALGORITHMS.register(
-    "lwf_fl", "LwF-FL: FedAvg with distillation of the previous task's global model on the old classes", LwFParams,
-    label="LwF-FL", compression=True, local_optimizer=True, batchable=False,
+    "lwf_fl",
+    "LwF-FL: FedAvg with distillation of the previous task's global model on the old classes",
+    LwFParams,
+    label="LwF-FL",
+    compression=True,
+    local_optimizer=True,
+    batchable=False,
 )
 class LwFFL(Algorithm):
     """Local steps on CE + λ·KD (module docstring); FedAvg server; θ_old and the old heads set at task ends."""
@@ -115,7 +122,9 @@ class LwFFL(Algorithm):
 
     def objective(self, ctx: RoundContext) -> LwFObjective:
         if len(ctx.clients) != 1:
-            raise RuntimeError(f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}")
+            raise RuntimeError(
+                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
+            )
         held = ctx.held
         return LwFObjective(held.old_model[0], held.heads[0], self.params.lam, self.params.temperature)
 

@@ -1,7 +1,6 @@
 """MIFA and MIFAM (Gu et al. 2021, "Fast Federated Learning in the Presence of Arbitrary Device
 Unavailability"), in the server-momentum form of GradMA (Luo et al. 2023) Alg. 6."""
 
-
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Logs, RoundContext, Upload

@@ -71,7 +71,9 @@ class MoonObjective:
             scratch = {k: v.clone() for k, v in buffers.items()}
             z_glob = model.run_stages(self.global_model, scratch, x, stop=blocks)[-1]
             z_prev = model.run_stages(self.previous_model, scratch, x, stop=blocks)[-1]
-        return F.cross_entropy(model.masked(logits, y), y) + self.mu * contrastive_loss(z, z_glob, z_prev, self.temperature)
+        return F.cross_entropy(model.masked(logits, y), y) + self.mu * contrastive_loss(
+            z, z_glob, z_prev, self.temperature
+        )
 
 
 @state
@@ -85,7 +87,11 @@ class LocalModel(NamedTuple):
 
 
 @ALGORITHMS.register(
-    "moon", "MOON: local model-contrastive loss on representations, FedAvg server", MoonParams, label="MOON", compression=True,
+    "moon",
+    "MOON: local model-contrastive loss on representations, FedAvg server",
+    MoonParams,
+    label="MOON",
+    compression=True,
     batchable=False,
 )
 class Moon(Algorithm):
@@ -104,7 +110,9 @@ class Moon(Algorithm):
 
     def objective(self, ctx: RoundContext) -> MoonObjective:
         if len(ctx.clients) != 1:
-            raise RuntimeError(f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}")
+            raise RuntimeError(
+                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
+            )
         return MoonObjective(ctx.broadcast["x"], ctx.held.previous[0], self.params.mu, self.params.temperature)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
@@ -124,8 +132,13 @@ class Moon(Algorithm):
 
 
 @ALGORITHMS.register(
-    "moonm", "MOON with server momentum (FedAvgM server; GradMA's MOONM)", MoonParams, label="MOONM",
-    server={"optimizer": "sgd", "momentum": 0.5}, compression=True, batchable=False,
+    "moonm",
+    "MOON with server momentum (FedAvgM server; GradMA's MOONM)",
+    MoonParams,
+    label="MOONM",
+    server={"optimizer": "sgd", "momentum": 0.5},
+    compression=True,
+    batchable=False,
 )
 class MoonM(Moon):
     """MOON's local loss with the FedAvgM server m ← β·m + Δ, x ← x + η_g·m (GradMA Alg. 5; β = 0.5)."""

@@ -72,7 +72,9 @@ class NCCLFL(Algorithm):
     def local_init(self, ctx: RoundContext, x: torch.Tensor) -> NCCLCarry:
         return NCCLCarry(x.new_zeros((len(x), 3)), super().local_init(ctx, x))
 
-    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: NCCLCarry, grad: GradFn) -> tuple[torch.Tensor, NCCLCarry]:
+    def local_step(
+        self, ctx: RoundContext, x: torch.Tensor, carry: NCCLCarry, grad: GradFn
+    ) -> tuple[torch.Tensor, NCCLCarry]:
         p = self.params
         g = grad(x)
         f = grad.memory(x)
@@ -93,8 +95,10 @@ class NCCLFL(Algorithm):
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         new = self.server_step(state, weighted_mean(up.sent["delta"], weights))
         interfering, transferring, beta_sum = up.kept.stats.T
-        return new, {"nccl": {
-            "interfering_steps": interfering.tolist(),
-            "transferring_steps": transferring.tolist(),
-            "mean_beta_scale": (beta_sum / ctx.steps).tolist(),
-        }}
+        return new, {
+            "nccl": {
+                "interfering_steps": interfering.tolist(),
+                "transferring_steps": transferring.tolist(),
+                "mean_beta_scale": (beta_sum / ctx.steps).tolist(),
+            }
+        }

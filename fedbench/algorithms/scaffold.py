@@ -23,7 +23,9 @@ class ControlChange(NamedTuple):
     delta_c: torch.Tensor  # Δc_i = c_i⁺ − c_i, [S, P]
 
 
-@ALGORITHMS.register("scaffold", "SCAFFOLD: drift-corrected local steps with control variates (option II)", label="SCAFFOLD")
+@ALGORITHMS.register(
+    "scaffold", "SCAFFOLD: drift-corrected local steps with control variates (option II)", label="SCAFFOLD"
+)
 class Scaffold(Algorithm):
     """SCAFFOLD Alg. 1 with option II.
 

@@ -9,5 +9,11 @@ from fedbench.continual.metrics import average_accuracy, forgetting
 from fedbench.continual.tasks import TaskStream, split_tasks
 
 __all__ = [
-    "ReplayMemory", "TaskStream", "average_accuracy", "balanced_quota", "forgetting", "select_memory", "split_tasks",
+    "ReplayMemory",
+    "TaskStream",
+    "average_accuracy",
+    "balanced_quota",
+    "forgetting",
+    "select_memory",
+    "split_tasks",
 ]

@@ -56,7 +56,9 @@ class ReplayMemory:
         """Add task ``task``'s slot for every client from its indices ``parts[i]`` of that task."""
         for client, part in enumerate(parts):
             if len(self.slots[client]) != task:
-                raise ValueError(f"client {client}'s memory holds {len(self.slots[client])} tasks; cannot add task {task}")
+                raise ValueError(
+                    f"client {client}'s memory holds {len(self.slots[client])} tasks; cannot add task {task}"
+                )
             rng = numpy_stream(self.seed, "memory", client, task)
             part = np.asarray(part)
             self.slots[client].append(select_memory(part, train_labels[part], self.per_task, rng).astype(np.int64))

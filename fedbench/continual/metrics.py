@@ -43,5 +43,7 @@ def average_accuracy_curve(matrix: np.ndarray) -> np.ndarray:
     (rows = tasks trained so far, columns = every task)."""
     a = np.asarray(matrix, dtype=float)
     if a.ndim != 2 or a.shape[0] > a.shape[1]:
-        raise ValueError(f"expected an n × S accuracy matrix with n ≤ S (one row per task trained), got shape {a.shape}")
+        raise ValueError(
+            f"expected an n × S accuracy matrix with n ≤ S (one row per task trained), got shape {a.shape}"
+        )
     return np.array([a[i, : i + 1].mean() for i in range(a.shape[0])])

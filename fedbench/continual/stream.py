@@ -60,7 +60,9 @@ class ContinualStream(RoundPlugin):
         self.stream = setup.tasks.stream
         self.memory = ReplayMemory(spec.clients.num, self.cfg.memory.per_task, seed)
         self.train_labels = setup.data.train.y.cpu().numpy()
-        self.masks = [torch.as_tensor(self.stream.label_mask(j), device=setup.x0.device) for j in range(self.stream.num_tasks)]
+        self.masks = [
+            torch.as_tensor(self.stream.label_mask(j), device=setup.x0.device) for j in range(self.stream.num_tasks)
+        ]
         self.test_idx = [torch.as_tensor(i, device=setup.data.test.y.device) for i in self.stream.test]
         self.task = -1
         self.row: list[float] = []  # the accuracy-matrix row of the last evaluation
@@ -107,7 +109,9 @@ class ContinualStream(RoundPlugin):
         for an empty memory (task 0)."""
         if not request.wanted & {"memory_grad", "memory_size"}:
             return {}
-        grads, sizes = self.memory_gradients(request.buffers, request.clients.tolist(), request.point, request.round, request.cfg)
+        grads, sizes = self.memory_gradients(
+            request.buffers, request.clients.tolist(), request.point, request.round, request.cfg
+        )
         return {"memory_grad": grads, "memory_size": sizes}
 
     # -- evaluation ------------------------------------------------------------------------
@@ -160,7 +164,9 @@ class ContinualStream(RoundPlugin):
                 drawn = self.memory.draw(c, self.cfg.memory.replay_batch, numpy_stream(self.seed, "replay", t, c))
             parts.append(torch.as_tensor(drawn, device=device))
         if rows:
-            grads[rows] = full_local_gradients(self.s.model, buffers, self.s.data.train, parts, point, self.spec.local.batch_size, cfg)
+            grads[rows] = full_local_gradients(
+                self.s.model, buffers, self.s.data.train, parts, point, self.spec.local.batch_size, cfg
+            )
         return grads, sizes
 
     # -- task end --------------------------------------------------------------------------
@@ -201,7 +207,11 @@ def split_outputs(
     if split not in ("train", "test"):
         raise ValueError(f"split must be train or test, got {split!r}")
     data = s.data.train if split == "train" else s.data.test
-    idx = torch.arange(len(data.y), device=data.y.device) if indices is None else torch.as_tensor(indices, device=data.y.device)
+    idx = (
+        torch.arange(len(data.y), device=data.y.device)
+        if indices is None
+        else torch.as_tensor(indices, device=data.y.device)
+    )
     s.model.num_stages("this algorithm's end_task (features)")
     s.model.module.eval()
     feats, logits = [], []
@@ -210,4 +220,3 @@ def split_outputs(
         feats.append(out[-2])
         logits.append(out[-1])
     return torch.cat(feats), torch.cat(logits), data.y[idx]
-

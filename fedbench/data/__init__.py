@@ -17,8 +17,16 @@ from fedbench.data.base import DATASETS, ArraySplit, DatasetSplits
 from fedbench.data.files import MissingDataset, missing, missing_line
 from fedbench.data.vision import DatasetNotFoundError
 
-__all__ = ["DATASETS", "ArraySplit", "DatasetSplits", "DatasetNotFoundError", "MissingDataset", "load_dataset",
-           "missing", "missing_line"]
+__all__ = [
+    "DATASETS",
+    "ArraySplit",
+    "DatasetSplits",
+    "DatasetNotFoundError",
+    "MissingDataset",
+    "load_dataset",
+    "missing",
+    "missing_line",
+]
 
 
 def load_dataset(name: str, params: dict[str, Any] | BaseModel | None, root: Path, download: bool) -> DatasetSplits:

@@ -35,13 +35,21 @@ class OnDisk:
 ON_DISK: dict[str, OnDisk] = {
     "mnist": OnDisk("MNIST/raw", IDX),
     "fashion_mnist": OnDisk("FashionMNIST/raw", IDX),
-    "emnist": OnDisk("EMNIST/raw", tuple(f"emnist-{{split}}-{part}-{kind}-ubyte" for part in ("train", "test")
-                                         for kind in ("images-idx3", "labels-idx1"))),
+    "emnist": OnDisk(
+        "EMNIST/raw",
+        tuple(
+            f"emnist-{{split}}-{part}-{kind}-ubyte"
+            for part in ("train", "test")
+            for kind in ("images-idx3", "labels-idx1")
+        ),
+    ),
     "cifar10": OnDisk("cifar-10-batches-py", (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta")),
     "cifar100": OnDisk("cifar-100-python", ("train", "test", "meta")),
     "svhn": OnDisk("SVHN", ("train_32x32.mat", "test_32x32.mat")),
     "tiny_imagenet": OnDisk(
-        "tiny-imagenet-200", ("wnids.txt", "train", "val/images", "val/val_annotations.txt"), download=False,
+        "tiny-imagenet-200",
+        ("wnids.txt", "train", "val/images", "val/val_annotations.txt"),
+        download=False,
         fetch=f"no downloader: fetch {TINY_IMAGENET_URL} and unzip it in {{data_dir}}",
     ),
 }
@@ -72,8 +80,9 @@ def _blocks(datasets: Iterable[str | Mapping[str, Any]]) -> dict[str, dict[str, 
     return found
 
 
-def missing(datasets: Iterable[str | Mapping[str, Any]], data_dir: Path, download: bool = False,
-            probing: bool = False) -> list[MissingDataset]:
+def missing(
+    datasets: Iterable[str | Mapping[str, Any]], data_dir: Path, download: bool = False, probing: bool = False
+) -> list[MissingDataset]:
     """The datasets among ``datasets`` (names, or ``dataset:`` blocks with their parameters) whose
     files are not under ``data_dir``, in first-seen order. With ``download``, a dataset torchvision
     can fetch is not missing (the run fetches it); Tiny-ImageNet, which it cannot, still is.
@@ -99,8 +108,11 @@ def how(name: str, data_dir: Path, probing: bool = False) -> str:
     commands that do)."""
     where = ON_DISK[name]
     if not where.download:
-        return where.fetch.format(data_dir=data_dir) + f" so that {data_dir / where.folder}/ holds " + ", ".join(
-            where.files)
+        return (
+            where.fetch.format(data_dir=data_dir)
+            + f" so that {data_dir / where.folder}/ holds "
+            + ", ".join(where.files)
+        )
     fetch = "fetch it with --download of run, sweep, tune or reproduce" if probing else "pass --download to fetch it"
     return f"{fetch} into {data_dir}/, or --data-dir to the folder that holds {where.folder}/"
 

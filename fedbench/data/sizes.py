@@ -29,9 +29,14 @@ REAL = {
     "tiny_imagenet": Sizes(100_000, 10_000, 200),  # the val set is the test set
 }
 EMNIST = {  # Cohen et al. 2017, Table II
-    split: Sizes(train, test, EMNIST_CLASSES[split]) for split, (train, test) in {
-        "balanced": (112_800, 18_800), "byclass": (697_932, 116_323), "bymerge": (697_932, 116_323),
-        "digits": (240_000, 40_000), "letters": (124_800, 20_800), "mnist": (60_000, 10_000),
+    split: Sizes(train, test, EMNIST_CLASSES[split])
+    for split, (train, test) in {
+        "balanced": (112_800, 18_800),
+        "byclass": (697_932, 116_323),
+        "bymerge": (697_932, 116_323),
+        "digits": (240_000, 40_000),
+        "letters": (124_800, 20_800),
+        "mnist": (60_000, 10_000),
     }.items()
 }
 

@@ -221,4 +221,3 @@ def tiny_imagenet(root: Path, download: bool) -> DatasetSplits:
     train = (_read_images(train_paths), np.array(train_labels, dtype=np.int64))
     test = (_read_images(test_paths), np.array(test_labels, dtype=np.int64))
     return image_splits("tiny_imagenet", train, test, len(wnids))
-

@@ -52,9 +52,17 @@ class BatchedOracle:
     holds the buffers after the step's first ``grad`` call."""
 
     def __init__(
-        self, layers: RowLayers, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
-        cfg: LocalConfig, memory_mask: torch.Tensor | None = None, keys: torch.Tensor | None = None,
-        compiled: bool = False, step: int = 0,
+        self,
+        layers: RowLayers,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        cfg: LocalConfig,
+        memory_mask: torch.Tensor | None = None,
+        keys: torch.Tensor | None = None,
+        compiled: bool = False,
+        step: int = 0,
     ):
         self.step = step  # the local step's index k in the round
         self.layers, self.buffers, self.x, self.y, self.cfg = layers, buffers, x, y, cfg
@@ -77,7 +85,9 @@ class BatchedOracle:
         one = len(points) == 1
         rows = _twice if one else (lambda t: t)
         buffers = {n: rows(v) for n, v in self.buffers.items()}
-        grads, (_, (losses, updated)) = self._grad(rows(points), buffers, rows(self.x), rows(self.y), rows(mask), rows(keys))
+        grads, (_, (losses, updated)) = self._grad(
+            rows(points), buffers, rows(self.x), rows(self.y), rows(mask), rows(keys)
+        )
         if one:
             grads, losses, updated = grads[:1], losses[:1], {n: v[:1] for n, v in updated.items()}
         return grads, losses, updated
@@ -103,8 +113,16 @@ def dropout_keys(seed: int, round_: int, clients: list[int], device: torch.devic
 
 
 def train_rows(
-    algo: Algorithm, ctx: RoundContext, steps: list[int], plan: RoundPlan, layers: RowLayers, buffers: Buffers,
-    train: ArraySplit, cfg: LocalConfig, keys: torch.Tensor, compiled: bool = False,
+    algo: Algorithm,
+    ctx: RoundContext,
+    steps: list[int],
+    plan: RoundPlan,
+    layers: RowLayers,
+    buffers: Buffers,
+    train: ArraySplit,
+    cfg: LocalConfig,
+    keys: torch.Tensor,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, Any, Buffers, torch.Tensor]:
     """The K_i local steps (``steps``) of one chunk of clients: final iterates ``[s, P]``, the
     clients' final carry, buffers ``[s, …]`` and mean minibatch losses ``[s]``. A client past its
@@ -134,8 +152,16 @@ def chunks(total: int, size: int | None) -> list[slice]:
 
 
 def run_clients_batched(
-    algo: Algorithm, ctx: RoundContext, steps: list[int], model: FlatModel, global_buffers: Buffers,
-    train: ArraySplit, batcher: ClientBatcher, cfg: LocalConfig, chunk: int | None = None, compiled: bool = False,
+    algo: Algorithm,
+    ctx: RoundContext,
+    steps: list[int],
+    model: FlatModel,
+    global_buffers: Buffers,
+    train: ArraySplit,
+    batcher: ClientBatcher,
+    cfg: LocalConfig,
+    chunk: int | None = None,
+    compiled: bool = False,
 ) -> LocalResult:
     """Train the round's S clients from ``ctx.start``, ``chunk`` clients at a time (all when None),
     through the compiled step when ``compiled``; client i stops after ``steps[i]`` steps."""
@@ -149,7 +175,16 @@ def run_clients_batched(
         sub, size = ctx.select(rows), rows.stop - rows.start
         buffers = {n: v.unsqueeze(0).expand(size, *v.shape).clone() for n, v in global_buffers.items()}
         x, carry, buffers, loss = train_rows(
-            algo, sub, steps[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows], compiled,
+            algo,
+            sub,
+            steps[rows],
+            plan.rows(rows),
+            layers,
+            buffers,
+            train,
+            cfg,
+            keys[rows],
+            compiled,
         )
         uploads.append(algo.upload(sub, x, carry))
         finals.append(x)

@@ -84,7 +84,9 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, name: str, row: 
     return (out * m).to(x.dtype)
 
 
-def _update_running(module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, mean: torch.Tensor, var: torch.Tensor) -> None:
+def _update_running(
+    module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, mean: torch.Tensor, var: torch.Tensor
+) -> None:
     """The running statistics torch's BatchNorm would hold after this batch, into ``row.updated``."""
     tracked = module.num_batches_tracked + 1
     factor = 1.0 / tracked.to(mean.dtype) if module.momentum is None else module.momentum

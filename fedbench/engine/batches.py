@@ -24,7 +24,12 @@ class ClientBatcher:
     """Minibatch index streams for every client of a partition."""
 
     def __init__(
-        self, parts: list[torch.Tensor], batch_size: int, seed: int, drop_singleton: bool = False, task: int | None = None
+        self,
+        parts: list[torch.Tensor],
+        batch_size: int,
+        seed: int,
+        drop_singleton: bool = False,
+        task: int | None = None,
     ):
         self.parts = parts
         self.batch_size = batch_size

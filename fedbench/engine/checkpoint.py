@@ -77,7 +77,7 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:
         raise CorruptCheckpoint(f"unreadable ({exc.strerror or exc})") from None
     if not blob.startswith(MAGIC):
         raise CorruptCheckpoint("no checksum header (damaged, or written before checkpoints carried one)")
-    digest, _, data = blob[len(MAGIC):].partition(b"\n")
+    digest, _, data = blob[len(MAGIC) :].partition(b"\n")
     if hashlib.sha256(data).hexdigest().encode() != digest:
         raise CorruptCheckpoint("its content does not match its checksum")
     try:
@@ -104,7 +104,11 @@ def resume_point(
         payload = load_checkpoint(path, device)
     except CorruptCheckpoint as exc:
         aside = set_aside(path, "corrupt")
-        warnings.warn(f"checkpoint {path} is corrupt: {exc}; moved to {aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
+        warnings.warn(
+            f"checkpoint {path} is corrupt: {exc}; moved to {aside}; the run restarts from round 1",
+            RuntimeWarning,
+            stacklevel=1,
+        )
         return None
     if payload is None:
         return None
@@ -112,20 +116,33 @@ def resume_point(
     own = own if isinstance(own, dict) else None
     if own != dict(identity):
         why = "unverified" if own is None else "foreign"
-        whose = ("carries no run identity (written by an older fedbench)" if own is None
-                 else f"belongs to {_described(own)}, not {_described(identity)}")
+        whose = (
+            "carries no run identity (written by an older fedbench)"
+            if own is None
+            else f"belongs to {_described(own)}, not {_described(identity)}"
+        )
         aside = set_aside(path, why)
-        warnings.warn(f"checkpoint {path} {whose}; moved to {aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
+        warnings.warn(
+            f"checkpoint {path} {whose}; moved to {aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1
+        )
         return None
     if payload.get("layout", 1) != LAYOUT:
         aside = set_aside(path, "outdated")
-        warnings.warn(f"checkpoint {path} has layout {payload.get('layout', 1)}, this fedbench reads {LAYOUT}; moved to "
-                      f"{aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
+        warnings.warn(
+            f"checkpoint {path} has layout {payload.get('layout', 1)}, this fedbench reads {LAYOUT}; moved to "
+            f"{aside}; the run restarts from round 1",
+            RuntimeWarning,
+            stacklevel=1,
+        )
         return None
     held = store.last_round(run_id) or 0
     if held < int(payload["round"]):
         aside = set_aside(path, "orphan")
-        warnings.warn(f"checkpoint {path} is at round {payload['round']} but the store holds {held} round(s) of the run; "
-                      f"moved to {aside}; the run restarts from round 1", RuntimeWarning, stacklevel=1)
+        warnings.warn(
+            f"checkpoint {path} is at round {payload['round']} but the store holds {held} round(s) of the run; "
+            f"moved to {aside}; the run restarts from round 1",
+            RuntimeWarning,
+            stacklevel=1,
+        )
         return None
     return payload

@@ -41,7 +41,12 @@ StepFunction = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, tuple[torch
 
 
 def row_loss(
-    layers: RowLayers, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+    layers: RowLayers,
+    flat: torch.Tensor,
+    buffers: Buffers,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    mask: torch.Tensor,
     key: torch.Tensor,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]:
     """One row's mean cross-entropy over its real samples (mask 1), with its loss and updated

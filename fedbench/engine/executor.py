@@ -40,8 +40,13 @@ class ClientExecutor:
 
 
 def choose_executor(
-    executor: str, device: torch.device, batchable: bool = True, chunk: int | None = None,
-    probe: Callable[[], int] | None = None, compile_step: str = "auto", steps: int = 0,
+    executor: str,
+    device: torch.device,
+    batchable: bool = True,
+    chunk: int | None = None,
+    probe: Callable[[], int] | None = None,
+    compile_step: str = "auto",
+    steps: int = 0,
 ) -> ClientExecutor:
     """The executor for ``--executor`` on ``device`` (``chunk``: ``--chunk``; ``probe``: bytes one
     client's batched step needs on CUDA), its step compiled per ``--compile`` (``compile_step``) for
@@ -69,7 +74,9 @@ def _executor(
     if chunk is not None:
         return ClientExecutor(True, chunk, f"batched, chunks of {chunk} clients ({why}; --chunk)")
     if device.type != "cuda" or probe is None:
-        return ClientExecutor(True, DEFAULT_CPU_CHUNK, f"batched, chunks of {DEFAULT_CPU_CHUNK} clients ({why}; {device.type} default)")
+        return ClientExecutor(
+            True, DEFAULT_CPU_CHUNK, f"batched, chunks of {DEFAULT_CPU_CHUNK} clients ({why}; {device.type} default)"
+        )
     per_client = max(1, probe())
     free, _ = torch.cuda.mem_get_info(device)
     fitted = int(MEMORY_FRACTION * free // per_client)

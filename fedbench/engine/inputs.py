@@ -52,7 +52,14 @@ def full_gradients(req: InputRequest) -> torch.Tensor:
     s, ids = req.setup, req.clients.tolist()
     keys = dropout_keys(req.cfg.seed, req.round, ids, s.x0.device)
     return full_local_gradients(
-        s.model, req.buffers, s.data.train, [s.parts[c] for c in ids], req.point, req.batch_size, req.cfg, keys,
+        s.model,
+        req.buffers,
+        s.data.train,
+        [s.parts[c] for c in ids],
+        req.point,
+        req.batch_size,
+        req.cfg,
+        keys,
     )
 
 

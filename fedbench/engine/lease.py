@@ -31,8 +31,14 @@ GONE_STATES = ("Z", "X")  # zombie (killed, not yet reaped) and dead: the proces
 class Leases(Protocol):
     """What :func:`leased` asks of a store."""
 
-    def claim(self, run_id: str, holder: str, ttl: float = LEASE_TTL_S, token: str | None = None,
-              gone: Callable[[str, str | None], bool] | None = None) -> str | None: ...
+    def claim(
+        self,
+        run_id: str,
+        holder: str,
+        ttl: float = LEASE_TTL_S,
+        token: str | None = None,
+        gone: Callable[[str, str | None], bool] | None = None,
+    ) -> str | None: ...
 
     def renew(self, run_id: str, holder: str) -> None: ...
 

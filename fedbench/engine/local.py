@@ -41,7 +41,9 @@ class LocalConfig:
         x, y, _ = self.batch_parts(train, batcher, client)
         return x, y
 
-    def batch_parts(self, train: ArraySplit, batcher: ClientBatcher, client: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def batch_parts(
+        self, train: ArraySplit, batcher: ClientBatcher, client: int
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """:meth:`batch` and the number of its leading samples that are the current minibatch (the
         rest, if any, is the replay draw)."""
         idx, current, position = self.batch_indices(batcher, client)
@@ -94,8 +96,14 @@ class GradientOracle:
     """
 
     def __init__(
-        self, model: FlatModel, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, cfg: LocalConfig,
-        memory_from: int | None = None, step: int = 0,
+        self,
+        model: FlatModel,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        cfg: LocalConfig,
+        memory_from: int | None = None,
+        step: int = 0,
     ):
         self.step = step
         cut = len(y) if memory_from is None else memory_from

@@ -89,7 +89,9 @@ def draw_plan(
         memory[dest_d[(within >= current).to(device)]] = 1.0
         memory = memory.view(shape)
     if cfg.augments and train.x.dim() != 4:
-        raise ValueError(f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}")
+        raise ValueError(
+            f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}"
+        )
     crops = _augment_plan(drawn, dest, shape, cfg, device) if cfg.augments else None
     return RoundPlan(index.view(shape), mask.view(shape), tuple(widths), memory, crops, cfg.augment.crop_padding)
 
@@ -100,7 +102,9 @@ def _augment_plan(
     """Each planned sample's crop offsets and flip from its batch's ``("augment", client, position)``
     stream (padding: no crop shift, no flip)."""
     a = cfg.augment
-    draws = [augment_draws(len(idx), a.flip, a.crop_padding, cfg.seed, c, position) for _, _, c, idx, _, position in drawn]
+    draws = [
+        augment_draws(len(idx), a.flip, a.crop_padding, cfg.seed, c, position) for _, _, c, idx, _, position in drawn
+    ]
     out = []
     for part, dtype in zip(zip(*draws), (torch.int64, torch.int64, torch.bool)):
         full = torch.zeros(shape[0] * shape[1] * shape[2], dtype=dtype)

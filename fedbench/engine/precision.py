@@ -35,7 +35,10 @@ def _targets() -> list[tuple[object, str, object, object]]:
     """(settings object, attribute, value for TF32, value for IEEE float32) of matmuls and convolutions."""
     matmul = torch.backends.cuda.matmul
     if hasattr(matmul, "fp32_precision"):
-        return [(matmul, "fp32_precision", "tf32", "ieee"), (torch.backends.cudnn.conv, "fp32_precision", "tf32", "ieee")]
+        return [
+            (matmul, "fp32_precision", "tf32", "ieee"),
+            (torch.backends.cudnn.conv, "fp32_precision", "tf32", "ieee"),
+        ]
     return [(matmul, "allow_tf32", True, False), (torch.backends.cudnn, "allow_tf32", True, False)]
 
 

@@ -73,22 +73,31 @@ def run_problems(spec: RunSpec, labels: Labels) -> list[str]:
     """What the run would fail on when it splits ``labels`` into clients (and tasks), one line each."""
     n, clients = len(labels.train), spec.clients.num
     if clients > n:
-        return [f"clients.num: {clients} clients but dataset {labels.name} has {n} training samples, so some "
-                f"client would hold no data; use at most {n} clients"]
+        return [
+            f"clients.num: {clients} clients but dataset {labels.name} has {n} training samples, so some "
+            f"client would hold no data; use at most {n} clients"
+        ]
     pieces = [(np.arange(n), "")]
     if spec.continual is not None:
         c = spec.continual
         try:
-            stream = split_tasks(labels.train, labels.test, labels.classes, c.tasks, c.classes_per_task,
-                                 c.class_order, c.mode, 0)
+            stream = split_tasks(
+                labels.train, labels.test, labels.classes, c.tasks, c.classes_per_task, c.class_order, c.mode, 0
+            )
         except ValueError as exc:
             return [f"{exc} (dataset {labels.name})"]
         pieces = [(idx, f" in continual task {j}") for j, idx in enumerate(stream.train)]
     for indices, where in pieces:
         ids = None if labels.client_ids is None else labels.client_ids[indices]
         try:
-            make_partition(spec.partition["kind"], labels.train[indices], clients, numpy_stream(0, "partition"),
-                           spec.components.partition, ids)
+            make_partition(
+                spec.partition["kind"],
+                labels.train[indices],
+                clients,
+                numpy_stream(0, "partition"),
+                spec.components.partition,
+                ids,
+            )
         except ValueError as exc:
             return [f"{exc} (dataset {labels.name}{where})"]
     return []
@@ -106,8 +115,15 @@ def preflight(runs: Iterable[RunSpec], device: str, data_dir: Path) -> None:
     seen: set[str] = set()
     for spec in runs:
         data_key = json.dumps(spec.dataset, sort_keys=True)
-        split_key = json.dumps([spec.dataset, spec.partition, spec.clients.num,
-                                None if spec.continual is None else spec.continual.model_dump(mode="json")], sort_keys=True)
+        split_key = json.dumps(
+            [
+                spec.dataset,
+                spec.partition,
+                spec.clients.num,
+                None if spec.continual is None else spec.continual.model_dump(mode="json"),
+            ],
+            sort_keys=True,
+        )
         if split_key in seen:
             continue
         seen.add(split_key)

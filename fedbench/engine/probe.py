@@ -69,7 +69,9 @@ def _unevaluated(spec: RunSpec) -> RunSpec:
     return spec.model_copy(update=update).resolved(spec.scale, spec.components)
 
 
-def probe_run(spec: RunSpec, seed: int, cache: DataCache, options: RunOptions = RunOptions(), rounds: int = 2) -> RoundCost:
+def probe_run(
+    spec: RunSpec, seed: int, cache: DataCache, options: RunOptions = RunOptions(), rounds: int = 2
+) -> RoundCost:
     """Time ``rounds`` steady-state rounds and one evaluation of (``spec``, ``seed``) on ``cache.device``
     as ``options`` run it (client executor, chunk, compiled step, client state, threads; datasets as
     ``cache`` loads them, a missing one raises :class:`~fedbench.data.DatasetNotFoundError`)."""

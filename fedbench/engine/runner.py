@@ -82,7 +82,6 @@ def local_consistency(final: torch.Tensor) -> float:
     return float(((final - final.mean(0)) ** 2).sum(1).mean())
 
 
-
 T = TypeVar("T", bound=RoundPlugin)
 
 
@@ -113,8 +112,11 @@ def warn_diagnostics(run: str, declared: Mapping[str, str], extra: dict[str, Any
     for key, meaning in declared.items():
         if extra.get(key) and key not in warned:
             warned.add(key)
-            warnings.warn(f"{run}: {extra[key]} {meaning} at round {t}; the round logs count every later one", RuntimeWarning,
-                          stacklevel=1)
+            warnings.warn(
+                f"{run}: {extra[key]} {meaning} at round {t}; the round logs count every later one",
+                RuntimeWarning,
+                stacklevel=1,
+            )
 
 
 def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:
@@ -131,7 +133,12 @@ class RoundLoop:
     the spec's blocks (:func:`~fedbench.engine.axes.build_plugins`) around the plain round."""
 
     def __init__(
-        self, spec: RunSpec, seed: int, setup: RunSetup, executor: str = "auto", chunk: int | None = None,
+        self,
+        spec: RunSpec,
+        seed: int,
+        setup: RunSetup,
+        executor: str = "auto",
+        chunk: int | None = None,
         compile_step: str = "auto",
     ):
         self.spec, self.seed, self.s = spec, seed, setup
@@ -214,8 +221,13 @@ class RoundLoop:
         steps = self.steps_of(clients.tolist(), t)
         broadcast = algo.broadcast(self.state, clients)
         ctx = RoundContext(
-            clients, lr, torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
-            broadcast, algo.client_state(self.state, clients), t, self.inputs(t, clients, broadcast["x"]),
+            clients,
+            lr,
+            torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
+            broadcast,
+            algo.client_state(self.state, clients),
+            t,
+            self.inputs(t, clients, broadcast["x"]),
         )
         return ctx, steps
 
@@ -239,7 +251,15 @@ class RoundLoop:
         s, algo = self.s, self.s.algorithm
         if self.executor.batched:
             return run_clients_batched(
-                algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg, self.executor.chunk,
+                algo,
+                ctx,
+                steps,
+                s.model,
+                self.buffers,
+                s.data.train,
+                s.batcher,
+                self.local_cfg,
+                self.executor.chunk,
                 self.executor.compiled,
             )
         return run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
@@ -294,7 +314,9 @@ class RoundLoop:
         executor and threads, then the plug-ins' own."""
         state_mb = state_bytes(self.state) / 2**20
         own = {
-            "partition": self.s.partition_info, "server_state_mb": state_mb, "executor": self.executor.note,
+            "partition": self.s.partition_info,
+            "server_state_mb": state_mb,
+            "executor": self.executor.note,
             "threads": torch.get_num_threads(),
         }
         return {**own, **self.logs(lambda p: p.run_logs())}
@@ -326,8 +348,13 @@ class RoundLoop:
 
     def checkpoint(self, t: int) -> dict:
         """The round, server state, buffers, batcher cursor and each plug-in's state (under its name)."""
-        payload = {"round": t, "layout": LAYOUT, "state": flatten_state(self.state), "buffers": self.buffers,
-                   "batcher": self.s.batcher.state_dict()}
+        payload = {
+            "round": t,
+            "layout": LAYOUT,
+            "state": flatten_state(self.state),
+            "buffers": self.buffers,
+            "batcher": self.s.batcher.state_dict(),
+        }
         for plugin in self.plugins:
             kept = plugin.state_dict()
             if kept is not None:
@@ -374,8 +401,14 @@ def execute_run(
 
 
 def _train(
-    spec: RunSpec, seed: int, store: ResultsStore, cache: DataCache, scenario_hash: str,
-    on_round: RoundCallback | None, options: RunOptions, run_id: str,
+    spec: RunSpec,
+    seed: int,
+    store: ResultsStore,
+    cache: DataCache,
+    scenario_hash: str,
+    on_round: RoundCallback | None,
+    options: RunOptions,
+    run_id: str,
 ) -> RunOutcome:
     """The body of :func:`execute_run` for a run that is not done yet."""
     record = dataclasses.replace(run_record(spec, seed, scenario_hash), versions=json.dumps(versions(), sort_keys=True))
@@ -392,7 +425,9 @@ def _train(
         for t in range(done + 1, spec.rounds + 1):
             metrics, extra = loop.round(t)
             store.record_round(run_id, t, metrics, extra)
-            warn_diagnostics(f"{spec.scenario} / {spec.label} seed {seed}", setup.algorithm.caps.diagnostics, extra, t, warned)
+            warn_diagnostics(
+                f"{spec.scenario} / {spec.label} seed {seed}", setup.algorithm.caps.diagnostics, extra, t, warned
+            )
             if on_round:
                 on_round(t, metrics)
             why = loop.divergence(metrics)

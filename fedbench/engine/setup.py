@@ -39,8 +39,10 @@ def resolve_device(name: str = "auto") -> torch.device:
         raise RuntimeError(f"--device {name} was asked for, but torch sees no CUDA device; use --device cpu")
     device = torch.device(name)
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise RuntimeError(f"--device {name} was asked for, but torch sees {torch.cuda.device_count()} CUDA "
-                           f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+        raise RuntimeError(
+            f"--device {name} was asked for, but torch sees {torch.cuda.device_count()} CUDA "
+            f"device(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})"
+        )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise RuntimeError("--device mps was asked for, but torch sees no MPS device (Apple silicon); use --device cpu")
     return device
@@ -111,12 +113,19 @@ def partition_clients(
     if indices is not None:
         labels, ids = labels[indices], None if ids is None else ids[indices]
     parts = make_partition(
-        spec.partition["kind"], labels, spec.clients.num, numpy_stream(seed, "partition", *keys), spec.components.partition, ids
+        spec.partition["kind"],
+        labels,
+        spec.clients.num,
+        numpy_stream(seed, "partition", *keys),
+        spec.components.partition,
+        ids,
     )
     if indices is not None:
         parts = [np.asarray(indices)[p] for p in parts]
     if spec.local.data_fraction < 1:
-        parts = [subsample(p, spec.local.data_fraction, numpy_stream(seed, "subset", i, *keys)) for i, p in enumerate(parts)]
+        parts = [
+            subsample(p, spec.local.data_fraction, numpy_stream(seed, "subset", i, *keys)) for i, p in enumerate(parts)
+        ]
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
     if empty:
         where = "" if task is None else f" of continual task {task}"
@@ -138,8 +147,14 @@ def task_setup(spec: RunSpec, data: DatasetSplits, seed: int) -> TaskSetup:
     c = spec.continual
     assert c is not None
     stream = split_tasks(
-        data.train.y.cpu().numpy(), data.test.y.cpu().numpy(), data.num_classes,
-        c.tasks, c.classes_per_task, c.class_order, c.mode, seed,
+        data.train.y.cpu().numpy(),
+        data.test.y.cpu().numpy(),
+        data.num_classes,
+        c.tasks,
+        c.classes_per_task,
+        c.class_order,
+        c.mode,
+        seed,
     )
     parts = [partition_clients(spec, data, seed, j, stream.train[j]) for j in range(stream.num_tasks)]
     return TaskSetup(stream, parts, [partition_info(data, p) for p in parts])
@@ -173,11 +188,21 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: boo
     local = spec.local
     optimizer = build_local_optimizer(local.optimizer, local.betas, local.eps)
     ctx = AlgorithmContext(
-        spec.clients.num, model.dim, sizes, device, seed, compressor, tuple(model.numels), optimizer, local.batch_size,
+        spec.clients.num,
+        model.dim,
+        sizes,
+        device,
+        seed,
+        compressor,
+        tuple(model.numels),
+        optimizer,
+        local.batch_size,
         host_client_state,
     )
     algorithm = entry.obj(spec.components.algorithm, ServerOptimizer(spec.server), ctx)
     task0 = None if tasks is None else 0
     batcher = ClientBatcher(parts, local.batch_size, seed, local.drop_singleton_batch, task0)
     info = partition_info(data, parts) if tasks is None else tasks.info[0]
-    return RunSetup(data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher, info, tasks, validation)
+    return RunSetup(
+        data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher, info, tasks, validation
+    )

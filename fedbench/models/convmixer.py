@@ -26,7 +26,9 @@ class _Residual(nn.Module):
 
 
 @MODELS.register(
-    "convmixer", "ConvMixer-h-d (patch embed → d × [depthwise conv + pointwise conv], GELU + BatchNorm)", params=ConvMixerParams
+    "convmixer",
+    "ConvMixer-h-d (patch embed → d × [depthwise conv + pointwise conv], GELU + BatchNorm)",
+    params=ConvMixerParams,
 )
 def convmixer(input_shape: tuple[int, ...], num_classes: int, params: ConvMixerParams) -> nn.Module:
     """ConvMixer-256-8 with kernel 5 and patch 2 by default, as in the FedCAMS code (594,186

@@ -65,9 +65,7 @@ class TinyNN(nn.Module):
         ]
 
 
-@MODELS.register(
-    "tinynn", "GradMA MNIST NN: flatten → FC 200 → BN → ReLU → FC 100 → BN → ReLU → FC (178,710 params)"
-)
+@MODELS.register("tinynn", "GradMA MNIST NN: flatten → FC 200 → BN → ReLU → FC 100 → BN → ReLU → FC (178,710 params)")
 def tinynn(input_shape: tuple[int, ...], num_classes: int, params: NoParams) -> nn.Module:
     return TinyNN(input_shape, num_classes)
 
@@ -179,8 +177,7 @@ class VGG11(nn.Module):
 
 @MODELS.register(
     "vgg11",
-    "GradMA VGG-11: 8 conv3 with BN in 5 pooled blocks → FC 128 → dropout(p) → FC "
-    "(9,304,548 params on CIFAR-100)",
+    "GradMA VGG-11: 8 conv3 with BN in 5 pooled blocks → FC 128 → dropout(p) → FC (9,304,548 params on CIFAR-100)",
     params=DropoutParams,
 )
 def vgg11(input_shape: tuple[int, ...], num_classes: int, params: DropoutParams) -> nn.Module:

@@ -96,8 +96,12 @@ def bias_correction_rows(beta1: float, beta2: float) -> Transform:
 LOCAL_OPTIMIZERS: dict[str, Callable[[float, float, float], Transform]] = {
     "sgd": lambda beta1, beta2, eps: scale_by_lr(),
     "adam": lambda beta1, beta2, eps: chain(
-        count_rows(), ema_rows(beta1), ema_second_rows(beta2), bias_correction_rows(beta1, beta2),
-        scale_by_lr(), precondition(eps),
+        count_rows(),
+        ema_rows(beta1),
+        ema_second_rows(beta2),
+        bias_correction_rows(beta1, beta2),
+        scale_by_lr(),
+        precondition(eps),
     ),
 }
 
@@ -122,7 +126,9 @@ class LocalOptimizer:
         """The state of rows ``x`` ``[S, P]`` at the start of a round."""
         return self.transform.init(x)
 
-    def step(self, x: torch.Tensor, direction: torch.Tensor, state: OptState, lr: float) -> tuple[torch.Tensor, OptState]:
+    def step(
+        self, x: torch.Tensor, direction: torch.Tensor, state: OptState, lr: float
+    ) -> tuple[torch.Tensor, OptState]:
         """x − step(d) for the round's rows ``[S, P]`` at η_l = ``lr``, and the new state."""
         step, state = apply(self.transform, direction, state, lr)
         return x - step, state

@@ -149,14 +149,22 @@ def adaptive_step(s: ServerSpec, additive: float) -> Transform:
 SERVER_OPTIMIZERS: dict[str, Callable[[ServerSpec], Transform]] = {
     "sgd": lambda s: chain(count(), trace(s.momentum), scale_by_lr()),
     "adam": lambda s: chain(count(), ema(s.beta1), ema_second(s.beta2, s.initial_accumulator), adaptive_step(s, s.eps)),
-    "yogi": lambda s: chain(count(), ema(s.beta1), yogi_second(s.beta2, s.initial_accumulator), adaptive_step(s, s.eps)),
+    "yogi": lambda s: chain(
+        count(), ema(s.beta1), yogi_second(s.beta2, s.initial_accumulator), adaptive_step(s, s.eps)
+    ),
     "amsgrad": lambda s: chain(
-        count(), ema(s.beta1), ema_second(s.beta2, s.initial_accumulator), running_max(s.initial_accumulator),
+        count(),
+        ema(s.beta1),
+        ema_second(s.beta2, s.initial_accumulator),
+        running_max(s.initial_accumulator),
         adaptive_step(s, s.eps),
     ),
     "ams": lambda s: chain(
-        count(), ema(s.beta1), ema_second(s.beta2, s.initial_accumulator),
-        running_max(max(s.initial_accumulator, s.eps)), adaptive_step(s, 0.0),
+        count(),
+        ema(s.beta1),
+        ema_second(s.beta2, s.initial_accumulator),
+        running_max(max(s.initial_accumulator, s.eps)),
+        adaptive_step(s, 0.0),
     ),
 }
 

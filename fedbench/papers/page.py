@@ -47,8 +47,10 @@ def _target_files(room: PaperRoom, paper: str, scale: str, tables_dir: Path, fig
             try:
                 files += step.report_files(ctx)
             except (OSError, ValueError) as exc:  # a scenario file not found from this folder
-                errors.append(f"{type(step).__name__}: {' '.join(str(exc).split())} (the rooms name their scenario "
-                              "files from the repository root)")
+                errors.append(
+                    f"{type(step).__name__}: {' '.join(str(exc).split())} (the rooms name their scenario "
+                    "files from the repository root)"
+                )
         yield target, list(dict.fromkeys(files)), errors
 
 
@@ -68,21 +70,31 @@ def paper_page(paper: str, scale: str | None, tables_dir: Path, figures_dir: Pat
         intro = "".join(f'<p class="missing">not written yet: <code>{escape(str(p))}</code></p>\n' for p in missing)
         intro += "".join(f'<p class="missing">files not known: {escape(e)}</p>\n' for e in errors)
         blocks = tuple(file_block(p) for p in files if p.is_file())
-        sections.append(Section(f"target-{slug(target.name)}", f"{escape(target.name)}: {escape(target.help)}",
-                                intro, blocks))
+        sections.append(
+            Section(f"target-{slug(target.name)}", f"{escape(target.name)}: {escape(target.help)}", intro, blocks)
+        )
     others = [p for p in _paper_files(paper, scale, tables_dir, figures_dir) if p not in shown]
     if others:
-        sections.append(Section("other-files", f"Other files of {escape(paper)} at the {escape(scale)} scale",
-                                "<p>Named by no step of the room's targets (an older target, or one renamed).</p>\n",
-                                tuple(file_block(p) for p in others)))
+        sections.append(
+            Section(
+                "other-files",
+                f"Other files of {escape(paper)} at the {escape(scale)} scale",
+                "<p>Named by no step of the room's targets (an older target, or one renamed).</p>\n",
+                tuple(file_block(p) for p in others),
+            )
+        )
     if not any(s.blocks for s in sections):
-        raise ValueError(f"no table or figure of paper {paper} at the {scale} scale in {tables_dir}/ or "
-                         f"{figures_dir}/; `fedbench reproduce {paper} --scale {scale}` writes them")
-    covers = (f"<p>Paper <strong>{escape(room.title)}</strong> (room <code>fedbench/papers/{escape(paper)}/</code>) "
-              f"at the <strong>{escape(scale)}</strong> scale: its paper / ours tables, claims and figures as "
-              f"<code>fedbench reproduce {escape(paper)} --scale {escape(scale)}</code> writes them, read from "
-              f"<code>{escape(str(tables_dir))}/</code> and <code>{escape(str(figures_dir))}/</code>, one section per "
-              "target in the room's order.</p>\n")
+        raise ValueError(
+            f"no table or figure of paper {paper} at the {scale} scale in {tables_dir}/ or "
+            f"{figures_dir}/; `fedbench reproduce {paper} --scale {scale}` writes them"
+        )
+    covers = (
+        f"<p>Paper <strong>{escape(room.title)}</strong> (room <code>fedbench/papers/{escape(paper)}/</code>) "
+        f"at the <strong>{escape(scale)}</strong> scale: its paper / ours tables, claims and figures as "
+        f"<code>fedbench reproduce {escape(paper)} --scale {escape(scale)}</code> writes them, read from "
+        f"<code>{escape(str(tables_dir))}/</code> and <code>{escape(str(figures_dir))}/</code>, one section per "
+        "target in the room's order.</p>\n"
+    )
     return Page(f"fedbench report: {paper}, {scale} scale", covers, tuple(sections))
 
 
@@ -100,13 +112,21 @@ def default_path(out: Path | None, paper: str | None, scale: str | None) -> Path
     return Path("reports") / f"{paper}_{scale}.html" if paper else Path(out or "results") / "report.html"
 
 
-def write_report(out: Path | None, paper: str | None, scale: str | None, tables_dir: Path, figures_dir: Path,
-                 html: Path | None = None) -> Path:
+def write_report(
+    out: Path | None,
+    paper: str | None,
+    scale: str | None,
+    tables_dir: Path,
+    figures_dir: Path,
+    html: Path | None = None,
+) -> Path:
     """Build the page of the store ``out`` (default ``results``) or of ``paper`` at ``scale``, then write it
     (UTF-8) to ``html`` or :func:`default_path`; nothing is written when a ValueError is raised."""
     if paper is not None and out is not None:
-        raise ValueError("--out and --paper exclude each other: a paper's page reads its files in --tables-dir "
-                         "and --figures-dir, a store's page reads the store")
+        raise ValueError(
+            "--out and --paper exclude each other: a paper's page reads its files in --tables-dir "
+            "and --figures-dir, a store's page reads the store"
+        )
     if paper is None and scale is not None:
         raise ValueError("--scale goes with --paper (a store's page shows every scenario it holds)")
     if paper is not None:

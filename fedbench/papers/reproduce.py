@@ -120,6 +120,7 @@ def known_runs(points: list[SweepPoint]) -> list[SweepRun]:
 def final_runs_of(points: list[SweepPoint], store: ResultsStore) -> list[SweepRun]:
     """Every scenario's runs in file order, a tuned scenario's being its chosen settings' (raises
     :class:`~fedbench.sweeps.tuning.TuningError` while a trial is not done)."""
+
     def listed(p: SweepPoint) -> list[SweepRun]:
         if not p.scenario.tuned:
             return sweep_runs([p])
@@ -150,8 +151,9 @@ def list_lines(opts: Options) -> list[str]:
 
 
 def _context(paper: str, target: Target, opts: Options, console: Console) -> Context:
-    return Context(paper, opts.scale, opts.out_dir, opts.tables_dir, opts.figures_dir, console, target.runs,
-                   room(paper).run_files)
+    return Context(
+        paper, opts.scale, opts.out_dir, opts.tables_dir, opts.figures_dir, console, target.runs, room(paper).run_files
+    )
 
 
 def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
@@ -162,13 +164,17 @@ def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
         runs = known_runs(points)
         status = read_statuses(opts.out_dir, [x.run_id for x in runs])
         todo = [x for x in runs if status.get(x.run_id) not in DONE]
-        lines.append(f"{paper} {t.name}: {len(runs)} run(s), {len(todo)} to run "
-                     f"(client executor {opts.run_options(t).executor}) into {opts.out_dir}/")
+        lines.append(
+            f"{paper} {t.name}: {len(runs)} run(s), {len(todo)} to run "
+            f"(client executor {opts.run_options(t).executor}) into {opts.out_dir}/"
+        )
         lines += [f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
         lines += _tuning_lines([p for p in points if p.scenario.tuned], opts)
         ctx = _context(paper, t, opts, Console())
-        lines += [f"  then fedbench {s.describe(ctx)}  (tables: {opts.tables_dir}/, figures: {opts.figures_dir}/)"
-                  for s in t.steps]
+        lines += [
+            f"  then fedbench {s.describe(ctx)}  (tables: {opts.tables_dir}/, figures: {opts.figures_dir}/)"
+            for s in t.steps
+        ]
     return lines
 
 
@@ -183,8 +189,11 @@ def _tuning_lines(points: list[SweepPoint], opts: Options) -> list[str]:
         return lines + ["  then the chosen settings' runs (known once the trials are done)"]
     status = read_statuses(opts.out_dir, [x.run_id for x in finals])
     todo = [x for x in finals if status.get(x.run_id) not in DONE]
-    return lines + [f"  then {len(finals)} run(s) of the chosen settings, {len(todo)} to run"] + [
-        f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
+    return (
+        lines
+        + [f"  then {len(finals)} run(s) of the chosen settings, {len(todo)} to run"]
+        + [f"  run  {x.describe()}  {x.run_id}  {status.get(x.run_id, 'new')}" for x in todo]
+    )
 
 
 def default_jobs_at(opts: Options) -> int:
@@ -205,14 +214,20 @@ def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: 
         runs = known_runs(points) + [r for plan in tuned for r in tuning.projected_final_runs(plan, store)]
         if runs:
             est = estimator.estimate(runs, opts.out_dir, opts.run_options(t))
-            lines += [f"{paper} {t.name}: {line}" if i == 0 else line
-                      for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))]
+            lines += [
+                f"{paper} {t.name}: {line}" if i == 0 else line
+                for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))
+            ]
             trials = {r.run_id for plan in tuned for r in plan.trial_runs()}
             if trials and est.todo and any(c.cost is not None for c in est.classes):
-                final = estimator.estimate([r for r in runs if r.run_id not in trials], opts.out_dir, opts.run_options(t))
+                final = estimator.estimate(
+                    [r for r in runs if r.run_id not in trials], opts.out_dir, opts.run_options(t)
+                )
                 several = len({r.spec.dataset["name"] for r in final.todo}) > 1
-                lines.append(f"  without the tuning trials (the final runs alone): {len(final.todo):,} run(s) "
-                             f"{estimate.total(final)}" + (f"; {estimate.per_dataset(final)}" if several else ""))
+                lines.append(
+                    f"  without the tuning trials (the final runs alone): {len(final.todo):,} run(s) "
+                    f"{estimate.total(final)}" + (f"; {estimate.per_dataset(final)}" if several else "")
+                )
     return lines + estimate.probe_note(estimator)
 
 
@@ -229,8 +244,9 @@ def _sweep(runs: list[SweepRun], target: Target, opts: Options, console: Console
         return True
     _register_in_order(ResultsStore(opts.out_dir), runs)
     jobs = opts.jobs if opts.jobs is not None or opts.scale == "tiny" else 1
-    summary = run_sweep(runs, opts.out_dir, opts.backend, jobs, opts.run_options(target), address=opts.address,
-                        console=console)
+    summary = run_sweep(
+        runs, opts.out_dir, opts.backend, jobs, opts.run_options(target), address=opts.address, console=console
+    )
     return not summary.failed
 
 

@@ -129,17 +129,27 @@ class Plot:
 
     def describe(self, ctx: Context) -> str:
         extra = "".join(f" --algorithm {a!r}" for a in self.algorithms) + (f" --name {self.name}" if self.name else "")
-        return " ; ".join(f"plot --scenario {s} --x {x} --metric {self.metric}{extra}"
-                          for s in scenario_names(self.file, ctx.scale) for x in self.x)
+        return " ; ".join(
+            f"plot --scenario {s} --x {x} --metric {self.metric}{extra}"
+            for s in scenario_names(self.file, ctx.scale)
+            for x in self.x
+        )
 
     def run(self, ctx: Context) -> list[Path]:
         algorithms = list(self.algorithms) or None
-        return [p for s in scenario_names(self.file, ctx.scale) for x in self.x
-                for p in plot_curves(ctx.store, ctx.figures_dir, s, x, self.metric, algorithms, self.name)]
+        return [
+            p
+            for s in scenario_names(self.file, ctx.scale)
+            for x in self.x
+            for p in plot_curves(ctx.store, ctx.figures_dir, s, x, self.metric, algorithms, self.name)
+        ]
 
     def report_files(self, ctx: Context) -> list[Path]:
-        return [ctx.figures_dir / figure_name(s, x, self.metric, self.name)
-                for s in scenario_names(self.file, ctx.scale) for x in self.x]
+        return [
+            ctx.figures_dir / figure_name(s, x, self.metric, self.name)
+            for s in scenario_names(self.file, ctx.scale)
+            for x in self.x
+        ]
 
 
 @dataclass(frozen=True)
@@ -160,9 +170,15 @@ class Continual:
         return [p for s in self._names(ctx) for p in write_continual(ctx.store, ctx.tables_dir, ctx.figures_dir, s)]
 
     def report_files(self, ctx: Context) -> list[Path]:
-        return [p for s in self._names(ctx) for p in (ctx.tables_dir / f"{continual_stem(s)}.md",
-                                                      ctx.figures_dir / f"{continual_stem(s)}_matrix.png",
-                                                      ctx.figures_dir / f"{continual_stem(s)}_curve.png")]
+        return [
+            p
+            for s in self._names(ctx)
+            for p in (
+                ctx.tables_dir / f"{continual_stem(s)}.md",
+                ctx.figures_dir / f"{continual_stem(s)}_matrix.png",
+                ctx.figures_dir / f"{continual_stem(s)}_curve.png",
+            )
+        ]
 
 
 def tuned_scenarios(files: tuple[str, ...], scale: str) -> list[Scenario]:
@@ -179,7 +195,9 @@ class Tuning:
         return f"tuning --paper {ctx.paper} --scale {ctx.scale}"
 
     def run(self, ctx: Context) -> list[Path]:
-        return write_paper_tuning(ctx.store, ctx.paper, ctx.scale, tuned_scenarios(ctx.room_files, ctx.scale), ctx.tables_dir)
+        return write_paper_tuning(
+            ctx.store, ctx.paper, ctx.scale, tuned_scenarios(ctx.room_files, ctx.scale), ctx.tables_dir
+        )
 
     def report_files(self, ctx: Context) -> list[Path]:
         tuned = tuned_scenarios(ctx.room_files, ctx.scale)
@@ -218,8 +236,11 @@ class Bits:
     compressors: tuple[str, ...]
 
     def describe(self, ctx: Context) -> str:
-        return (f"bits {self.model} --input {self.input} --classes {self.classes} --rounds {self.rounds} "
-                + " ".join(f"--compressor {c}" for c in self.compressors) + f" --paper {ctx.paper}")
+        return (
+            f"bits {self.model} --input {self.input} --classes {self.classes} --rounds {self.rounds} "
+            + " ".join(f"--compressor {c}" for c in self.compressors)
+            + f" --paper {ctx.paper}"
+        )
 
     def run(self, ctx: Context) -> list[Path]:
         result = bits.bits_report(self.model, self.input, self.classes, self.rounds, list(self.compressors), ctx.paper)

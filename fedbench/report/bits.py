@@ -58,8 +58,9 @@ def parse_compressor(text: str) -> tuple[str, dict[str, float]]:
         try:
             params[key.strip()] = float(num) / float(den) if slash else parse_yaml(value, f"--compressor {text}")
         except (ValueError, ZeroDivisionError):
-            raise ValueError(f"--compressor {text}: {key.strip()}: expected a number or a fraction like 1/64, "
-                             f"got {value!r}") from None
+            raise ValueError(
+                f"--compressor {text}: {key.strip()}: expected a number or a fraction like 1/64, got {value!r}"
+            ) from None
     try:
         strict_params(entry.params, params)
     except ValidationError as exc:
@@ -165,14 +166,24 @@ class BitsReport:
         for method, values in self.table.iterrows():
             for col, ours in values.items():
                 paper = float("nan")
-                if self.paper_table is not None and method in self.paper_table.index and col in self.paper_table.columns:
+                if (
+                    self.paper_table is not None
+                    and method in self.paper_table.index
+                    and col in self.paper_table.columns
+                ):
                     paper = float(self.paper_table.loc[method, col])
                 checked = paper == paper  # not NaN
-                rows.append({
-                    "Method": method, "column": col, "ours": int(ours), "paper": paper,
-                    "ours_3sf": sig3(ours), "paper_3sf": sig3(paper) if checked else "",
-                    "agree": (sig3(ours) == sig3(paper)) if checked else None,
-                })
+                rows.append(
+                    {
+                        "Method": method,
+                        "column": col,
+                        "ours": int(ours),
+                        "paper": paper,
+                        "ours_3sf": sig3(ours),
+                        "paper_3sf": sig3(paper) if checked else "",
+                        "agree": (sig3(ours) == sig3(paper)) if checked else None,
+                    }
+                )
         return pd.DataFrame(rows)
 
     @property
@@ -239,8 +250,10 @@ def _titles(report: BitsReport) -> tuple[str, str]:
     if report.paper is None:
         return f"Table 1: bit formulas ({setting})", f"Table 2 layout: bits per client over T rounds ({setting})"
     short = load_reference(report.paper).get("short", report.paper)
-    return (f"{short} Table 1: bit formulas, paper / ours",
-            f"{short} Table {report.paper_table_id}: bits per client over T rounds, paper / ours ({setting})")
+    return (
+        f"{short} Table 1: bit formulas, paper / ours",
+        f"{short} Table {report.paper_table_id}: bits per client over T rounds, paper / ours ({setting})",
+    )
 
 
 def verdict(report: BitsReport) -> str:
@@ -275,9 +288,15 @@ def format_bits(report: BitsReport, fmt: str) -> str:
     t1, t2 = _titles(report)
     exact = [[str(m), *(f"{int(v):,}" for v in row)] for m, row in report.table.iterrows()]
     parts = [
-        f"## {t1}", "", markdown_grid(*_formula_rows(report)),
-        f"## {t2}", "", markdown_grid(*_bits_rows(report)),
-        "Exact values (ours):", "", markdown_grid(["Method", *report.table.columns], exact),
+        f"## {t1}",
+        "",
+        markdown_grid(*_formula_rows(report)),
+        f"## {t2}",
+        "",
+        markdown_grid(*_bits_rows(report)),
+        "Exact values (ours):",
+        "",
+        markdown_grid(["Method", *report.table.columns], exact),
         "_Per client that takes part in every round: uncompressed 32d up and down; one-way: the compressed "
         "upload b(d) plus the uncompressed 32d broadcast; two-way: b(d) both ways. b(d) = d + 32 for scaled "
         "sign, 64·k with k = max(⌊r·d⌋, 1) for top-k; d counts trainable parameters only._",
@@ -294,4 +313,6 @@ def bits_stem(paper: str | None, model: str, rounds: int) -> str:
 
 def write_bits(report: BitsReport, out_dir: Path) -> list[Path]:
     """``<out_dir>/<paper>_table<id>.{md,csv}`` with a paper, else ``bits_<model>_T<rounds>.{md,csv}``."""
-    return write_formats(out_dir, bits_stem(report.paper, report.model, report.rounds), lambda fmt: format_bits(report, fmt))
+    return write_formats(
+        out_dir, bits_stem(report.paper, report.model, report.rounds), lambda fmt: format_bits(report, fmt)
+    )

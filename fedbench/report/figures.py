@@ -41,8 +41,14 @@ MIN_PAD = 0.005
 def style(i: int, points: int) -> dict[str, Any]:
     """Line keyword arguments of the curve at position ``i`` with ``points`` points."""
     step = max(1, points // MARKS)
-    return {"color": f"C{i % 10}", "linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)],
-            "markevery": (i % step, step), "markersize": 4, "linewidth": 1.5 if points <= 60 else 1.1}
+    return {
+        "color": f"C{i % 10}",
+        "linestyle": LINESTYLES[i % len(LINESTYLES)],
+        "marker": MARKERS[i % len(MARKERS)],
+        "markevery": (i % step, step),
+        "markersize": 4,
+        "linewidth": 1.5 if points <= 60 else 1.1,
+    }
 
 
 def band(ax, x, lo, hi, color: str, log: bool = False) -> None:
@@ -62,17 +68,27 @@ def legend(ax, handles=None, labels=None, title: str = "") -> None:
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(handles, labels, title=title, fontsize="small", title_fontsize="small", loc="upper left",
-                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        ax.legend(
+            handles,
+            labels,
+            title=title,
+            fontsize="small",
+            title_fontsize="small",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0.0,
+        )
 
 
 def tail(means: np.ndarray) -> np.ndarray:
     """The points of one curve that the y range must show: its last half (all of a short curve)."""
     means = np.asarray(means, dtype=float)
-    return means if len(means) <= SHORT else means[len(means) // 2:]
+    return means if len(means) <= SHORT else means[len(means) // 2 :]
 
 
-def y_limits(curves: Iterable[np.ndarray], crosses: Iterable[float] = (), log: bool = False) -> tuple[float, float] | None:
+def y_limits(
+    curves: Iterable[np.ndarray], crosses: Iterable[float] = (), log: bool = False
+) -> tuple[float, float] | None:
     """The y range of the rule above from each curve's means (in plotting order) and the × points;
     None when nothing finite (positive, on a log axis) is left."""
     values = np.concatenate([tail(c) for c in curves] + [np.asarray(list(crosses), dtype=float)])
@@ -84,7 +100,7 @@ def y_limits(curves: Iterable[np.ndarray], crosses: Iterable[float] = (), log: b
     lo, hi = float(values.min()), float(values.max())
     pad = max(PAD * (hi - lo), MIN_PAD * max(abs(lo), abs(hi)), 1e-9 if not log else 0.01)
     lo, hi = lo - pad, hi + pad
-    return (10 ** lo, 10 ** hi) if log else (lo, hi)
+    return (10**lo, 10**hi) if log else (lo, hi)
 
 
 def _partition(p: dict[str, Any]) -> str:

@@ -67,9 +67,19 @@ def continual_summary(store, scenario: str) -> pd.DataFrame:
         done = [m for m in mats if m is not None]
         acc = _mean_std([average_accuracy(m) for m in done])
         fgt = _mean_std([forgetting(m) for m in done])
-        rows.append({"scenario": scenario, "algorithm": algo, "seeds": len(mats), "complete": len(done),
-                     "tasks": done[0].shape[0] if done else 0,
-                     "acc_mean": acc[0], "acc_std": acc[1], "forget_mean": fgt[0], "forget_std": fgt[1]})
+        rows.append(
+            {
+                "scenario": scenario,
+                "algorithm": algo,
+                "seeds": len(mats),
+                "complete": len(done),
+                "tasks": done[0].shape[0] if done else 0,
+                "acc_mean": acc[0],
+                "acc_std": acc[1],
+                "forget_mean": fgt[0],
+                "forget_std": fgt[1],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -83,15 +93,19 @@ def display_rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for _, r in summary.iterrows():
         seeds = str(r["seeds"]) if r["complete"] == r["seeds"] else f"{r['complete']}/{r['seeds']}"
-        rows.append([str(r["algorithm"]), seeds, _cell(r["acc_mean"], r["acc_std"]), _cell(r["forget_mean"], r["forget_std"])])
+        rows.append(
+            [str(r["algorithm"]), seeds, _cell(r["acc_mean"], r["acc_std"]), _cell(r["forget_mean"], r["forget_std"])]
+        )
     return headers, rows
 
 
 def markdown(summary: pd.DataFrame, scenario: str) -> str:
     headers, rows = display_rows(summary)
     table = markdown_grid(headers, rows).rstrip("\n")
-    note = ("Acc = mean over tasks of the final model's accuracy; Forgetting = (1/(S−1)) Σ_{i<S} (a_ii − a_Si); "
-            "mean ± std over the seeds that recorded every task (k/n: only k of n did).")
+    note = (
+        "Acc = mean over tasks of the final model's accuracy; Forgetting = (1/(S−1)) Σ_{i<S} (a_ii − a_Si); "
+        "mean ± std over the seeds that recorded every task (k/n: only k of n did)."
+    )
     return f"## {scenario}: continual metrics\n\n{table}\n\n{note}\n"
 
 
@@ -120,16 +134,23 @@ def heatmap(store, scenario: str, path: Path) -> Path | None:
     fig = Figure(figsize=(3.0 * cols + 1.0, 3.0 * rows + 0.6), layout="constrained")
     FigureCanvasAgg(fig)
     grid = fig.subplots(rows, cols, squeeze=False)
-    axes = list(grid.flat)[:len(mats)]
-    for ax in list(grid.flat)[len(mats):]:
+    axes = list(grid.flat)[: len(mats)]
+    for ax in list(grid.flat)[len(mats) :]:
         ax.set_axis_off()
     for k, (ax, (algo, m)) in enumerate(zip(axes, mats.items())):
         image = ax.imshow(100 * m, vmin=0, vmax=100, cmap="viridis")
         s = len(m)
         for i in range(s):
             for j in range(s):
-                ax.text(j, i, f"{100 * m[i, j]:.0f}", ha="center", va="center", fontsize=7,
-                        color="white" if m[i, j] < 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{100 * m[i, j]:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if m[i, j] < 0.6 else "black",
+                )
         ax.set_title(str(algo), fontsize="medium")
         if k + cols >= len(mats):  # nothing below it
             ax.set_xlabel("test set of task j")
@@ -138,7 +159,9 @@ def heatmap(store, scenario: str, path: Path) -> Path | None:
         ax.set_xticks(range(s), task_labels(s), rotation=45, ha="right", fontsize="small")
         ax.set_yticks(range(s), task_labels(s), fontsize="small")
     fig.colorbar(image, ax=list(grid.flat), label="accuracy a_ij (%)", shrink=0.8)
-    fig.suptitle(f"{setting(_specs(store, scenario))}\n{scenario}: accuracy matrix (mean over seeds)", fontsize="medium")
+    fig.suptitle(
+        f"{setting(_specs(store, scenario))}\n{scenario}: accuracy matrix (mean over seeds)", fontsize="medium"
+    )
     return save(fig, path)
 
 

@@ -85,7 +85,9 @@ def blowups(runs: pd.DataFrame, metrics: pd.DataFrame) -> dict[str, str]:
 def blowup_notes(runs: pd.DataFrame, flags: dict[str, str]) -> list[str]:
     """One footnote line per flagged run: algorithm, seed and reason."""
     rows = runs[runs["run_id"].isin(list(flags))]
-    return [f"{a} seed {s}: blow-up flagged, {flags[r]}" for r, a, s in zip(rows["run_id"], rows["algorithm"], rows["seed"])]
+    return [
+        f"{a} seed {s}: blow-up flagged, {flags[r]}" for r, a, s in zip(rows["run_id"], rows["algorithm"], rows["seed"])
+    ]
 
 
 def is_flagged(value: object) -> bool:

@@ -93,14 +93,29 @@ def render(page: Page) -> str:
         body.append(f'<section id="{sid}">\n<h2>{s.title}</h2>\n{s.intro}')
         body += [f'<article id="{b}">\n<h3>{blk.title}</h3>\n{blk.body}</article>' for blk, b in zip(s.blocks, bids)]
         body.append("</section>")
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(page.title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
-        f"<header>\n<h1>{escape(page.title)}</h1>\n{page.covers}</header>",
-        '<nav id="contents">\n<h2>Contents</h2>\n<ol>\n' + "\n".join(toc) + "\n</ol>\n</nav>",
-        "<main>", *body, "</main>", "</body>", "</html>",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "<!DOCTYPE html>",
+                '<html lang="en">',
+                "<head>",
+                '<meta charset="utf-8">',
+                '<meta name="viewport" content="width=device-width, initial-scale=1">',
+                f"<title>{escape(page.title)}</title>",
+                f"<style>{_CSS}</style>",
+                "</head>",
+                "<body>",
+                f"<header>\n<h1>{escape(page.title)}</h1>\n{page.covers}</header>",
+                '<nav id="contents">\n<h2>Contents</h2>\n<ol>\n' + "\n".join(toc) + "\n</ol>\n</nav>",
+                "<main>",
+                *body,
+                "</main>",
+                "</body>",
+                "</html>",
+            ]
+        )
+        + "\n"
+    )
 
 
 def grid(headers: list[str], rows: list[list[str]], right: list[bool]) -> str:
@@ -114,8 +129,10 @@ def grid(headers: list[str], rows: list[list[str]], right: list[bool]) -> str:
 def figure_block(path: Path) -> Block:
     """A PNG embedded as a data URI, captioned with its path."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    body = (f'<figure><img src="data:image/png;base64,{data}" alt="{escape(path.name)}">'
-            f"<figcaption>{escape(str(path))}</figcaption></figure>\n")
+    body = (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{escape(path.name)}">'
+        f"<figcaption>{escape(str(path))}</figcaption></figure>\n"
+    )
     return Block(slug(path.stem), escape(path.stem), body)
 
 
@@ -170,20 +187,32 @@ def store_page(out: Path, figures_dir: Path) -> Page:
         runs = store.runs(name)
         metrics = store.metrics(runs["run_id"])
         headers, rows = _cells(summarize(runs, metrics), pm="±", pct="%")
-        notes = "".join(f'<p class="note"><em>{escape(n)}</em></p>\n'
-                        for n in (SUMMARY_NOTE, *summary_notes(runs, metrics)))
-        table = Block(slug(file_stem(name)) + "-table", "Accuracy, rounds and bits to target",
-                      grid(headers, rows, [_right(h) for h in headers]) + notes)
-        intro = (f"<p>{len(runs)} run(s): {escape(_counts(runs['status']))}; "
-                 + (f"{len(figures[name])} figure(s) from {escape(str(figures_dir))}/" if figures[name] else
-                    f"no figure in {escape(str(figures_dir))}/ (<code>fedbench plot --scenario</code> draws them)")
-                 + ".</p>\n")
-        sections.append(Section(slug(file_stem(name)), escape(name), intro,
-                                (table, *(figure_block(p) for p in figures[name]))))
-    covers = (f"<p>Every scenario of the results store <code>{escape(str(store.db_path))}</code>: {len(names)} "
-              f"scenario(s), {len(every)} run(s) ({escape(_counts(every['status'])) or 'none'}). Each summary "
-              "table is the one <code>fedbench table</code> writes; the figures are the PNGs of "
-              f"<code>{escape(str(figures_dir))}/</code> named after the scenario, embedded.</p>\n")
+        notes = "".join(
+            f'<p class="note"><em>{escape(n)}</em></p>\n' for n in (SUMMARY_NOTE, *summary_notes(runs, metrics))
+        )
+        table = Block(
+            slug(file_stem(name)) + "-table",
+            "Accuracy, rounds and bits to target",
+            grid(headers, rows, [_right(h) for h in headers]) + notes,
+        )
+        intro = (
+            f"<p>{len(runs)} run(s): {escape(_counts(runs['status']))}; "
+            + (
+                f"{len(figures[name])} figure(s) from {escape(str(figures_dir))}/"
+                if figures[name]
+                else f"no figure in {escape(str(figures_dir))}/ (<code>fedbench plot --scenario</code> draws them)"
+            )
+            + ".</p>\n"
+        )
+        sections.append(
+            Section(slug(file_stem(name)), escape(name), intro, (table, *(figure_block(p) for p in figures[name])))
+        )
+    covers = (
+        f"<p>Every scenario of the results store <code>{escape(str(store.db_path))}</code>: {len(names)} "
+        f"scenario(s), {len(every)} run(s) ({escape(_counts(every['status'])) or 'none'}). Each summary "
+        "table is the one <code>fedbench table</code> writes; the figures are the PNGs of "
+        f"<code>{escape(str(figures_dir))}/</code> named after the scenario, embedded.</p>\n"
+    )
     covers += "" if names else "<p>No runs in the store yet.</p>\n"
     return Page(f"fedbench report: {out}", covers, tuple(sections))
 

@@ -82,8 +82,12 @@ def table(lines: list[str]) -> str:
     rows = [_cells(line) for line in lines[2:]]
     header = "".join(f"<th{a}>{inline(c)}</th>" for c, a in zip(head, aligns))
     out = ["<table>", f"<thead><tr>{header}</tr></thead>", "<tbody>"]
-    out += ["<tr>" + "".join(f"<td{a}>{inline(c)}</td>" for c, a in zip(row + [""] * (len(head) - len(row)), aligns))
-            + "</tr>" for row in rows]
+    out += [
+        "<tr>"
+        + "".join(f"<td{a}>{inline(c)}</td>" for c, a in zip(row + [""] * (len(head) - len(row)), aligns))
+        + "</tr>"
+        for row in rows
+    ]
     return "\n".join([*out, "</tbody>", "</table>"])
 
 
@@ -110,7 +114,7 @@ def to_html(text: str, shift: int = 0) -> str:
             i += 1
         elif line.startswith("```"):
             end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), len(lines))
-            out.append("<pre><code>" + html.escape("\n".join(lines[i + 1:end])) + "</code></pre>")
+            out.append("<pre><code>" + html.escape("\n".join(lines[i + 1 : end])) + "</code></pre>")
             i = end + 1
         elif m := _HEADING.fullmatch(line):
             level = min(6, len(m.group(1)) + shift)
@@ -129,8 +133,14 @@ def to_html(text: str, shift: int = 0) -> str:
             out.append(f"<{tag}>\n" + "\n".join(items) + f"\n</{tag}>")
         else:
             para = []
-            while (i < len(lines) and lines[i].strip() and not _HEADING.fullmatch(lines[i]) and not _is_table(lines, i)
-                   and not _ITEM.fullmatch(lines[i]) and not lines[i].startswith("```")):
+            while (
+                i < len(lines)
+                and lines[i].strip()
+                and not _HEADING.fullmatch(lines[i])
+                and not _is_table(lines, i)
+                and not _ITEM.fullmatch(lines[i])
+                and not lines[i].startswith("```")
+            ):
                 para.append(inline(lines[i].strip()))
                 i += 1
             out.append("<p>" + "\n".join(para) + "</p>")

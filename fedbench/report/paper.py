@@ -106,15 +106,25 @@ def compare(store, paper: str, table: str, scale: str | None = None) -> pd.DataF
                     value.update(continual_value(in_cell, metrics, c.metric))
                 elif s is not None:
                     value.update(reach_on_mean_curve(in_cell, metrics, c))
-                out.append({
-                    "scale": sc, "row": r, "column": c.name, "metric": c.metric, "target": c.target,
-                    "paper_pct": float(ref.loc[r, c.name]) if r in ref.index and c.name in ref.columns else math.nan,
-                    "paper_text": printed.loc[r, c.name] if r in printed.index and c.name in printed.columns else None,
-                    **value,
-                    **{k: 0 if s is None else int(s[k]) for k in _COUNTS},
-                    "blowup": 0 if s is None or "blowup" not in s.index else int(s["blowup"]),
-                    "scenarios": ", ".join(dict.fromkeys(in_cell["scenario"])),
-                })
+                out.append(
+                    {
+                        "scale": sc,
+                        "row": r,
+                        "column": c.name,
+                        "metric": c.metric,
+                        "target": c.target,
+                        "paper_pct": float(ref.loc[r, c.name])
+                        if r in ref.index and c.name in ref.columns
+                        else math.nan,
+                        "paper_text": printed.loc[r, c.name]
+                        if r in printed.index and c.name in printed.columns
+                        else None,
+                        **value,
+                        **{k: 0 if s is None else int(s[k]) for k in _COUNTS},
+                        "blowup": 0 if s is None or "blowup" not in s.index else int(s["blowup"]),
+                        "scenarios": ", ".join(dict.fromkeys(in_cell["scenario"])),
+                    }
+                )
     return pd.DataFrame(out)
 
 
@@ -159,8 +169,10 @@ def reach_on_mean_curve(runs: pd.DataFrame, metrics: pd.DataFrame, spec: ColumnS
 def _one_scale(frame: pd.DataFrame) -> str | None:
     scales = list(dict.fromkeys(frame["scale"]))
     if len(scales) > 1:
-        raise ValueError(f"the comparison holds scales {', '.join(map(str, scales))}; format one at a time, "
-                         "e.g. frame[frame['scale'] == 'tiny'], or pass scale= to compare()")
+        raise ValueError(
+            f"the comparison holds scales {', '.join(map(str, scales))}; format one at a time, "
+            "e.g. frame[frame['scale'] == 'tiny'], or pass scale= to compare()"
+        )
     return scales[0] if scales else None
 
 
@@ -168,9 +180,21 @@ def _cell(r: pd.Series, never: str) -> str:
     """``paper / ours`` in the column's own units."""
     paper = DASH if r["paper_text"] is None or pd.isna(r["paper_text"]) else str(r["paper_text"])
     if r["metric"] in ACCURACY_METRICS or r["metric"] in CONTINUAL_METRICS:
-        ours = acc_cell(pd.Series({"v_acc_mean": r["value_mean"], "v_acc_std": r["value_std"],
-                                   "diverged": int(r["diverged"]), "failed": int(r["failed"]), "running": int(r["running"]),
-                                   "blowup": int(r.get("blowup", 0) or 0)}, dtype=object), "v", "±")
+        ours = acc_cell(
+            pd.Series(
+                {
+                    "v_acc_mean": r["value_mean"],
+                    "v_acc_std": r["value_std"],
+                    "diverged": int(r["diverged"]),
+                    "failed": int(r["failed"]),
+                    "running": int(r["running"]),
+                    "blowup": int(r.get("blowup", 0) or 0),
+                },
+                dtype=object,
+            ),
+            "v",
+            "±",
+        )
     elif pd.isna(r["value_mean"]):
         ours = DASH
     elif math.isinf(r["value_mean"]) and never != ">":
@@ -182,14 +206,18 @@ def _cell(r: pd.Series, never: str) -> str:
     return f"{paper} / {ours}"
 
 
-def _grid(frame: pd.DataFrame, marks: dict[str, str] | None = None, never: str = "-") -> tuple[list[str], list[list[str]]]:
+def _grid(
+    frame: pd.DataFrame, marks: dict[str, str] | None = None, never: str = "-"
+) -> tuple[list[str], list[list[str]]]:
     """Headers and display rows in the paper's layout (one scale); ``marks`` suffix row labels."""
     _one_scale(frame)
     marks = marks or {}
     columns = list(dict.fromkeys(frame["column"]))
     cells = {(r["row"], r["column"]): _cell(r, never) for _, r in frame.iterrows()}
-    rows = [[f"{row} {marks[row]}" if row in marks else row, *(cells[(row, c)] for c in columns)]
-            for row in dict.fromkeys(frame["row"])]
+    rows = [
+        [f"{row} {marks[row]}" if row in marks else row, *(cells[(row, c)] for c in columns)]
+        for row in dict.fromkeys(frame["row"])
+    ]
     return ["Method", *columns], rows
 
 
@@ -207,6 +235,7 @@ def format_comparison(frame: pd.DataFrame, fmt: str, marks: dict[str, str] | Non
     if fmt == "markdown":
         return markdown_grid(headers, rows)
     if fmt == "latex":
+
         def esc(text: str) -> str:
             text = latex_escape(text)
             for ch, tex in _LATEX_GREEK.items():
@@ -255,13 +284,19 @@ def comparison_note(paper: str, table: str, scale: str | None) -> str:
     used = list(dict.fromkeys(c.metric for c in column_specs(paper, table)))
     what = "; ".join(_WHAT[m] for m in used)
     never = table_display(paper, table)[1]
-    note = (f"Cells: paper / ours. Ours: {what}. (k div.), (k failed): k seeds diverged or failed and are left out; "
-            "—: no usable run" + (f"; {never}: never reached" if never != ">" else "; >X: not reached within the budget X") + ".")
+    note = (
+        f"Cells: paper / ours. Ours: {what}. (k div.), (k failed): k seeds diverged or failed and are left out; "
+        "—: no usable run"
+        + (f"; {never}: never reached" if never != ">" else "; >X: not reached within the budget X")
+        + "."
+    )
     for caveat in t.get("notes") or []:
         note += f" {caveat}"
     if scale not in (None, PAPER_SCALE):
-        note += (f" The {scale} scale uses substitute datasets/models and fewer rounds, "
-                 "so only the orderings are comparable with the paper, not the numbers.")
+        note += (
+            f" The {scale} scale uses substitute datasets/models and fewer rounds, "
+            "so only the orderings are comparable with the paper, not the numbers."
+        )
     return note
 
 
@@ -311,10 +346,12 @@ def write_comparison(store, paper: str, table: str, out_dir: Path, scale: str | 
         heading, note = comparison_title(paper, table, sc), comparison_note(paper, table, sc)
         at_scale = runs[runs["scale"] == sc]
         marks = with_marks(table_marks, tuned_labels(at_scale))
-        md_notes, tex_notes = footnotes(summary_notes(at_scale, metrics))  # "GradMA-S: 3 QP … fell back", "FedQVR seed 0: blow-up flagged, …"
+        md_notes, tex_notes = footnotes(
+            summary_notes(at_scale, metrics)
+        )  # "GradMA-S: 3 QP … fell back", "FedQVR seed 0: blow-up flagged, …"
         texts = {
             ".md": f"## {heading}\n\n{title}, Table {table}: _{caption}_\n\n"
-                   f"{format_comparison(part, 'markdown', marks, never)}\n_{note}_\n{md_notes}",
+            f"{format_comparison(part, 'markdown', marks, never)}\n_{note}_\n{md_notes}",
             ".tex": f"% {heading}\n% {note}\n{tex_notes}{format_comparison(part, 'latex', marks, never)}",
             ".csv": format_comparison(part, "csv"),
         }

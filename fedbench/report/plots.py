@@ -97,12 +97,16 @@ def _missing(metric: str, metrics: pd.DataFrame, run_id: str) -> UnknownMetric:
     """The error for an unknown metric, listing the numbers that ``run_id`` (the first run) logs in ``extra``."""
     extras = metrics.loc[metrics["run_id"] == run_id, "extra"].dropna()
     paths = dict.fromkeys(p for e in extras for p in scalar_paths(json.loads(e)))
-    return UnknownMetric(f"{metric!r} is neither a stored metric (allowed: {', '.join(METRICS)}) nor a number "
-                         f"logged in any run's extra logs; numbers in run {run_id}'s extra logs: "
-                         f"{', '.join(paths) or 'none'}")
+    return UnknownMetric(
+        f"{metric!r} is neither a stored metric (allowed: {', '.join(METRICS)}) nor a number "
+        f"logged in any run's extra logs; numbers in run {run_id}'s extra logs: "
+        f"{', '.join(paths) or 'none'}"
+    )
 
 
-def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_acc", as_plotted: bool = True) -> pd.DataFrame:
+def _evaluated(
+    runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_acc", as_plotted: bool = True
+) -> pd.DataFrame:
     """Rows where ``metric`` is finite, with algorithm, status, the metric (``y``: as plotted, test_acc in %,
     or as stored), cumulative bits and cumulative uplink bits per client (NaN for a run whose spec has no
     ``clients.per_round``). ``metric`` not in ``METRICS`` is a dotted extra-log path (:func:`extra_values`);
@@ -113,8 +117,10 @@ def _evaluated(runs: pd.DataFrame, metrics: pd.DataFrame, metric: str = "test_ac
         raise _missing(metric, m, str(runs["run_id"].iloc[0]))
     m["y"] = _spec(metric)[1] * raw if as_plotted else raw
     m["bits"] = (m["bits_up"].fillna(0) + m["bits_down"].fillna(0)).groupby(m["run_id"]).cumsum()
-    per_round = {rid: float((json.loads(spec).get("clients") or {}).get("per_round") or np.nan)
-                 for rid, spec in zip(runs["run_id"], runs["spec_json"])}
+    per_round = {
+        rid: float((json.loads(spec).get("clients") or {}).get("per_round") or np.nan)
+        for rid, spec in zip(runs["run_id"], runs["spec_json"])
+    }
     m["uplink"] = (m["bits_up"].fillna(0) / m["run_id"].map(per_round)).groupby(m["run_id"]).cumsum()
     return m[np.isfinite(m["y"])].merge(runs[["run_id", "algorithm", "status"]], on="run_id")
 
@@ -129,13 +135,21 @@ def _curve(rows: pd.DataFrame) -> pd.DataFrame:
     """Per round: mean x (round, bits, uplink), mean and std of the plotted metric over the seeds present
     (how many: ``seeds``)."""
     g = rows.groupby("round")
-    out = pd.DataFrame({"bits": g["bits"].mean(), "uplink": g["uplink"].mean(), "mean": g["y"].mean(),
-                        "std": g["y"].std(ddof=1), "seeds": g["y"].count()})
+    out = pd.DataFrame(
+        {
+            "bits": g["bits"].mean(),
+            "uplink": g["uplink"].mean(),
+            "mean": g["y"].mean(),
+            "std": g["y"].std(ddof=1),
+            "seeds": g["y"].count(),
+        }
+    )
     return out.reset_index()
 
 
-def curves(runs: pd.DataFrame, metrics: pd.DataFrame, x: str = "round", metric: str = "test_acc",
-           as_plotted: bool = True) -> pd.DataFrame:
+def curves(
+    runs: pd.DataFrame, metrics: pd.DataFrame, x: str = "round", metric: str = "test_acc", as_plotted: bool = True
+) -> pd.DataFrame:
     """The figure's lines as a table: per algorithm (in the runs' order) and round, the mean x on every
     axis, the mean and std of ``metric`` over the seeds present, and how many seeds; the rows of the
     ``x`` axis only (a bit axis drops points at 0 bits). ``as_plotted=False``: the metric as stored
@@ -196,8 +210,13 @@ def figure_name(scenario: str, x: str, metric: str = "test_acc", name: str | Non
 
 
 def plot_curves(
-    store, out_dir: Path, scenario: str | None, x: str = "round", metric: str = "test_acc",
-    algorithms: list[str] | None = None, name: str | None = None,
+    store,
+    out_dir: Path,
+    scenario: str | None,
+    x: str = "round",
+    metric: str = "test_acc",
+    algorithms: list[str] | None = None,
+    name: str | None = None,
 ) -> list[Path]:
     """Write ``<out_dir>/<scenario>_<m>_vs_rounds.png`` (x="round"), ``_<m>_vs_bits.png`` (x="bits") or
     ``_<m>_vs_uplink.png`` (x="uplink") for each selected scenario (default: every scenario in the
@@ -217,10 +236,14 @@ def plot_curves(
         if algorithms:
             missing = [a for a in algorithms if a not in set(runs["algorithm"])]
             if missing:
-                raise ValueError(f"scenario {scen!r} has no runs labelled {', '.join(missing)}; "
-                                 f"it has: {', '.join(dict.fromkeys(runs['algorithm']))}")
+                raise ValueError(
+                    f"scenario {scen!r} has no runs labelled {', '.join(missing)}; "
+                    f"it has: {', '.join(dict.fromkeys(runs['algorithm']))}"
+                )
             order = {a: i for i, a in enumerate(algorithms)}
-            runs = runs[runs["algorithm"].isin(order)].sort_values("algorithm", key=lambda c: c.map(order), kind="stable")
+            runs = runs[runs["algorithm"].isin(order)].sort_values(
+                "algorithm", key=lambda c: c.map(order), kind="stable"
+            )
         fig = Figure(figsize=(7.6, 4.4), layout="constrained")
         FigureCanvasAgg(fig)
         try:
@@ -236,4 +259,6 @@ def plot_curves(
 
 def plot_both(store, out_dir: Path, scenario: str | None, metric: str = "test_acc") -> list[Path]:
     """Both figures (vs rounds and vs bits) for each selected scenario."""
-    return plot_curves(store, out_dir, scenario, "round", metric) + plot_curves(store, out_dir, scenario, "bits", metric)
+    return plot_curves(store, out_dir, scenario, "round", metric) + plot_curves(
+        store, out_dir, scenario, "bits", metric
+    )

@@ -81,7 +81,9 @@ def _read(paper: str) -> dict[str, Any]:
             if col not in t["columns"]:
                 raise ValueError(f"{where}.column_specs.{col}: not one of the table's columns")
             if spec.get("metric", t["metric"]) not in METRICS:
-                raise ValueError(f"{where}.column_specs.{col}.metric: {spec.get('metric')!r} is not one of {', '.join(METRICS)}")
+                raise ValueError(
+                    f"{where}.column_specs.{col}.metric: {spec.get('metric')!r} is not one of {', '.join(METRICS)}"
+                )
             if spec.get("metric", t["metric"]) in REACH_METRICS and spec.get("target") is None:
                 raise ValueError(f"{where}.column_specs.{col}.target: {spec.get('metric', t['metric'])} needs a target")
     return data
@@ -96,7 +98,9 @@ def reference_table(paper: str, table: str) -> dict[str, Any]:
     """One table's entry (``caption``, ``metric``, ``columns``, ``rows``, ...); errors list the known tables."""
     tables = _read(paper)["tables"]
     if table not in tables:
-        raise ValueError(f"paper {paper!r} has no table {table!r} in its reference numbers; tables: {', '.join(tables)}")
+        raise ValueError(
+            f"paper {paper!r} has no table {table!r} in its reference numbers; tables: {', '.join(tables)}"
+        )
     return copy.deepcopy(tables[table])
 
 
@@ -108,8 +112,15 @@ def column_specs(paper: str, table: str) -> list[ColumnSpec]:
     for name in t["columns"]:
         s = specs.get(name, {})
         target = s.get("target")
-        out.append(ColumnSpec(name, str(s.get("setting", name)), s.get("metric", t["metric"]),
-                              None if target is None else float(target), float(s.get("unit", 1.0))))
+        out.append(
+            ColumnSpec(
+                name,
+                str(s.get("setting", name)),
+                s.get("metric", t["metric"]),
+                None if target is None else float(target),
+                float(s.get("unit", 1.0)),
+            )
+        )
     return out
 
 
@@ -133,8 +144,10 @@ def reference_frame(paper: str, table: str, metrics: tuple[str, ...] = COMPARABL
     used = {c.metric for c in column_specs(paper, table)}
     if not used <= set(metrics):
         other = ", ".join(sorted(used - set(metrics)))
-        raise ValueError(f"table {table} of {paper} holds {other}, not {' or '.join(metrics)}"
-                         + ("; see `fedbench bits --paper`" if t["metric"] in ("bits", "formula") else ""))
+        raise ValueError(
+            f"table {table} of {paper} holds {other}, not {' or '.join(metrics)}"
+            + ("; see `fedbench bits --paper`" if t["metric"] in ("bits", "formula") else "")
+        )
     if t["metric"] == "formula":
         frame = pd.DataFrame.from_dict(t["rows"], orient="index", columns=t["columns"], dtype="object")
     else:

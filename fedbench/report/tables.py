@@ -90,9 +90,11 @@ def fallback_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
     per_run: dict[str, int] = {}
     for run_id, extra in zip(logged["run_id"], logged["extra"]):
         per_run[run_id] = per_run.get(run_id, 0) + int(json.loads(extra)["qp_fallbacks"] or 0)
-    counts = pd.Series([per_run.get(r, 0) for r in runs["run_id"]], dtype="int64").groupby(
-        runs["algorithm"].to_numpy(), sort=False
-    ).sum()
+    counts = (
+        pd.Series([per_run.get(r, 0) for r in runs["run_id"]], dtype="int64")
+        .groupby(runs["algorithm"].to_numpy(), sort=False)
+        .sum()
+    )
     return [f"{algo}: {int(n):,} QP projections fell back (left unprojected)" for algo, n in counts.items() if n > 0]
 
 
@@ -116,7 +118,10 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (scen, algo), group in runs.groupby(["scenario", "algorithm"], sort=False):
         stats = pd.DataFrame(
-            [_run_stats(st, by_run.get(rid, empty), scen_targets[scen]) for rid, st in zip(group["run_id"], group["status"])]
+            [
+                _run_stats(st, by_run.get(rid, empty), scen_targets[scen])
+                for rid, st in zip(group["run_id"], group["status"])
+            ]
         )
         status = group["status"].value_counts()
         row: dict[str, object] = {"scenario": scen, "algorithm": algo, "seeds": len(group)}
@@ -187,7 +192,13 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
     """Headers and display rows shared by the Markdown, LaTeX and rich renderings."""
     multi = summary["scenario"].nunique() > 1
     tags = _target_tags(summary)
-    headers = (["Scenario"] if multi else []) + ["Algorithm", "Seeds", "Status", f"Top acc. ({pct})", f"Final acc. ({pct})"]
+    headers = (["Scenario"] if multi else []) + [
+        "Algorithm",
+        "Seeds",
+        "Status",
+        f"Top acc. ({pct})",
+        f"Final acc. ({pct})",
+    ]
     for t in tags:
         headers += [f"Rounds to {100 * float(t):g}{pct}", f"Bits to {100 * float(t):g}{pct}"]
     memory = "server_mb" in summary.columns and summary["server_mb"].notna().any()
@@ -236,7 +247,9 @@ def _latex(summary: pd.DataFrame) -> str:
 
 def _csv(summary: pd.DataFrame) -> str:
     keep = set(_target_tags(summary))
-    dropped = [c for c in summary.columns if re.match(r"(rounds_to|reached|bits_to)_", c) and c.split("_")[-1] not in keep]
+    dropped = [
+        c for c in summary.columns if re.match(r"(rounds_to|reached|bits_to)_", c) and c.split("_")[-1] not in keep
+    ]
     if "blowup" in summary.columns and not summary["blowup"].fillna(0).astype(int).any():
         dropped.append("blowup")  # the column appears only in tables with a flagged run
     buf = io.StringIO()
@@ -285,7 +298,9 @@ def scenario_names(store, scenario: str | None) -> list[str]:
     if scenario is None:
         return names
     if scenario not in names:
-        raise ValueError(f"no runs of scenario {scenario!r} in {store.db_path}; scenarios there: {', '.join(names) or 'none'}")
+        raise ValueError(
+            f"no runs of scenario {scenario!r} in {store.db_path}; scenarios there: {', '.join(names) or 'none'}"
+        )
     return [scenario]
 
 
@@ -294,7 +309,9 @@ def file_stem(scenario: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", scenario)
 
 
-def write_formats(out_dir: Path, stem: str, render: Callable[[str], str], formats: tuple[str, ...] = ("markdown", "csv")) -> list[Path]:
+def write_formats(
+    out_dir: Path, stem: str, render: Callable[[str], str], formats: tuple[str, ...] = ("markdown", "csv")
+) -> list[Path]:
     """``<out_dir>/<stem>.md`` / ``.csv`` (/ ``.tex``): ``render(fmt)`` for each format, written UTF-8."""
     suffixes = {"markdown": ".md", "csv": ".csv", "latex": ".tex"}
     out_dir = Path(out_dir)
@@ -316,19 +333,28 @@ def unfinished_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
     open_runs = runs[runs["status"] == "running"]
     reached = metrics.groupby("run_id")["round"].max() if not metrics.empty else pd.Series(dtype="int64")
     lines = []
-    for rid, algo, seed, spec_json in zip(open_runs["run_id"], open_runs["algorithm"], open_runs["seed"], open_runs["spec_json"]):
+    for rid, algo, seed, spec_json in zip(
+        open_runs["run_id"], open_runs["algorithm"], open_runs["seed"], open_runs["spec_json"]
+    ):
         rounds = json.loads(spec_json).get("rounds")
         last = int(reached.get(rid, 0))
-        lines.append(f"{algo} seed {seed}: not finished, round {last}" + (f" of {rounds}" if rounds else "")
-                     + " recorded; left out of the means")
+        lines.append(
+            f"{algo} seed {seed}: not finished, round {last}"
+            + (f" of {rounds}" if rounds else "")
+            + " recorded; left out of the means"
+        )
     return lines
 
 
 def summary_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
     """The lines under a scenario's table after :data:`SUMMARY_NOTE`: runs not finished, QP fallbacks,
     flagged blow-ups and how the tuned (†) rows were tuned."""
-    return (unfinished_notes(runs, metrics) + fallback_notes(runs, metrics) + blowup_notes(runs, blowups(runs, metrics))
-            + tuning_notes(runs))
+    return (
+        unfinished_notes(runs, metrics)
+        + fallback_notes(runs, metrics)
+        + blowup_notes(runs, blowups(runs, metrics))
+        + tuning_notes(runs)
+    )
 
 
 def write_tables(store, out_dir: Path, scenario: str | None) -> list[Path]:

@@ -9,8 +9,10 @@ import json
 import pandas as pd
 
 MARK = "†"
-_ON = {"paper": "on the test set (paper protocol)",
-       "validation": "on the clients' held-out validation split (validation protocol)"}
+_ON = {
+    "paper": "on the test set (paper protocol)",
+    "validation": "on the clients' held-out validation split (validation protocol)",
+}
 
 
 def _tuned(spec_json: str) -> dict | None:
@@ -35,9 +37,11 @@ def tuning_notes(runs: pd.DataFrame) -> list[str]:
     for (protocol, metric, rounds, seeds), labels in ways.items():
         counts = sorted(set().union(*labels.values()))
         n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-        lines.append(f"{MARK} tuned ({', '.join(labels)}): each setting chosen among {n} trial settings by {metric} "
-                     f"{_ON[protocol]}, trials of {rounds} rounds × seed(s) {', '.join(map(str, seeds))}; "
-                     "the chosen values and scores are in the tuning table")
+        lines.append(
+            f"{MARK} tuned ({', '.join(labels)}): each setting chosen among {n} trial settings by {metric} "
+            f"{_ON[protocol]}, trials of {rounds} rounds × seed(s) {', '.join(map(str, seeds))}; "
+            "the chosen values and scores are in the tuning table"
+        )
     return lines
 
 

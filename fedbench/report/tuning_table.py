@@ -19,7 +19,7 @@ HEADERS = ["method", "chosen", "trials", "metric", "best", "runner-up", "protoco
 ALIGN = ["left", "left", "right", "left", "right", "right", "left"]
 PROTOCOL_NOTE = {
     "validation": "selected on the federated validation accuracy (a held-out {f:g} of each client's training data); "
-                  "the tables report the chosen setting's test numbers",
+    "the tables report the chosen setting's test numbers",
     "paper": "selected on the test-set metric, as the papers did",
 }
 
@@ -43,16 +43,27 @@ def tuning_rows(choices: list[Choice]) -> list[list[str]]:
         metric = tune.select.metric + (f" {tune.select.target:g}" if tune.select.target is not None else "")
         chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c.best.values.items())
         best = c.scores[c.best.index]
-        rows.append([c.entry.label, chosen, str(len(c.scores)), metric, _score(best, tune.select.metric),
-                     _score(c.runner_up, tune.select.metric), tune.protocol])
+        rows.append(
+            [
+                c.entry.label,
+                chosen,
+                str(len(c.scores)),
+                metric,
+                _score(best, tune.select.metric),
+                _score(c.runner_up, tune.select.metric),
+                tune.protocol,
+            ]
+        )
     return rows
 
 
 def _trials_note(choices: list[Choice]) -> str:
     """What each trial ran (rounds × seeds), once per distinct way."""
     ways = dict.fromkeys((len(c.entry.trials), c.best.spec.rounds, c.best.seeds) for c in choices if c.best is not None)
-    return "".join(f"_trials: {n} setting(s) per method, each {r} rounds × seed(s) {', '.join(map(str, s))}_\n\n"
-                   for n, r, s in ways)
+    return "".join(
+        f"_trials: {n} setting(s) per method, each {r} rounds × seed(s) {', '.join(map(str, s))}_\n\n"
+        for n, r, s in ways
+    )
 
 
 def render(choices: list[Choice], scenario: str, fmt: str, columns: list[str] | None = None) -> str:
@@ -67,8 +78,11 @@ def render(choices: list[Choice], scenario: str, fmt: str, columns: list[str] | 
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerows([headers, *rows])
         return buf.getvalue()
-    notes = {c.entry.tune.protocol: PROTOCOL_NOTE[c.entry.tune.protocol].format(f=c.entry.tune.validation_fraction)
-             for c in choices if c.entry.tune is not None}
+    notes = {
+        c.entry.tune.protocol: PROTOCOL_NOTE[c.entry.tune.protocol].format(f=c.entry.tune.validation_fraction)
+        for c in choices
+        if c.entry.tune is not None
+    }
     lines = "".join(f"_{p}: {text}_\n\n" for p, text in notes.items()) + _trials_note(choices)
     scores = "_accuracy in %, mean over the trial seeds; rounds_to: the first round reaching the target_\n"
     return f"## {scenario}: tuning\n\n{markdown_grid(headers, rows, align)}\n{lines}{scores}"
@@ -84,7 +98,9 @@ def paper_tuning_stem(paper: str, scale: str) -> str:
     return f"{paper}_tuning_{scale}"
 
 
-def write_paper_tuning(store: ResultsStore, paper: str, scale: str, scenarios: list[Scenario], out_dir: Path) -> list[Path]:
+def write_paper_tuning(
+    store: ResultsStore, paper: str, scale: str, scenarios: list[Scenario], out_dir: Path
+) -> list[Path]:
     """``<out_dir>/<paper>_tuning_<scale>.md`` and ``.csv``: each tuned entry of ``scenarios`` (the
     paper's tuned scenarios at ``scale``) whose trials are done, by paper column (or scenario name);
     scenarios with trials still to run are named under the table. Nothing when none is tuned."""
@@ -103,5 +119,8 @@ def write_paper_tuning(store: ResultsStore, paper: str, scale: str, scenarios: l
         return []
     title = f"{paper}, {scale} scale"
     tail = f"_not tuned yet (trials to run): {', '.join(pending)}_\n" if pending else ""
-    return write_formats(out_dir, paper_tuning_stem(paper, scale),
-                         lambda fmt: render(choices, title, fmt, columns) + ("" if fmt == "csv" else tail))
+    return write_formats(
+        out_dir,
+        paper_tuning_stem(paper, scale),
+        lambda fmt: render(choices, title, fmt, columns) + ("" if fmt == "csv" else tail),
+    )

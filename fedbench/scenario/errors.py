@@ -36,7 +36,9 @@ STRICT_TYPES = ("int_type", "float_type", "bool_type", "string_type")  # strict 
 
 
 def _kind(value: Any) -> str:
-    return {str: "a string", float: "a float", int: "an integer", bool: "a boolean"}.get(type(value), type(value).__name__)
+    return {str: "a string", float: "a float", int: "an integer", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def format_errors(err: ValidationError, prefix: str = "") -> list[str]:

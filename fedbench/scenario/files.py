@@ -149,8 +149,12 @@ def set_override(raw: dict[str, Any], assignment: str) -> None:
         raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE, e.g. rounds=5"])
     key, value = assignment.split("=", 1)
     if not all(part.strip() for part in key.split(".")):
-        raise ScenarioError([f"--set {assignment!r}: expected KEY=VALUE with a dotted key before '=', e.g. rounds=5 "
-                             "or partition.omega=0.5"])
+        raise ScenarioError(
+            [
+                f"--set {assignment!r}: expected KEY=VALUE with a dotted key before '=', e.g. rounds=5 "
+                "or partition.omega=0.5"
+            ]
+        )
     apply_override(raw, key, parse_yaml(value, f"--set {assignment}"))
 
 

@@ -16,7 +16,12 @@ from fedbench.scenario.schema import Scenario
 
 
 def parse_scenario(
-    raw: Any, source: str = "scenario", overrides: Sequence[str] = (), scale: str | None = None, *, at_scale: str | None = None
+    raw: Any,
+    source: str = "scenario",
+    overrides: Sequence[str] = (),
+    scale: str | None = None,
+    *,
+    at_scale: str | None = None,
 ) -> Scenario:
     """Validate a raw mapping (as read from YAML) at ``scale`` into a :class:`Scenario` whose
     ``runs`` are resolved; raise :class:`ScenarioError` listing every problem. ``at_scale`` names

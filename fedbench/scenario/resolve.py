@@ -57,7 +57,9 @@ def check_component(registry: Registry, name: str, params: dict, path: str, key:
     return Checked({key: name, **dumped}, entry.params.model_validate(dumped), [])
 
 
-def _server(scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str) -> tuple[ServerSpec | None, list[str]]:
+def _server(
+    scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str
+) -> tuple[ServerSpec | None, list[str]]:
     """The entry's server settings: declared defaults < scenario ``server`` < entry ``server``."""
     raw = {**caps.server, **scenario.server.model_dump(exclude_unset=True), **algo.server}
     try:
@@ -66,7 +68,9 @@ def _server(scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: s
         return None, format_errors(exc, f"{path}.server")
 
 
-def _capability_problems(scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str, comp: tuple[CompressionSpec, str]) -> list[str]:
+def _capability_problems(
+    scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str, comp: tuple[CompressionSpec, str]
+) -> list[str]:
     """The scenario asks for what the algorithm declares: a non-sgd local optimizer, compression."""
     problems = []
     if scenario.local.optimizer != "sgd" and not caps.local_optimizer:
@@ -78,7 +82,9 @@ def _capability_problems(scenario: Scenario, algo: AlgorithmSpec, caps: Capabili
     spec, comp_path = comp
     if spec.kind != "none" and not caps.compression:
         supported = ", ".join(e.name for e in ALGORITHMS if e.obj.caps.compression)
-        problems.append(f"{comp_path}.kind: {algo.name} does not support uplink compression; algorithms that do: {supported}")
+        problems.append(
+            f"{comp_path}.kind: {algo.name} does not support uplink compression; algorithms that do: {supported}"
+        )
     return problems
 
 
@@ -109,8 +115,10 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     schemas: dict[str, type[BaseModel]] = {"local": LocalSpec, "server": ServerSpec}
     problems = []
     if tune.trials.rounds is not None and tune.trials.rounds > scenario.rounds:
-        problems.append(f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
-                        "a trial is a shortened run, so trials.rounds ≤ rounds")
+        problems.append(
+            f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
+            "a trial is a shortened run, so trials.rounds ≤ rounds"
+        )
     for key, value in tune.space.items():
         head, _, rest = key.partition(".")
         at = f"{where}.space.{key}"
@@ -118,8 +126,10 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
             problems.append(f"{at}: {head} has no key {rest!r}; allowed: {', '.join(schemas[head].model_fields)}")
             continue
         if not (head in schemas and rest) and ("." in key or key not in fields):
-            problems.append(f"{at}: {entry} cannot take {key!r}; use local.<key>, server.<key> or a parameter of "
-                            f"{algo.name} ({', '.join(sorted(fields)) or 'it has none'})")
+            problems.append(
+                f"{at}: {entry} cannot take {key!r}; use local.<key>, server.<key> or a parameter of "
+                f"{algo.name} ({', '.join(sorted(fields)) or 'it has none'})"
+            )
             continue
         for v in _space_values(value):
             if head in schemas and rest:
@@ -133,18 +143,34 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     return problems
 
 
-def _spec(scenario: Scenario, shared: dict[str, Checked], algorithm: dict, compression: dict, server: ServerSpec) -> RunSpec:
+def _spec(
+    scenario: Scenario, shared: dict[str, Checked], algorithm: dict, compression: dict, server: ServerSpec
+) -> RunSpec:
     """The :class:`RunSpec` of one entry (its JSON and hash are frozen: see runspec.py)."""
     return RunSpec(
-        scenario=scenario.name, dataset=shared["dataset"].resolved, model=shared["model"].resolved,
-        clients=scenario.clients, partition=shared["partition"].resolved, local=scenario.local, rounds=scenario.rounds,
-        eval=scenario.eval, compression=compression, algorithm=algorithm, server=server, targets=scenario.targets,
-        checkpoint_every=scenario.checkpoint_every, paper=scenario.paper, wireless=scenario.wireless,
-        continual=scenario.continual, blowup=scenario.blowup,
+        scenario=scenario.name,
+        dataset=shared["dataset"].resolved,
+        model=shared["model"].resolved,
+        clients=scenario.clients,
+        partition=shared["partition"].resolved,
+        local=scenario.local,
+        rounds=scenario.rounds,
+        eval=scenario.eval,
+        compression=compression,
+        algorithm=algorithm,
+        server=server,
+        targets=scenario.targets,
+        checkpoint_every=scenario.checkpoint_every,
+        paper=scenario.paper,
+        wireless=scenario.wireless,
+        continual=scenario.continual,
+        blowup=scenario.blowup,
     )
 
 
-def _entry(scenario: Scenario, i: int, shared: dict[str, Checked], labels: set[str], scale: str) -> tuple[RunSpec | None, list[str]]:
+def _entry(
+    scenario: Scenario, i: int, shared: dict[str, Checked], labels: set[str], scale: str
+) -> tuple[RunSpec | None, list[str]]:
     """Resolve ``algorithms[i]``; returns its spec (None when it cannot be built) and its problems."""
     algo, path = scenario.algorithms[i], f"algorithms[{i}]"
     checked = check_component(ALGORITHMS, algo.name, algo.params(), path)
@@ -175,7 +201,9 @@ def resolve_runs(scenario: Scenario, scale: str = "paper", source: str = "scenar
     shared = {
         "dataset": check_component(DATASETS, scenario.dataset.name, scenario.dataset.params(), "dataset"),
         "model": check_component(MODELS, scenario.model.name, scenario.model.params(), "model"),
-        "partition": check_component(PARTITIONS, scenario.partition.kind, scenario.partition.params(), "partition", "kind"),
+        "partition": check_component(
+            PARTITIONS, scenario.partition.kind, scenario.partition.params(), "partition", "kind"
+        ),
     }
     problems = [p for c in shared.values() for p in c.problems]
     specs: list[RunSpec] = []

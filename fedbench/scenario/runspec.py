@@ -121,6 +121,13 @@ def run_record(spec: RunSpec, seed: int, scenario_hash: str) -> RunRecord:
     paper = spec.paper
     cell = (None, None, None) if paper is None else (paper.name, paper.table, paper.column)
     return RunRecord(
-        run_id_of(spec, seed), spec.scenario, scenario_hash, spec.spec_hash(), spec.label, seed, spec.to_json(),
-        spec.scale, *cell,
+        run_id_of(spec, seed),
+        spec.scenario,
+        scenario_hash,
+        spec.spec_hash(),
+        spec.label,
+        seed,
+        spec.to_json(),
+        spec.scale,
+        *cell,
     )

@@ -85,19 +85,24 @@ class LocalSpec(Strict):
     clip_grad_norm: float | None = Field(default=None, gt=0, description="clip each minibatch gradient's norm")
     augment: AugmentSpec = Field(default_factory=AugmentSpec)
     data_fraction: float = Field(
-        default=1.0, gt=0, le=1, description="each client trains on this random fraction of its samples (FedCAMS code: 0.8)"
+        default=1.0,
+        gt=0,
+        le=1,
+        description="each client trains on this random fraction of its samples (FedCAMS code: 0.8)",
     )
     drop_singleton_batch: bool = Field(
         default=False, description="skip an epoch's last batch when it would hold one sample (BatchNorm; GradMA code)"
     )
     precision: Literal["fp32", "bf16", "fp64"] = Field(
-        default="fp32", description="bf16: forward passes under torch.autocast(bfloat16), float32 parameters (mixed precision); "
+        default="fp32",
+        description="bf16: forward passes under torch.autocast(bfloat16), float32 parameters (mixed precision); "
         "fp64: data, parameters, algorithm state and every computation in float64 (the tiny scale: the same numbers on "
-        "every CPU)"
+        "every CPU)",
     )
     tf32: bool = Field(
-        default=True, description="on a GPU, float32 matmuls and convolutions in TensorFloat-32 (training and evaluation); "
-        "false: full float32 (IEEE). No effect on a CPU"
+        default=True,
+        description="on a GPU, float32 matmuls and convolutions in TensorFloat-32 (training and evaluation); "
+        "false: full float32 (IEEE). No effect on a CPU",
     )
     optimizer: Literal["sgd", "adam"] = Field(
         default="sgd",
@@ -155,7 +160,8 @@ class EvalSpec(Strict):
     every: int = Field(default=1, ge=1, description="evaluate every k rounds (and always at the last round)")
     batch_size: int = Field(default=1024, ge=1)
     client_spread: bool = Field(
-        default=True, description="also record the std over clients of the global model's accuracy on each client's data"
+        default=True,
+        description="also record the std over clients of the global model's accuracy on each client's data",
     )
 
 
@@ -168,17 +174,29 @@ class WirelessSpec(Strict):
     local work; the others share the band equally and lose uploads that miss τ.
     """
 
-    tau_s: float = Field(default=1.0, gt=0, description="tolerable upload delay τ per round (s); paper Fig. 5c: 1.0, 5d: 0.8")
+    tau_s: float = Field(
+        default=1.0, gt=0, description="tolerable upload delay τ per round (s); paper Fig. 5c: 1.0, 5d: 0.8"
+    )
     bandwidth_hz: float = Field(default=1e8, gt=0, description="total uplink bandwidth W_total (paper: 100 MHz)")
     tx_power_dbm: float = Field(default=30.0, description="device transmit power P (paper: 30 dBm)")
     noise_psd_dbm_hz: float = Field(default=-143.0, description="noise power spectral density σ² (paper: −143 dBm/Hz)")
-    cell_radius_m: float = Field(default=3000.0, gt=0, description="cell radius (not in the paper; ASSUMPTION, notes §5.6)")
+    cell_radius_m: float = Field(
+        default=3000.0, gt=0, description="cell radius (not in the paper; ASSUMPTION, notes §5.6)"
+    )
     pathloss_const: float = Field(default=1e-3, gt=0, description="c in |h|² = c·dist^(−exp)·|g|² (paper: 1e-3)")
     pathloss_exp: float = Field(default=2.0, gt=0, description="path-loss exponent (paper: 2)")
-    fairness_alpha: float = Field(default=0.5, ge=0, description="α of the α-fair objective Σ B^(1−α)/(1−α) (paper: 0.5)")
-    b_min: int = Field(default=2, ge=1, description="B̲: devices allocated fewer bits are removed (not in the paper; ASSUMPTION)")
-    b_max: int | None = Field(default=None, ge=1, description="optional cap B_i ≤ b_max inside the allocation (paper: none)")
-    resolve_after_drop: bool = Field(default=False, description="re-solve the allocation without the removed devices (paper: no)")
+    fairness_alpha: float = Field(
+        default=0.5, ge=0, description="α of the α-fair objective Σ B^(1−α)/(1−α) (paper: 0.5)"
+    )
+    b_min: int = Field(
+        default=2, ge=1, description="B̲: devices allocated fewer bits are removed (not in the paper; ASSUMPTION)"
+    )
+    b_max: int | None = Field(
+        default=None, ge=1, description="optional cap B_i ≤ b_max inside the allocation (paper: none)"
+    )
+    resolve_after_drop: bool = Field(
+        default=False, description="re-solve the allocation without the removed devices (paper: no)"
+    )
     outage_aggregation: Literal["renormalize", "zero_fill"] = Field(
         default="renormalize",
         description="weights over the updates that arrive: renormalised over them, or the sampled set's (lost ones count as zero)",
@@ -213,7 +231,8 @@ class ContinualSpec(Strict):
         default="natural", description="natural: 0, 1, 2, …; seeded: a permutation from the ('class_order',) stream"
     )
     mode: Literal["task", "class"] = Field(
-        default="task", description="task: one head per task (logits masked to the sample's task); class: one head over the classes seen"
+        default="task",
+        description="task: one head per task (logits masked to the sample's task); class: one head over the classes seen",
     )
     rounds_per_task: int = Field(ge=1, description="communication rounds per task (rounds = tasks × rounds_per_task)")
     lr_per_task: tuple[float, float] | None = Field(
@@ -244,7 +263,10 @@ class BlowupSpec(Strict):
         default=1e3, gt=1, description="flag a run whose train or test loss exceeds this factor × its first value"
     )
     chance_margin: float = Field(
-        default=0.05, ge=0, lt=1, description="flag a run whose last accuracy is within this margin of chance "
+        default=0.05,
+        ge=0,
+        lt=1,
+        description="flag a run whose last accuracy is within this margin of chance "
         "(1/classes) after an earlier one at least twice the margin above it (continual runs are not flagged)",
     )
 
@@ -266,7 +288,8 @@ class AlgorithmSpec(InlineParams):
     server: dict[str, Any] = Field(default_factory=dict)
     compression: CompressionSpec | None = None
     tune: EntryTuneField | None = Field(
-        default=None, description="this entry's search, laid over the scenario's `tune` (false: not tuned)")
+        default=None, description="this entry's search, laid over the scenario's `tune` (false: not tuned)"
+    )
 
 
 class Scenario(Strict):
@@ -284,7 +307,9 @@ class Scenario(Strict):
     eval: EvalSpec = Field(default_factory=EvalSpec)
     server: ServerSpec = Field(default_factory=ServerSpec)
     compression: CompressionSpec = Field(default_factory=CompressionSpec)
-    wireless: WirelessSpec | None = Field(default=None, description="uplink channel and deadline (absent: ideal uplink)")
+    wireless: WirelessSpec | None = Field(
+        default=None, description="uplink channel and deadline (absent: ideal uplink)"
+    )
     continual: ContinualSpec | None = Field(default=None, description="task stream (absent: one task with every class)")
     algorithms: list[AlgorithmSpec] = Field(min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
@@ -293,7 +318,8 @@ class Scenario(Strict):
     blowup: BlowupSpec = Field(default_factory=BlowupSpec, description="thresholds of the tables' blow-up flag")
     paper: PaperRef | None = None
     tune: ScenarioTune | None = Field(
-        default=None, description="search of every entry's settings (docs/tuning.md; false: none tuned)")
+        default=None, description="search of every entry's settings (docs/tuning.md; false: none tuned)"
+    )
     _runs: tuple[RunSpec, ...] | None = PrivateAttr(default=None)
 
     @property
@@ -301,7 +327,9 @@ class Scenario(Strict):
         """One resolved :class:`~fedbench.scenario.runspec.RunSpec` per algorithm entry, in order
         (resolved once, when the scenario was parsed)."""
         if self._runs is None:
-            raise RuntimeError(f"scenario {self.name!r} was not resolved; build it with parse_scenario or load_scenario")
+            raise RuntimeError(
+                f"scenario {self.name!r} was not resolved; build it with parse_scenario or load_scenario"
+            )
         return self._runs
 
     @property

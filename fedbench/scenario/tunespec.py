@@ -85,14 +85,18 @@ def _space_value(value: Any) -> list[Any] | Range:
             raise ValueError("expected a non-empty list of values")
         return value
     if not isinstance(value, dict):
-        raise ValueError("expected a list of values or a range ({log_uniform: [1e-3, 1e-1]}, {uniform: [0, 1]} "
-                         "or {choice: [0.1, 1]})")
+        raise ValueError(
+            "expected a list of values or a range ({log_uniform: [1e-3, 1e-1]}, {uniform: [0, 1]} "
+            "or {choice: [0.1, 1]})"
+        )
     try:
         return Range.model_validate(value)
     except ValidationError as exc:
         err = exc.errors()[0]
         if err["type"] == "extra_forbidden":
-            raise ValueError(f"unknown range {err['loc'][0]!r}; a range is one of log_uniform, uniform, choice") from None
+            raise ValueError(
+                f"unknown range {err['loc'][0]!r}; a range is one of log_uniform, uniform, choice"
+            ) from None
         where = ".".join(str(p) for p in err["loc"])
         raise ValueError(f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}") from None
 
@@ -184,9 +188,11 @@ def _tag(value: Any) -> str:
 # ``tune:`` on a scenario or an entry: a block, or ``false`` (errors name the block's keys: the
 # tags, which hold a space, are left out of error paths by fedbench.scenario.errors)
 ScenarioTune = Annotated[
-    Annotated[TuneSpec, Tag("tune block")] | Annotated[Literal[False], Tag("tune off")], Discriminator(_tag)]
+    Annotated[TuneSpec, Tag("tune block")] | Annotated[Literal[False], Tag("tune off")], Discriminator(_tag)
+]
 EntryTuneField = Annotated[
-    Annotated[EntryTune, Tag("tune block")] | Annotated[Literal[False], Tag("tune off")], Discriminator(_tag)]
+    Annotated[EntryTune, Tag("tune block")] | Annotated[Literal[False], Tag("tune off")], Discriminator(_tag)
+]
 
 
 class TunedFrom(StrictModel):
@@ -208,4 +214,3 @@ class ValidationSplit(StrictModel):
     changes the numbers, so it is part of the run's identity)."""
 
     fraction: float = Field(gt=0, lt=1)
-

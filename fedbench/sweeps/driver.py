@@ -27,12 +27,15 @@ class SweepSummary:
     failed: int
 
     def line(self) -> str:
-        return (f"{self.total} run(s): {self.finished} finished, {self.skipped} skipped (done before), "
-                f"{self.diverged} diverged, {self.failed} failed")
+        return (
+            f"{self.total} run(s): {self.finished} finished, {self.skipped} skipped (done before), "
+            f"{self.diverged} diverged, {self.failed} failed"
+        )
 
 
-def _check(backend: str, jobs: int | None, cpus_per_run: float, gpus_per_run: float, max_retries: int,
-           options: RunOptions) -> None:
+def _check(
+    backend: str, jobs: int | None, cpus_per_run: float, gpus_per_run: float, max_retries: int, options: RunOptions
+) -> None:
     """The placement options (the run options are checked when built); one SweepError listing every problem."""
     problems, device = [], options.device
     if backend == "ray" and device.startswith("cuda") and gpus_per_run == 0:
@@ -44,7 +47,9 @@ def _check(backend: str, jobs: int | None, cpus_per_run: float, gpus_per_run: fl
     if not cpus_per_run > 0:
         problems.append(f"--cpus-per-run must be > 0, got {cpus_per_run}")
     if gpus_per_run < 0 or (gpus_per_run > 0 and backend != "ray"):
-        problems.append(f"--gpus-per-run must be ≥ 0 and is for --backend ray (local: one worker per GPU), got {gpus_per_run}")
+        problems.append(
+            f"--gpus-per-run must be ≥ 0 and is for --backend ray (local: one worker per GPU), got {gpus_per_run}"
+        )
     if max_retries < 0:
         problems.append(f"--max-retries must be ≥ 0, got {max_retries}")
     if problems:
@@ -103,15 +108,23 @@ def run_sweep(
         outcomes = run_ray(todo, out, options, on_done, address, jobs, cpus_per_run, gpus_per_run, max_retries)
     statuses = [o.status for o in outcomes]
     summary = SweepSummary(
-        len(runs), len(runs) - len(todo), statuses.count("finished"), statuses.count("diverged"), statuses.count("failed")
+        len(runs),
+        len(runs) - len(todo),
+        statuses.count("finished"),
+        statuses.count("diverged"),
+        statuses.count("failed"),
     )
     console.print(summary.line() + f"; results in {out}/")
     return summary
 
 
 def run_tuning(
-    tuning: TuningPlan, out: Path, jobs: int | None = None, options: RunOptions = RunOptions(),
-    console: Console | None = None, backend: str = "local",
+    tuning: TuningPlan,
+    out: Path,
+    jobs: int | None = None,
+    options: RunOptions = RunOptions(),
+    console: Console | None = None,
+    backend: str = "local",
 ) -> tuple[list[Choice], SweepSummary, SweepSummary]:
     """Run the trials not yet done, select each entry's setting from the store, then run the chosen
     settings on the scenario's seeds (docs/tuning.md), both with :func:`run_sweep` (``local`` or
@@ -137,7 +150,9 @@ def plan_lines(points: list[SweepPoint], runs: list[SweepRun], out: Path) -> lis
         lines.append(f"{p.scenario.name}" + (f"  ({point})" if point else "") + f"  from {p.source}")
         for run in runs:
             if run.spec.scenario == p.scenario.name:
-                lines.append(f"  {run.spec.label:<16} seed {run.seed:<3} {run.run_id}  {status(run.run_id) or 'to run'}")
+                lines.append(
+                    f"  {run.spec.label:<16} seed {run.seed:<3} {run.run_id}  {status(run.run_id) or 'to run'}"
+                )
     return lines
 
 
@@ -147,4 +162,3 @@ def _first_by_name(points: list[SweepPoint]) -> list[SweepPoint]:
     for p in points:
         first.setdefault(p.scenario.name, p)
     return list(first.values())
-

@@ -195,8 +195,10 @@ def expand(
             key, value = (spec.scenario, spec.label), (spec.spec_hash(), p.source)
             if seen.setdefault(key, value)[0] != value[0]:
                 raise ScenarioError(
-                    [f"scenario {key[0]!r} ({key[1]}) comes from {seen[key][1]} and {p.source} with different "
-                     "settings; give one of the grid files its own `name:`"],
+                    [
+                        f"scenario {key[0]!r} ({key[1]}) comes from {seen[key][1]} and {p.source} with different "
+                        "settings; give one of the grid files its own `name:`"
+                    ],
                     "sweep",
                 )
     return points

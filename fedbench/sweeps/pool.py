@@ -112,7 +112,9 @@ def run_local(runs: list[SweepRun], out: Path, options: RunOptions, jobs: int, o
     for slot in range(jobs):
         slots.put(slot)
     before = set(mp.active_children())
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, options, out, os.getpid())) as pool:
+    with ProcessPoolExecutor(
+        jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, options, out, os.getpid())
+    ) as pool:
         futures = {pool.submit(_task, run): run for run in runs}
         workers = [p for p in mp.active_children() if p not in before]
         try:

@@ -52,7 +52,9 @@ def run_ray(
     if started:
         with warnings.catch_warnings():  # Ray's notice about a future default for CUDA_VISIBLE_DEVICES
             warnings.simplefilter("ignore", FutureWarning)
-            ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address=address, num_cpus=None if address else num_cpus, include_dashboard=False, log_to_driver=False
+            )
     device = options.device if options.device != "auto" else ("cuda" if gpus_per_run > 0 else "cpu")
     remote = ray.remote(task).options(
         num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries, retry_exceptions=False

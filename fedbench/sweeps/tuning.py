@@ -167,8 +167,10 @@ def _trial_spec(scenario: Scenario, base: RunSpec, tune: TuneSpec, values: dict[
     spec = with_values(base, values, f"tune of {base.label}")
     validation = ValidationSplit(fraction=tune.validation_fraction) if tune.protocol == "validation" else None
     update = {
-        "scenario": point_name(f"{prefix}--tune", values, scale), "rounds": tune.trials.rounds or base.rounds,
-        "paper": None, "validation": validation,
+        "scenario": point_name(f"{prefix}--tune", values, scale),
+        "rounds": tune.trials.rounds or base.rounds,
+        "paper": None,
+        "validation": validation,
     }
     return spec.model_copy(update=update).resolved(scale, spec.components)
 
@@ -220,8 +222,10 @@ def select(store: ResultsStore, tuning: TuningPlan) -> list[Choice]:
     missing = [r for r in tuning.trial_runs() if store.status(r.run_id) not in DONE]
     if missing:
         listed = ", ".join(f"{r.describe()} ({store.status(r.run_id) or 'not run'})" for r in missing[:5])
-        raise TuningError(f"{len(missing)} trial run(s) are not done: {listed}{', …' if len(missing) > 5 else ''}; "
-                          "run `fedbench tune` again to resume them")
+        raise TuningError(
+            f"{len(missing)} trial run(s) are not done: {listed}{', …' if len(missing) > 5 else ''}; "
+            "run `fedbench tune` again to resume them"
+        )
     choices = []
     for e in tuning.entries:
         if e.tune is None:
@@ -247,8 +251,14 @@ def tuned_spec(choice: Choice) -> RunSpec:
     assert tune is not None and best is not None
     spec = with_values(choice.entry.base, best.values, choice.entry.label)
     metric = tune.select.metric + (f" {tune.select.target:g}" if tune.select.target is not None else "")
-    tuned = TunedFrom(values=best.values, trials=len(choice.scores), protocol=tune.protocol, metric=metric,
-                      rounds=best.spec.rounds, seeds=list(best.seeds))
+    tuned = TunedFrom(
+        values=best.values,
+        trials=len(choice.scores),
+        protocol=tune.protocol,
+        metric=metric,
+        rounds=best.spec.rounds,
+        seeds=list(best.seeds),
+    )
     return spec.model_copy(update={"tuned": tuned}).resolved(spec.scale, spec.components)
 
 
@@ -269,8 +279,10 @@ def projected_final_runs(tuning: TuningPlan, store: ResultsStore | None) -> list
             return final_runs(tuning, select(store, tuning))
         except TuningError:
             pass
-    as_written = [Choice(e, dataclasses.replace(e.trials[0], values={}) if e.trials else None, (0.0,) * len(e.trials))
-                  for e in tuning.entries]
+    as_written = [
+        Choice(e, dataclasses.replace(e.trials[0], values={}) if e.trials else None, (0.0,) * len(e.trials))
+        for e in tuning.entries
+    ]
     return final_runs(tuning, as_written)
 
 
@@ -278,14 +290,18 @@ def plan_lines(tuning: TuningPlan) -> list[str]:
     """The trials and the runs they imply (``fedbench validate`` and ``fedbench tune --dry-run``)."""
     sc = tuning.scenario
     trials = sum(len(e.trials) for e in tuning.entries)
-    lines = [f"tuning: {trials} trial(s), {len(tuning.trial_runs())} trial run(s), then "
-             f"{len(sc.runs) * len(sc.seeds)} final run(s) of the chosen settings (seeds {sc.seeds}, {sc.rounds} rounds)"]
+    lines = [
+        f"tuning: {trials} trial(s), {len(tuning.trial_runs())} trial run(s), then "
+        f"{len(sc.runs) * len(sc.seeds)} final run(s) of the chosen settings (seeds {sc.seeds}, {sc.rounds} rounds)"
+    ]
     for e in tuning.entries:
         if e.tune is None:
             lines.append(f"  {e.label}: not tuned")
             continue
         t = e.tune
-        lines.append(f"  {e.label}: {len(e.trials)} trial(s) × seeds {list(e.trials[0].seeds) if e.trials else []} of "
-                     f"{e.trials[0].spec.rounds if e.trials else '?'} rounds, {t.protocol} protocol, {t.select.metric}"
-                     + (f" {t.select.target}" if t.select.target else ""))
+        lines.append(
+            f"  {e.label}: {len(e.trials)} trial(s) × seeds {list(e.trials[0].seeds) if e.trials else []} of "
+            f"{e.trials[0].spec.rounds if e.trials else '?'} rounds, {t.protocol} protocol, {t.select.metric}"
+            + (f" {t.select.target}" if t.select.target else "")
+        )
     return lines

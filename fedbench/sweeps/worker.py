@@ -84,7 +84,9 @@ class RecordingStore:
     def truncate_after(self, run_id: str, round: int) -> None:
         self.rounds = {t: r for t, r in self.rounds.items() if t <= round}
 
-    def record_round(self, run_id: str, round: int, metrics: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
+    def record_round(
+        self, run_id: str, round: int, metrics: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+    ) -> None:
         values = {k: None if v is None else float(v) for k, v in metrics.items()}
         self.rounds[round] = (values, extra_to_json(extra))
 

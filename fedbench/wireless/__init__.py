@@ -12,6 +12,12 @@ from fedbench.wireless.channel import equal_bandwidth_delivery, on_time, rate_bp
 from fedbench.wireless.uplink import RoundRadio, Uplink
 
 __all__ = [
-    "Allocation", "AllocationError", "RoundRadio", "Uplink", "allocate_bits", "equal_bandwidth_delivery", "on_time",
+    "Allocation",
+    "AllocationError",
+    "RoundRadio",
+    "Uplink",
+    "allocate_bits",
+    "equal_bandwidth_delivery",
+    "on_time",
     "rate_bps",
 ]

@@ -58,8 +58,14 @@ class BitProblem:
 
     @classmethod
     def of(
-        cls, snr_bw_hz: np.ndarray, tau_s: float, total_hz: float, dim: int, overhead_bits: float,
-        fairness_alpha: float, b_max: float | None = None,
+        cls,
+        snr_bw_hz: np.ndarray,
+        tau_s: float,
+        total_hz: float,
+        dim: int,
+        overhead_bits: float,
+        fairness_alpha: float,
+        b_max: float | None = None,
     ) -> BitProblem:
         snr = np.asarray(snr_bw_hz, dtype=np.float64) / total_hz
         return cls(snr, tau_s * total_hz / dim, 1.0 + overhead_bits / dim, fairness_alpha, b_max)
@@ -160,8 +166,13 @@ def solve_relaxed(problem: BitProblem) -> Relaxed:
             continue
         if prob.status in _SOLVED and bits.value is not None and share.value is not None:
             name = solver if scaling == "bits" else f"{solver}/{scaling}"
-            return Relaxed(np.asarray(bits.value, float), np.asarray(share.value, float), prob.status, name,
-                           time.perf_counter() - start)
+            return Relaxed(
+                np.asarray(bits.value, float),
+                np.asarray(share.value, float),
+                prob.status,
+                name,
+                time.perf_counter() - start,
+            )
         failures.append(f"{solver}/{scaling}: status {prob.status}")
     raise AllocationError(
         f"the bandwidth/bit allocation (FedQVR-E Eq. 30) over {len(problem.snr)} devices was not solved "

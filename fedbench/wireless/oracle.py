@@ -61,8 +61,13 @@ def _demand(lam: float, a: float, tau: float, d: float, mu: float, alpha: float,
 
 
 def scipy_allocation(
-    snr_bw_hz: np.ndarray, tau_s: float, total_hz: float, dim: int, overhead_bits: float,
-    fairness_alpha: float = 0.5, b_max: float | None = None,
+    snr_bw_hz: np.ndarray,
+    tau_s: float,
+    total_hz: float,
+    dim: int,
+    overhead_bits: float,
+    fairness_alpha: float = 0.5,
+    b_max: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Relaxed optimum (B [m], W [m] Hz) of (30) for devices that are jointly feasible at B = 0."""
     args = [(float(a), tau_s, float(dim), float(overhead_bits), fairness_alpha, b_max) for a in snr_bw_hz]

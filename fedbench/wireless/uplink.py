@@ -38,7 +38,9 @@ class RoundRadio:
         """Which of the kept devices' uploads (``payload_bits`` [k], in kept order) meet τ; logged."""
         ok = on_time(self.snr_bw_hz[self.kept], self.bandwidth[self.kept], payload_bits, self.tau_s)
         sent = self.clients[self.kept]
-        self.log.update(payload_bits=np.asarray(payload_bits).tolist(), lost=sent[~ok].tolist(), received=sent[ok].tolist())
+        self.log.update(
+            payload_bits=np.asarray(payload_bits).tolist(), lost=sent[~ok].tolist(), received=sent[ok].tolist()
+        )
         return ok
 
 
@@ -69,17 +71,27 @@ class Uplink:
             return RoundRadio(clients, a, bandwidth, np.ones(len(clients), bool), spec.tau_s, log=log)
         alloc = self.allocate(a)
         log.update(
-            bandwidth_hz=alloc.bandwidth.tolist(), bits=alloc.bits.tolist(),
+            bandwidth_hz=alloc.bandwidth.tolist(),
+            bits=alloc.bits.tolist(),
             relaxed_bits=[None if np.isnan(b) else b for b in alloc.relaxed.tolist()],
-            infeasible=clients[alloc.infeasible].tolist(), dropped=clients[alloc.dropped].tolist(),
-            solver=alloc.solver, solver_status=alloc.status, solve_s=alloc.solve_s,
+            infeasible=clients[alloc.infeasible].tolist(),
+            dropped=clients[alloc.dropped].tolist(),
+            solver=alloc.solver,
+            solver_status=alloc.status,
+            solve_s=alloc.solve_s,
         )
         return RoundRadio(clients, a, alloc.bandwidth, alloc.kept, spec.tau_s, alloc.bits, log)
 
     def allocate(self, snr_bw_hz: np.ndarray) -> Allocation:
         spec = self.spec
         return allocate_bits(
-            snr_bw_hz, tau_s=spec.tau_s, total_hz=spec.bandwidth_hz, dim=self.dim, overhead_bits=self.overhead_bits,
-            fairness_alpha=spec.fairness_alpha, b_min=spec.b_min, b_max=spec.b_max,
+            snr_bw_hz,
+            tau_s=spec.tau_s,
+            total_hz=spec.bandwidth_hz,
+            dim=self.dim,
+            overhead_bits=self.overhead_bits,
+            fairness_alpha=spec.fairness_alpha,
+            b_min=spec.b_min,
+            b_max=spec.b_max,
             resolve_after_drop=spec.resolve_after_drop,
         )

@@ -86,8 +86,12 @@ def build(name: str, toy: Toy, batch_size: int = 1, adam: bool = False, **params
     spec = ServerSpec.model_validate(dict(entry.obj.caps.server))
     local = LocalAdam(*ADAM) if adam else LocalOptimizer()
     ctx = AlgorithmContext(
-        len(toy.sizes), toy.dim, torch.tensor(toy.sizes, dtype=torch.float64), torch.device("cpu"),
-        local_optimizer=local, batch_size=batch_size,
+        len(toy.sizes),
+        toy.dim,
+        torch.tensor(toy.sizes, dtype=torch.float64),
+        torch.device("cpu"),
+        local_optimizer=local,
+        batch_size=batch_size,
     )
     return entry.obj(entry.params.model_validate(params), ServerOptimizer(spec), ctx)
 
@@ -135,9 +139,19 @@ def drive(algo, toy: Toy, batched: bool = False, schedule=SCHEDULE, memory_on=ME
 
 
 def cflag_reference(
-    toy: Toy, iag: str = "batch_table", adaptive: bool = True, case: str = "worst", L: float = 5.0, alpha: float | None = None,
-    adam: bool = False, batch: int = 1, min_scale: float = 0.0, max_scale: float = math.inf, memory: bool = True,
-    schedule=SCHEDULE, memory_on=MEMORY_ON,
+    toy: Toy,
+    iag: str = "batch_table",
+    adaptive: bool = True,
+    case: str = "worst",
+    L: float = 5.0,
+    alpha: float | None = None,
+    adam: bool = False,
+    batch: int = 1,
+    min_scale: float = 0.0,
+    max_scale: float = math.inf,
+    memory: bool = True,
+    schedule=SCHEDULE,
+    memory_on=MEMORY_ON,
 ):
     """C-FLAG in NumPy float64: Alg. 1, eq. (4) with the estimate of eq. (5) (explicit per-component table
     τ, or per-slot table, or the plain minibatch gradient), AdapLR of Table 1, x̃ of eq. (19)/§2.4 (SGD)
@@ -196,7 +210,12 @@ def cflag_reference(
                 alpha_i = alpha * min(max(alpha_i / alpha, min_scale), max_scale)
             x_tilde = x + beta_i / beta * (y - x) if adam else x - beta * STEPS[i] * c - beta_i * a
             deltas.append(x_tilde - alpha_i * F)
-            for key, val in (("Lambda", lam), ("alpha_scale", alpha_i / alpha), ("beta_scale", beta_i / beta), ("a", a)):
+            for key, val in (
+                ("Lambda", lam),
+                ("alpha_scale", alpha_i / alpha),
+                ("beta_scale", beta_i / beta),
+                ("a", a),
+            ):
                 log[key].append(val)
             log.setdefault("rates", []).append((alpha_i, beta_i))
         A = np.stack(log["a"])
@@ -215,7 +234,9 @@ def assert_logs_match(logs, ref_logs):
         for key in ("Lambda", "alpha_scale", "beta_scale"):
             np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, atol=1e-14)
         assert (got["interfering"], got["transferring"]) == (ref["interfering"], ref["transferring"])
-        np.testing.assert_allclose([got["Gamma"], got["Gamma_ad"]], [ref["Gamma"], ref["Gamma_ad"]], rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(
+            [got["Gamma"], got["Gamma_ad"]], [ref["Gamma"], ref["Gamma_ad"]], rtol=1e-10, atol=1e-14
+        )
 
 
 @pytest.mark.parametrize("case", ["worst", "average"])
@@ -260,8 +281,12 @@ def test_cflag_options_alpha_clipping_and_no_adaptation():
 def test_the_batched_driver_equals_the_sequential_one():
     """Rows past their K_i keep their iterate and carry in the batched engine: a_i does not grow."""
     toy = Toy()
-    for name, kw in [("cflag_gd", {}), ("cflag", {"iag": "batch_table", "batch_size": 2, "adam": True}),
-                     ("fedtrack", {"iag": "sample"}), ("nccl_fl", {"adam": True})]:
+    for name, kw in [
+        ("cflag_gd", {}),
+        ("cflag", {"iag": "batch_table", "batch_size": 2, "adam": True}),
+        ("fedtrack", {"iag": "sample"}),
+        ("nccl_fl", {"adam": True}),
+    ]:
         seq, seq_logs = drive(build(name, toy, **kw), toy)
         bat, bat_logs = drive(build(name, toy, **kw), toy, batched=True)
         torch.testing.assert_close(bat.x, seq.x, rtol=1e-12, atol=1e-14)
@@ -294,7 +319,9 @@ def test_interference_with_alpha_equal_beta_is_an_agem_projection():
         seen += 1
         c = ctx.broadcast["grad_g"] - ctx.inputs["full_grad"][row]
         projected = a - (F @ a) / (F @ F) * F
-        torch.testing.assert_close(up.sent["delta"][0] + LR * STEPS[i] * c, -LR * F - LR * projected, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(
+            up.sent["delta"][0] + LR * STEPS[i] * c, -LR * F - LR * projected, rtol=1e-12, atol=1e-14
+        )
         assert abs(float(projected @ F)) < 1e-12
     assert seen > 0
 
@@ -356,7 +383,13 @@ def test_adaptive_rates_on_hand_values():
 
 def test_params_and_errors():
     assert ALGORITHMS.get("cflag").params().model_dump() == {
-        "adaptive": True, "case": "worst", "L": 5.0, "alpha": None, "max_scale": None, "min_scale": 0.0, "iag": "batch_table",
+        "adaptive": True,
+        "case": "worst",
+        "L": 5.0,
+        "alpha": None,
+        "max_scale": None,
+        "min_scale": 0.0,
+        "iag": "batch_table",
     }
     assert ALGORITHMS.get("fedtrack").params().model_dump() == {"iag": "batch_table"}  # eq. (5)'s IAG by default
     assert "iag" not in ALGORITHMS.get("cflag_gd").params().model_dump()

@@ -99,7 +99,10 @@ def head_gradient(module, flat, x, y):
     """Independent: mean over the batch of CE on each sample's own task head, by autograd."""
     torch.nn.utils.vector_to_parameters(flat, module.parameters())
     out = module(x)
-    losses = [F.cross_entropy(out[b, GROUPS[int(y[b]) // 3]].unsqueeze(0), torch.tensor([int(y[b]) % 3])) for b in range(len(y))]
+    losses = [
+        F.cross_entropy(out[b, GROUPS[int(y[b]) // 3]].unsqueeze(0), torch.tensor([int(y[b]) % 3]))
+        for b in range(len(y))
+    ]
     grads = torch.autograd.grad(torch.stack(losses).mean(), list(module.parameters()))
     return torch.cat([g.reshape(-1) for g in grads])
 
@@ -135,7 +138,9 @@ def frame_of(tmp_path, name, algorithm, changes=None, executor="sequential"):
     return frame[COLS], np.array(matrix(extras)), extras
 
 
-@pytest.mark.parametrize("changes", [{}, {"local.optimizer": "adam", "continual.lr_per_task": [0.005, 0.01]}], ids=["sgd", "adam"])
+@pytest.mark.parametrize(
+    "changes", [{}, {"local.optimizer": "adam", "continual.lr_per_task": [0.005, 0.01]}], ids=["sgd", "adam"]
+)
 def test_lambda_zero_is_fine_fl_exactly_and_lambda_changes_only_later_tasks(tmp_path, changes):
     fine, a_fine, _ = frame_of(tmp_path, "fine", {"name": "fine_fl"}, changes)
     zero, a_zero, _ = frame_of(tmp_path, "zero", {"name": "ewc_fl", "lam": 0.0}, changes)

@@ -43,7 +43,9 @@ def test_fedprox_adds_proximal_gradient_and_reduces_to_fedavg_at_mu_zero():
     np.testing.assert_allclose(run_rounds(prox, fed, x0, SCHEDULE, STEPS, LR).x.numpy(), x, rtol=1e-12)
     zero, _ = make_algorithm("fedprox", fed, mu=0.0)
     avg, _ = make_algorithm("fedavg", fed)
-    assert torch.equal(run_rounds(zero, fed, x0, SCHEDULE, STEPS, LR).x, run_rounds(avg, fed, x0, SCHEDULE, STEPS, LR).x)
+    assert torch.equal(
+        run_rounds(zero, fed, x0, SCHEDULE, STEPS, LR).x, run_rounds(avg, fed, x0, SCHEDULE, STEPS, LR).x
+    )
 
 
 def test_fedavgm_momentum_and_server_lr():

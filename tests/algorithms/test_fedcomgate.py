@@ -55,10 +55,14 @@ def test_fedcomgate_matches_the_reference_under_partial_participation(eta_g, tra
     )
     assert spec.weighting == "uniform"
     history = fedcomgate_reference(fed, eta_g, quantizer_np(2), tracking)
-    for (state, _), (x, delta) in zip(iterate_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, spec.weighting), history, strict=True):
+    for (state, _), (x, delta) in zip(
+        iterate_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, spec.weighting), history, strict=True
+    ):
         np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-11)
         np.testing.assert_allclose(state.delta_i.data.numpy(), delta, rtol=1e-10, atol=1e-13)
-    assert not np.allclose(history[-1][0], fedcomgate_reference(fed, eta_g, lambda z, t, i: z, tracking)[-1][0])  # Q mattered
+    assert not np.allclose(
+        history[-1][0], fedcomgate_reference(fed, eta_g, lambda z, t, i: z, tracking)[-1][0]
+    )  # Q mattered
 
 
 def test_the_default_is_the_sampled_rule():
@@ -77,7 +81,8 @@ def test_sampled_tracking_keeps_the_weighted_sum_of_delta_zero_every_round(weigh
     mass = torch.ones(4, dtype=torch.float64) if weighting == "uniform" else torch.tensor(fed.sizes)
     drift = []
     rounds = zip(
-        iterate_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting), iterate_rounds(old, fed, X0, SCHEDULE, STEPS, LR, weighting)
+        iterate_rounds(algo, fed, X0, SCHEDULE, STEPS, LR, weighting),
+        iterate_rounds(old, fed, X0, SCHEDULE, STEPS, LR, weighting),
     )
     for (state, _), (old_state, _) in rounds:
         torch.testing.assert_close(mass @ state.delta_i.data, torch.zeros(5, dtype=torch.float64), atol=1e-12, rtol=0)
@@ -124,7 +129,9 @@ def test_only_fedtorch_tracking_keeps_the_exact_change_as_client_state():
         algo, _ = make_algorithm("fedcomgate", fed, tracking=tracking)
         state = algo.init_state(torch.tensor(X0))
         clients = torch.tensor([1])
-        ctx = RoundContext(clients, LR, torch.tensor([2.0]), algo.broadcast(state, clients), algo.client_state(state, clients), 1)
+        ctx = RoundContext(
+            clients, LR, torch.tensor([2.0]), algo.broadcast(state, clients), algo.client_state(state, clients), 1
+        )
         up = algo.upload(ctx, ctx.start + 1.0, algo.local_init(ctx, ctx.start))
         assert list(up.sent) == ["delta"] and (up.kept is not None) == kept
 
@@ -136,4 +143,6 @@ def test_quantizing_the_model_change_equals_the_papers_scaled_gradient_form():
     D = torch.randn(2, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     scale = LR * 6
     clients = torch.tensor([0, 3])
-    torch.testing.assert_close(c(D / scale, 0, 5, clients).value * scale, c(D, 0, 5, clients).value, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(
+        c(D / scale, 0, 5, clients).value * scale, c(D, 0, 5, clients).value, rtol=1e-12, atol=1e-15
+    )

@@ -38,7 +38,9 @@ def fedmim_reference(fed, alpha, beta, steps):
     return hist[0]
 
 
-@pytest.mark.parametrize("alpha,beta", [([0.6, 0.3], [0.9, 0.1]), ([0.9], []), ([0.3, 0.6], [0.1, 0.9]), ([0.5], [1.0])])
+@pytest.mark.parametrize(
+    "alpha,beta", [([0.6, 0.3], [0.9, 0.1]), ([0.9], []), ([0.3, 0.6], [0.1, 0.9]), ([0.5], [1.0])]
+)
 def test_fedmim_matches_algorithm_1(alpha, beta):
     fed = Quadratics()
     algo, _ = make_algorithm("fedmim", fed, alpha=alpha, beta=beta)
@@ -61,7 +63,10 @@ def test_fedmim_one_alpha_no_beta_is_fedcm_at_constant_lr():
     mim, _ = make_algorithm("fedmim", fed, alpha=[0.9], beta=[])
     cm, _ = make_algorithm("fedcm", fed, alpha=0.1)
     torch.testing.assert_close(
-        run_rounds(mim, fed, X0, SCHEDULE, EQUAL, LR).x, run_rounds(cm, fed, X0, SCHEDULE, EQUAL, LR).x, rtol=1e-12, atol=1e-14
+        run_rounds(mim, fed, X0, SCHEDULE, EQUAL, LR).x,
+        run_rounds(cm, fed, X0, SCHEDULE, EQUAL, LR).x,
+        rtol=1e-12,
+        atol=1e-14,
     )
 
 

@@ -130,7 +130,9 @@ def test_branches_are_validated():
     flat = FlatModel(tiny_mlp())
     x, y = torch.randn(4, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0])
     with pytest.raises(ValueError, match="between 1 and 2"):
-        GradientOracle(flat, {}, x, y, CFG)(flat.flatten().unsqueeze(0), objective=MLBObjective(flat.flatten(), 1, 1, 1, (3,)))
+        GradientOracle(flat, {}, x, y, CFG)(
+            flat.flatten().unsqueeze(0), objective=MLBObjective(flat.flatten(), 1, 1, 1, (3,))
+        )
     assert not ALGORITHMS.capabilities("fedmlb").batchable and not ALGORITHMS.capabilities("fedmlbm").batchable
 
 
@@ -159,7 +161,10 @@ def test_fedmlb_with_zero_lambdas_is_fedavg_exactly(tmp_path):
 
 @pytest.mark.parametrize(
     "dataset,model",
-    [({"name": "digits"}, {"name": "mlp", "hidden": [32, 16]}), ({"name": "mnist1d", "num_samples": 1000}, {"name": "cnn1d"})],
+    [
+        ({"name": "digits"}, {"name": "mlp", "hidden": [32, 16]}),
+        ({"name": "mnist1d", "num_samples": 1000}, {"name": "cnn1d"}),
+    ],
     ids=["digits-mlp", "mnist1d-cnn1d"],
 )
 @pytest.mark.parametrize("name", ["fedmlb", "fedmlbm"])
@@ -167,7 +172,9 @@ def test_short_run_finishes(tmp_path, dataset, model, name):
     raw = {**copy.deepcopy(RAW), "dataset": dataset, "model": model, "rounds": 3, "algorithms": [{"name": name}]}
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / "store")
-    out = execute_run(spec, 0, store, DataCache(tmp_path, False, torch.device("cpu")), "h", options=RunOptions(executor="batched"))
+    out = execute_run(
+        spec, 0, store, DataCache(tmp_path, False, torch.device("cpu")), "h", options=RunOptions(executor="batched")
+    )
     assert out.status == "finished", out  # batched falls back to sequential for a custom local loss
     metrics = store.metrics([out.run_id])
     assert len(metrics) == 3 and metrics[["train_loss", "test_loss", "test_acc"]].iloc[-1].map(math.isfinite).all()
@@ -175,9 +182,13 @@ def test_short_run_finishes(tmp_path, dataset, model, name):
 
 def test_models_without_blocks_fail_with_a_clear_error(tmp_path):
     raw = {
-        **copy.deepcopy(RAW), "model": {"name": "convmixer", "dim": 8, "depth": 1, "kernel_size": 3, "patch_size": 2},
-        "rounds": 1, "algorithms": [{"name": "fedmlb"}],
+        **copy.deepcopy(RAW),
+        "model": {"name": "convmixer", "dim": 8, "depth": 1, "kernel_size": 3, "patch_size": 2},
+        "rounds": 1,
+        "algorithms": [{"name": "fedmlb"}],
     }
     spec = resolve_runs(parse_scenario(raw))[0]
     out = execute_run(spec, 0, ResultsStore(tmp_path / "s"), DataCache(tmp_path, False, torch.device("cpu")), "h")
-    assert out.status == "failed" and "fedmlb needs a model split into blocks" in out.error and "'convmixer'" in out.error
+    assert (
+        out.status == "failed" and "fedmlb needs a model split into blocks" in out.error and "'convmixer'" in out.error
+    )

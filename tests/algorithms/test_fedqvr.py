@@ -35,7 +35,18 @@ def quantizer_np(bits):
 
 
 def fedqvr_reference(
-    fed, schedule, steps, quant=None, bits=None, aggregate="paper", gamma=GAMMA, a=A, lr=LR, x0=X0, received=None, outage="renormalize"
+    fed,
+    schedule,
+    steps,
+    quant=None,
+    bits=None,
+    aggregate="paper",
+    gamma=GAMMA,
+    a=A,
+    lr=LR,
+    x0=X0,
+    received=None,
+    outage="renormalize",
 ):
     """Alg. 1 as printed; ``bits[t][i]`` gives FedQVR-E's per-device widths (Alg. 2). ``received[t]``:
     the clients whose upload arrives (the others keep c_i and add nothing); m is the number sampled
@@ -146,17 +157,27 @@ def test_lost_uploads_contribute_zero_and_keep_c_equal_to_sum_p_i_c_i(aggregatio
     """The engine's outage modes with unequal n_i: zero_fill keeps Eq. 12's N/m (m sampled), so a lost
     Δ_i simply adds zero; renormalize uses N/|A| (A received); lost clients keep c_i."""
     fed = Quadratics(num_clients=4, dim=6, seed=1)
-    algo, _ = make_algorithm("fedqvr", fed, compression={"kind": "stochastic", "bits": 2}, gamma=GAMMA, aggregation=aggregation)
+    algo, _ = make_algorithm(
+        "fedqvr", fed, compression={"kind": "stochastic", "bits": 2}, gamma=GAMMA, aggregation=aggregation
+    )
     x0 = np.linspace(-0.5, 0.5, 6)
     states, _ = drive(algo, fed, SCHEDULE, STEPS, x0=x0, received=RECEIVED, outage=outage)
     aggregate = "paper" if aggregation == "paper" else "renormalised"
-    history = fedqvr_reference(fed, SCHEDULE, STEPS, quant=quantizer_np(2), aggregate=aggregate, x0=x0, received=RECEIVED, outage=outage)
+    history = fedqvr_reference(
+        fed, SCHEDULE, STEPS, quant=quantizer_np(2), aggregate=aggregate, x0=x0, received=RECEIVED, outage=outage
+    )
     assert_matches(states, history, rtol=1e-10)
     p = torch.tensor(fed.sizes / fed.sizes.sum())
     for s in states:
         torch.testing.assert_close(s.c, p @ s.c_i.data, rtol=1e-12, atol=1e-14)
     other = fedqvr_reference(
-        fed, SCHEDULE, STEPS, quant=quantizer_np(2), aggregate=aggregate, x0=x0, received=RECEIVED,
+        fed,
+        SCHEDULE,
+        STEPS,
+        quant=quantizer_np(2),
+        aggregate=aggregate,
+        x0=x0,
+        received=RECEIVED,
         outage="renormalize" if outage == "zero_fill" else "zero_fill",
     )
     assert not np.allclose(history[0][0], other[0][0])  # the two outage modes differ
@@ -184,7 +205,9 @@ def test_stochastic_quantizer_round_matches_numpy_and_keeps_c_equal_to_sum_p_i_c
 
 def test_count_scalar_charges_32_bits_per_client():
     fed = Quadratics()
-    algo, _ = make_algorithm("fedqvr", fed, compression={"kind": "stochastic", "bits": 3}, count_scalar=True, gamma=GAMMA)
+    algo, _ = make_algorithm(
+        "fedqvr", fed, compression={"kind": "stochastic", "bits": 3}, count_scalar=True, gamma=GAMMA
+    )
     states, spent = drive(algo, fed, SCHEDULE[:2], STEPS)
     assert spent == [len(c) * (3 * 4 + 64 + 32) for c in SCHEDULE[:2]]
     free, _ = make_algorithm("fedqvr", fed, compression={"kind": "stochastic", "bits": 3}, gamma=GAMMA)
@@ -194,7 +217,9 @@ def test_count_scalar_charges_32_bits_per_client():
 def test_broadcast_is_theta0_only():
     fed = Quadratics()
     algo, _ = make_algorithm("fedqvr", fed, gamma=0.5)
-    state = SimpleNamespace(x=torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), c=torch.tensor([0.5, -1.0, 0.0], dtype=torch.float64))
+    state = SimpleNamespace(
+        x=torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), c=torch.tensor([0.5, -1.0, 0.0], dtype=torch.float64)
+    )
     sent = algo.broadcast(state, torch.tensor([0]))
     assert list(sent) == ["x"] and sent["x"].tolist() == [0.0, 4.0, 3.0]
 
@@ -206,7 +231,9 @@ def test_local_step_eq_9_equals_eq_18():
     rng = np.random.default_rng(3)
     theta, c, ci, phi = (rng.normal(size=(2, 3)) for _ in range(4))
     state = SimpleNamespace(x=torch.tensor(theta[0]), c=torch.tensor(c[0]))
-    ctx = RoundContext(torch.tensor([0, 1]), 0.07, torch.tensor([4.0, 4.0]), algo.broadcast(state, None), VariateRows(torch.tensor(ci)))
+    ctx = RoundContext(
+        torch.tensor([0, 1]), 0.07, torch.tensor([4.0, 4.0]), algo.broadcast(state, None), VariateRows(torch.tensor(ci))
+    )
     g = rng.normal(size=(2, 3))
     out, _ = algo.local_step(ctx, torch.tensor(phi), (), StepOracle(lambda z: torch.tensor(g)))
     out = out.numpy()
@@ -222,7 +249,9 @@ def test_accumulated_update_is_eq_39():
     K, i = 7, 2
     ci = np.array([[0.2, -0.1, 0.4]])
     state = SimpleNamespace(x=torch.tensor(X0), c=torch.tensor([0.1, 0.0, -0.2], dtype=torch.float64))
-    ctx = RoundContext(torch.tensor([i]), LR, torch.tensor([float(K)]), algo.broadcast(state, None), VariateRows(torch.tensor(ci)))
+    ctx = RoundContext(
+        torch.tensor([i]), LR, torch.tensor([float(K)]), algo.broadcast(state, None), VariateRows(torch.tensor(ci))
+    )
     grads, oracle = [], fed.oracle(i)
 
     def recording(z):
@@ -245,7 +274,9 @@ def test_constant_gradient_gives_the_ema_control_variate_of_eq_40():
     state.c_i.data[1] = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
     G = torch.tensor([[0.3, 0.7, -1.1]], dtype=torch.float64)
     clients = torch.tensor([1])
-    ctx = RoundContext(clients, LR, torch.tensor([9.0]), algo.broadcast(state, clients), algo.client_state(state, clients))
+    ctx = RoundContext(
+        clients, LR, torch.tensor([9.0]), algo.broadcast(state, clients), algo.client_state(state, clients)
+    )
     x, carry = ctx.start, algo.local_init(ctx, ctx.start)
     for _ in range(9):
         x, carry = algo.local_step(ctx, x, carry, StepOracle(lambda z: G))

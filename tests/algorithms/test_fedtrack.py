@@ -26,7 +26,9 @@ def test_drift_correction_cancels_at_the_server():
     """(20)–(21): with one local step of plain GD on the full gradient (iag: sample, k = 0), every client
     moves by −β(∇g(x_t) − ∇g_i(x_t) + ∇g_i(x_t)) = −β∇g(x_t): the round is one centralised GD step."""
     toy = Toy()
-    state, _ = drive(build("fedtrack", toy, iag="sample"), toy, schedule=[[0, 1, 2]], memory_on=[False], steps_of=[1, 1, 1])
+    state, _ = drive(
+        build("fedtrack", toy, iag="sample"), toy, schedule=[[0, 1, 2]], memory_on=[False], steps_of=[1, 1, 1]
+    )
     n = np.array(toy.sizes, float)
     grad = sum(ni / n.sum() * toy.full_np(i, X0) for i, ni in enumerate(n))
     np.testing.assert_allclose(state.x.numpy(), X0 - LR * grad, rtol=1e-12)
@@ -40,7 +42,9 @@ def test_cflag_on_an_empty_memory_is_fedtrack(iag, adam):
     empty = [False] * 5
     track, _ = drive(build("fedtrack", toy, batch_size=2, adam=adam, iag=iag), toy, memory_on=empty)
     for adaptive in (True, False):
-        cflag, logs = drive(build("cflag", toy, batch_size=2, adam=adam, iag=iag, adaptive=adaptive), toy, memory_on=empty)
+        cflag, logs = drive(
+            build("cflag", toy, batch_size=2, adam=adam, iag=iag, adaptive=adaptive), toy, memory_on=empty
+        )
         assert torch.equal(cflag.x, track.x)
         for log in (entry["cflag"] for entry in logs):
             assert log["alpha_scale"] == log["beta_scale"] == [1.0] * len(log["clients"]) and log["interfering"] == 0
@@ -57,5 +61,7 @@ def test_through_the_engine_cflag_is_fedtrack_during_task_0_with_fedtracks_traff
     pd.testing.assert_frame_equal(track[same][:2], cflag[same][:2])  # rounds 1–2: task 0, empty memory
     assert not np.allclose(track["test_loss"][2:], cflag["test_loss"][2:])  # the memory step acts afterwards
     assert (track["bits_up"] == 2 * 3 * P * 32).all() and (track["bits_down"] == 2 * 3 * P * 32).all()
-    assert (cflag["bits_up"] * 2 == track["bits_up"] * 3).all() and (cflag["bits_down"] * 2 == track["bits_down"] * 3).all()
+    assert (cflag["bits_up"] * 2 == track["bits_up"] * 3).all() and (
+        cflag["bits_down"] * 2 == track["bits_down"] * 3
+    ).all()
     assert set(COLS) <= set(track.columns)

@@ -167,7 +167,9 @@ def _server_only(algo, fed, schedule, deltas):
     seen = []
     for t, (clients, delta) in enumerate(zip(schedule, deltas), start=1):
         index = torch.tensor(clients)
-        ctx = RoundContext(index, 0.1, torch.ones(len(clients), dtype=torch.float64), algo.broadcast(state, index), None, t)
+        ctx = RoundContext(
+            index, 0.1, torch.ones(len(clients), dtype=torch.float64), algo.broadcast(state, index), None, t
+        )
         uniform = torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
         state, _ = algo.server_update(state, ctx, Upload({"delta": torch.tensor(delta)}), uniform)
         seen.append(sorted(c for c in state.memory_client.tolist() if c >= 0))
@@ -184,11 +186,14 @@ def test_eviction_least_count_non_active_then_earliest_inserted():
     deltas = [rng.normal(size=(1, 3)) for _ in schedule]
     state, seen = _server_only(algo, fed, schedule, deltas)
     assert seen == [
-        [0], [0, 1], [0, 1],
+        [0],
+        [0, 1],
+        [0, 1],
         [0, 2],  # 2 evicts 1 (count 1 < 2)
         [0, 1],  # 1 evicts 2: tie at count 1 with nobody else evictable
         [0, 3],  # 3 evicts 1 (count 1; 0 has 2)
-        [0, 3], [0, 3],
+        [0, 3],
+        [0, 3],
         [0, 4],  # 4 evicts 3 (count 1; 0 has 4)
     ]
     assert dict(zip(state.memory_client.tolist(), state.memory_count.tolist())) == {0: 4, 4: 1}
@@ -220,7 +225,9 @@ def test_gradma_w_matches_algorithm_7_with_active_constraints(anchor, projection
     fed = Quadratics(num_clients=6, dim=5, seed=2)
     lr = 0.12  # large enough to overshoot: consecutive gradients disagree
     x0 = np.linspace(-1.0, 1.0, 5)
-    algo, _ = make_algorithm("gradma_w", fed, server={"lr": 0.9}, layout=LAYOUT, prev_anchor=anchor, projection=projection)
+    algo, _ = make_algorithm(
+        "gradma_w", fed, server={"lr": 0.9}, layout=LAYOUT, prev_anchor=anchor, projection=projection
+    )
     x, last_local, active = x0.copy(), {i: x0.copy() for i in range(6)}, [0, 0, 0]
     for (state, logs), clients in zip(drive(algo, fed, x0, SCHEDULE, STEPS, lr), SCHEDULE):
         clients = sorted(clients)
@@ -327,7 +334,11 @@ def test_defaults_and_unknown_parameters():
     from fedbench.algorithms import ALGORITHMS
 
     assert ALGORITHMS.get("gradma").params().model_dump() == {
-        "projection": "per_tensor", "prev_anchor": "last_local", "beta1": 0.5, "beta2": 0.5, "memory_size": 100,
+        "projection": "per_tensor",
+        "prev_anchor": "last_local",
+        "beta1": 0.5,
+        "beta2": 0.5,
+        "memory_size": 100,
     }
     with pytest.raises(ValueError):
         ALGORITHMS.get("gradma_w").params.model_validate({"beta1": 0.5})
@@ -345,7 +356,10 @@ def test_engine_run_resumes_from_a_checkpoint_with_identical_results(tmp_path):
     from fedbench.store import ResultsStore
 
     raw = tiny_scenario(
-        {"partition.omega": 0.3}, name="gradma", rounds=6, checkpoint_every=2,
+        {"partition.omega": 0.3},
+        name="gradma",
+        rounds=6,
+        checkpoint_every=2,
         algorithms=[{"name": "gradma", "memory_size": 4}],
     )
     spec = resolve_runs(parse_scenario(raw))[0]
@@ -389,7 +403,8 @@ def test_fallbacks_warn_once_per_run_and_are_footnoted_under_the_table(tmp_path,
     monkeypatch.setattr(gradma, "project", failing)
     raw = tiny_scenario(
         {"model.hidden": [8], "clients.num": 6, "clients.per_round": 2, "partition.omega": 0.3, "local.iterations": 2},
-        name="fallbacks", algorithms=[{"name": "gradma_s", "memory_size": 4}],
+        name="fallbacks",
+        algorithms=[{"name": "gradma_s", "memory_size": 4}],
     )
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / "store")

@@ -162,7 +162,9 @@ def test_task_end_herds_exemplars_and_scores_the_nearest_mean_of_exemplars(tmp_p
     random.fill(0, parts, labels)  # the engine's class-balanced random slot, drawn again
     for client, part in enumerate(parts):
         slot = loop.plugin(ContinualStream).memory.slots[client][0]
-        assert np.array_equal(np.bincount(labels[slot], minlength=10), np.bincount(labels[random.slots[client][0]], minlength=10))
+        assert np.array_equal(
+            np.bincount(labels[slot], minlength=10), np.bincount(labels[random.slots[client][0]], minlength=10)
+        )
         feats = features_np(module, x, train.x[torch.as_tensor(part)])
         want = []
         for c in np.unique(labels[slot]):
@@ -178,8 +180,16 @@ def test_task_end_herds_exemplars_and_scores_the_nearest_mean_of_exemplars(tmp_p
         means[c] = m / np.linalg.norm(m)
     t_feats, t_y = features_np(module, x, test.x), test.y.numpy()
     allowed = (lambda y: GROUPS[y // 3] if y < 9 else list(range(10))) if mode == "task" else (lambda y: [0, 1, 2])
-    pred = np.array([min((c for c in allowed(y) if not np.isnan(means[c, 0])), key=lambda c: np.linalg.norm(f - means[c]),
-                         default=-1) for f, y in zip(t_feats, t_y)])
+    pred = np.array(
+        [
+            min(
+                (c for c in allowed(y) if not np.isnan(means[c, 0])),
+                key=lambda c: np.linalg.norm(f - means[c]),
+                default=-1,
+            )
+            for f, y in zip(t_feats, t_y)
+        ]
+    )
     with torch.no_grad():
         vector_to_parameters(x, module.parameters())
         logits = module(test.x).numpy()

@@ -41,9 +41,7 @@ def lwf_by_hand(w, w_old, x, y, mode, lam, temperature):
     vector_to_parameters(w_old, old_net.parameters())
     z, z_old = net(x), old_net(x).detach()
     allowed = label_mask(mode)
-    ce = torch.stack([
-        -z[b, y[b]] + torch.log(torch.exp(z[b, allowed[y[b]]]).sum()) for b in range(len(y))
-    ]).mean()
+    ce = torch.stack([-z[b, y[b]] + torch.log(torch.exp(z[b, allowed[y[b]]]).sum()) for b in range(len(y))]).mean()
     heads = [[0, 1], [2, 3]] if mode == "task" else [[0, 1, 2, 3]]
     kd = 0.0
     for h in heads:
@@ -80,7 +78,9 @@ def test_lwf_loss_and_gradient_match_an_independent_computation(mode, lam, tempe
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     plain = GradientOracle(flat, {}, x, y, CFG)(w.unsqueeze(0))[0]
     assert (got - plain).norm() > 1e-3  # distillation moves the gradient
-    none = GradientOracle(flat, {}, x, y, CFG)(w.unsqueeze(0), objective=LwFObjective(w_old, heads[:0], lam, temperature))[0]
+    none = GradientOracle(flat, {}, x, y, CFG)(
+        w.unsqueeze(0), objective=LwFObjective(w_old, heads[:0], lam, temperature)
+    )[0]
     assert torch.equal(none, plain)  # no old classes: plain masked cross-entropy
 
 

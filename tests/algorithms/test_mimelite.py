@@ -64,7 +64,9 @@ def test_mimelite_without_momentum_is_fedavg():
     fed = Quadratics()
     mime, _ = make_algorithm("mimelite", fed, beta=0.0)
     avg, _ = make_algorithm("fedavg", fed)
-    assert torch.equal(run_rounds(mime, fed, X0, SCHEDULE, STEPS, LR).x, run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR).x)
+    assert torch.equal(
+        run_rounds(mime, fed, X0, SCHEDULE, STEPS, LR).x, run_rounds(avg, fed, X0, SCHEDULE, STEPS, LR).x
+    )
 
 
 RAW = tiny_scenario({"partition.omega": 0.3}, name="mime", rounds=2)
@@ -74,7 +76,14 @@ def engine_metrics(tmp_path, name, executor="sequential"):
     raw = {**copy.deepcopy(RAW), "algorithms": [{"name": name}]}
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / f"{name}-{executor}")
-    out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h", options=RunOptions(executor=executor))
+    out = execute_run(
+        spec,
+        0,
+        store,
+        DataCache(tmp_path / "data", False, torch.device("cpu")),
+        "h",
+        options=RunOptions(executor=executor),
+    )
     assert out.status == "finished", out
     return store.metrics([out.run_id])
 

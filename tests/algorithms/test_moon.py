@@ -121,7 +121,9 @@ def test_previous_model_is_the_global_model_until_a_client_has_trained():
     clients = torch.tensor([1, 3])
     assert torch.equal(algo.client_state(state, clients).previous, x0.expand(2, -1))
     local = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
-    ctx = RoundContext(clients, 0.1, torch.ones(2), algo.broadcast(state, clients), algo.client_state(state, clients), 1)
+    ctx = RoundContext(
+        clients, 0.1, torch.ones(2), algo.broadcast(state, clients), algo.client_state(state, clients), 1
+    )
     up = algo.upload(ctx, local, algo.local_init(ctx, local))
     assert set(up.sent) == {"delta"} and torch.equal(up.kept.previous, local)
     state, _ = algo.server_update(state, ctx, decoded(up), torch.tensor([0.5, 0.5], dtype=torch.float64))
@@ -173,7 +175,10 @@ def test_batched_executor_falls_back_to_sequential(tmp_path):
 
 @pytest.mark.parametrize(
     "dataset,model",
-    [({"name": "digits"}, {"name": "mlp", "hidden": [32, 16]}), ({"name": "mnist1d", "num_samples": 1000}, {"name": "cnn1d"})],
+    [
+        ({"name": "digits"}, {"name": "mlp", "hidden": [32, 16]}),
+        ({"name": "mnist1d", "num_samples": 1000}, {"name": "cnn1d"}),
+    ],
     ids=["digits-mlp", "mnist1d-cnn1d"],
 )
 @pytest.mark.parametrize("name", ["moon", "moonm"])

@@ -21,9 +21,7 @@ from tests.algorithms.test_cflag import ADAM, LR, MEMORY_ON, SCHEDULE, STEPS, X0
 from tests.continual.common import P, loop_of, raw_with, run, spec_of
 
 
-def nccl_reference(
-    toy: Toy, alpha=None, L=5.0, adam=False, min_scale=0.0, max_scale=math.inf, memory_on=MEMORY_ON
-):
+def nccl_reference(toy: Toy, alpha=None, L=5.0, adam=False, min_scale=0.0, max_scale=math.inf, memory_on=MEMORY_ON):
     """Every local step: x ← x − α_H ∇f_I − β_H ∇g_J with Table 1 at N = p = E = 1 (Λ = ⟨∇f_I, ∇g_J⟩;
     Λ > 0: α_H = α, β_H = (1 − Lα)Λ/(L‖∇g_J‖²); Λ ≤ 0: α_H = α(1 − Λ/‖∇f_I‖²), β_H = α),
     or Adam on (α_H ∇f_I + β_H ∇g_J)/η_l; server x_{t+1} = Σ p_i x_i. Returns x and the interfering-step counts."""
@@ -83,6 +81,7 @@ def test_nccl_fl_on_an_empty_memory_is_fedavg():
 
 
 # -- the engine hook: replay_apart ---------------------------------------------------------------------
+
 
 def tiny_model() -> FlatModel:
     torch.manual_seed(0)

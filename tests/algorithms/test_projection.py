@@ -72,7 +72,9 @@ def test_degenerate_duplicate_zero_and_more_constraints_than_dimensions():
     rng = np.random.default_rng(1)
     p = rng.normal(size=4)
     base = rng.normal(size=(6, 4))
-    M = np.concatenate([base, base[:2], 3.0 * base[2:3], np.zeros((2, 4))])  # duplicates, a scaled copy, zeros; C = 11 > d
+    M = np.concatenate(
+        [base, base[:2], 3.0 * base[2:3], np.zeros((2, 4))]
+    )  # duplicates, a scaled copy, zeros; C = 11 > d
     pt, failed = project1(p, M)
     assert failed == 0
     assert_kkt(p, M, pt)
@@ -201,7 +203,9 @@ def kkt_residual(p: np.ndarray, M: np.ndarray, pt: np.ndarray) -> float:
     norms = np.linalg.norm(M, axis=1)
     Mu = M[norms > 0] / norms[norms > 0, None]
     infeasible = -(Mu @ pt).min(initial=0.0) / scale
-    stationary = nnls(Mu.T, (pt - p) / scale, maxiter=100 * len(Mu) + 100)[1] if len(Mu) else np.linalg.norm(pt - p) / scale
+    stationary = (
+        nnls(Mu.T, (pt - p) / scale, maxiter=100 * len(Mu) + 100)[1] if len(Mu) else np.linalg.norm(pt - p) / scale
+    )
     return max(infeasible, stationary, abs(pt @ (pt - p)) / scale**2)
 
 
@@ -428,7 +432,9 @@ def test_float32_with_a_subnormal_constraint_recovers_in_float64():
     expected, _ = project1(p, M)
     tiny = M.copy()
     tiny[0] *= 1e-39
-    out, failed = project(torch.tensor(p, dtype=torch.float32)[None], torch.tensor(tiny, dtype=torch.float32)[None], (6,))
+    out, failed = project(
+        torch.tensor(p, dtype=torch.float32)[None], torch.tensor(tiny, dtype=torch.float32)[None], (6,)
+    )
     assert failed.tolist() == [0] and torch.isfinite(out).all()
     np.testing.assert_allclose(out[0].numpy(), expected, rtol=1e-4, atol=1e-5)
 
@@ -442,6 +448,8 @@ def test_float32_with_nearly_antiparallel_constraints_recovers_in_float64():
         M = np.stack([c, -c + 1e-5 * u, rng.normal(size=8)]).astype(np.float32).astype(np.float64)
         p = (p - 2 * (p @ u) * u / (u @ u)).astype(np.float32).astype(np.float64)
         expected, _ = project1(p, M)
-        out, failed = project(torch.tensor(p, dtype=torch.float32)[None], torch.tensor(M, dtype=torch.float32)[None], (8,))
+        out, failed = project(
+            torch.tensor(p, dtype=torch.float32)[None], torch.tensor(M, dtype=torch.float32)[None], (8,)
+        )
         assert failed.tolist() == [0]
         np.testing.assert_allclose(out[0].numpy(), expected, rtol=0, atol=1e-6 * np.linalg.norm(p))

@@ -33,12 +33,21 @@ class Quadratics:
         return lambda z: (A.T @ (A @ z.T - b[:, None])).T
 
 
-def make_algorithm(name: str, fed: Quadratics, server: dict | None = None, compression: dict | None = None, layout: tuple[int, ...] = (), **params):
+def make_algorithm(
+    name: str,
+    fed: Quadratics,
+    server: dict | None = None,
+    compression: dict | None = None,
+    layout: tuple[int, ...] = (),
+    **params,
+):
     entry = ALGORITHMS.get(name)
     spec = ServerSpec.model_validate({**dict(entry.obj.caps.server), **(server or {})})
     comp = dict(compression or {"kind": "none"})
     compressor = build_compressor(comp.pop("kind"), comp, layout or (fed.dim,))
-    ctx = AlgorithmContext(fed.num_clients, fed.dim, torch.tensor(fed.sizes), torch.device("cpu"), 0, compressor, layout)
+    ctx = AlgorithmContext(
+        fed.num_clients, fed.dim, torch.tensor(fed.sizes), torch.device("cpu"), 0, compressor, layout
+    )
     return entry.obj(entry.params.model_validate(params), ServerOptimizer(spec), ctx), spec
 
 
@@ -52,13 +61,29 @@ class ToyOracle:
         return self.grad(z)
 
 
-def run_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[int]], steps: list[int], lr: float, weighting: str = "samples"):
+def run_rounds(
+    algo,
+    fed: Quadratics,
+    x0: np.ndarray,
+    schedule: list[list[int]],
+    steps: list[int],
+    lr: float,
+    weighting: str = "samples",
+):
     """Drive the hooks like the sequential engine; returns the final state."""
     *_, (state, _) = iterate_rounds(algo, fed, x0, schedule, steps, lr, weighting)
     return state
 
 
-def iterate_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[int]], steps: list[int], lr: float, weighting: str = "samples"):
+def iterate_rounds(
+    algo,
+    fed: Quadratics,
+    x0: np.ndarray,
+    schedule: list[list[int]],
+    steps: list[int],
+    lr: float,
+    weighting: str = "samples",
+):
     """:func:`run_rounds` as a generator of (state, server logs) after every round."""
     state = algo.init_state(torch.tensor(x0))
     for t, clients in enumerate(schedule, start=1):
@@ -70,7 +95,11 @@ def iterate_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[in
             inputs["full_grad"] = torch.cat([fed.oracle(i)(x_t) for i in clients])
         ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t, inputs)
         sizes = torch.tensor(fed.sizes[clients])
-        w = sizes / sizes.sum() if weighting == "samples" else torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
+        w = (
+            sizes / sizes.sum()
+            if weighting == "samples"
+            else torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
+        )
         ctx = algo.prepare_round(state, ctx, w)
         parts = []
         for row, i in enumerate(clients):
@@ -83,6 +112,8 @@ def iterate_rounds(algo, fed: Quadratics, x0: np.ndarray, schedule: list[list[in
         up = decoded(merged(parts))
         state, logs = algo.server_update(state, ctx, up, w)
         yield state, logs
+
+
 def weights_np(fed: Quadratics, clients: list[int], weighting: str = "samples") -> np.ndarray:
     if weighting == "uniform":
         return np.full(len(clients), 1 / len(clients))

@@ -28,7 +28,9 @@ def test_flower_round_matches_fedbench_sequential_round(monkeypatch):
     for node in range(clients):
         config = train_config("mlp-tiny", cpu, 1)
         config["server-round"] = 1  # what FedAvg.configure_train adds
-        msg = Message(RecordDict({"arrays": start, "config": config}), dst_node_id=node + 1, message_type=MessageType.TRAIN)
+        msg = Message(
+            RecordDict({"arrays": start, "config": config}), dst_node_id=node + 1, message_type=MessageType.TRAIN
+        )
         context = Context(0, node + 1, {"partition-id": node, "num-partitions": clients}, RecordDict(), {})
         replies.append(client_app(msg, context))
     arrays, _ = fedavg_strategy(clients).aggregate_train(1, replies)

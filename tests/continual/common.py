@@ -13,7 +13,9 @@ from fedbench.store import ResultsStore
 from tests.factories import P_MLP16, tiny_scenario, with_changes
 
 RAW = tiny_scenario(
-    {"clients.num": 3, "clients.per_round": 3}, name="split_digits", rounds=6,
+    {"clients.num": 3, "clients.per_round": 3},
+    name="split_digits",
+    rounds=6,
     continual={"tasks": 3, "classes_per_task": 3, "rounds_per_task": 2, "memory": {"per_task": 12, "replay_batch": 5}},
 )
 P = P_MLP16

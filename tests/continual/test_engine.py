@@ -88,12 +88,16 @@ class MemoryProbe(Algorithm):
 
     def prepare_round(self, state, ctx, weights):
         grads, sizes = ctx.input("memory_grad"), ctx.input("memory_size")
-        MemoryProbe.seen.append((ctx.round, ctx.clients.tolist(), grads.clone(), sizes.clone(), ctx.broadcast["x"].clone()))
+        MemoryProbe.seen.append(
+            (ctx.round, ctx.clients.tolist(), grads.clone(), sizes.clone(), ctx.broadcast["x"].clone())
+        )
         return ctx.sending(memory_grad=weights @ grads)
 
     def end_task(self, state, data):
         x = state.x
-        MemoryProbe.ended.append((data.task, data.sizes.clone(), data.gradients(x), data.gradients(x, squared=True), x.clone()))
+        MemoryProbe.ended.append(
+            (data.task, data.sizes.clone(), data.gradients(x), data.gradients(x, squared=True), x.clone())
+        )
         return state, {"probe_task": data.task}
 
 
@@ -109,8 +113,11 @@ def masked_mean_gradient(module, flat, x, y, groups):
     """Independent: mean over samples of CE on the sample's own task's logits, by autograd."""
     torch.nn.utils.vector_to_parameters(flat, module.parameters())
     out = module(x)
-    losses = [F.cross_entropy(out[i, g].unsqueeze(0), torch.tensor([g.index(int(y[i]))]))
-              for i in range(len(y)) for g in [groups[int(y[i]) // 3]]]
+    losses = [
+        F.cross_entropy(out[i, g].unsqueeze(0), torch.tensor([g.index(int(y[i]))]))
+        for i in range(len(y))
+        for g in [groups[int(y[i]) // 3]]
+    ]
     grads = torch.autograd.grad(torch.stack(losses).mean(), list(module.parameters()))
     return torch.cat([g.reshape(-1) for g in grads])
 
@@ -137,8 +144,9 @@ def test_memory_gradients_prepare_round_and_end_task_hooks(tmp_path, probe):
         parts = loop.s.tasks.parts[task]
         assert sizes.tolist() == [len(p) for p in parts]
         for c, part in enumerate(parts):
-            torch.testing.assert_close(grads[c], masked_mean_gradient(module, x, train.x[part], train.y[part], groups),
-                                       rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(
+                grads[c], masked_mean_gradient(module, x, train.x[part], train.y[part], groups), rtol=1e-4, atol=1e-6
+            )
         assert (squared >= grads * grads - 1e-7).all()  # Σ w_b g_b² ≥ (Σ w_b g_b)²
 
 
@@ -146,7 +154,7 @@ def test_outside_a_continual_run_the_memory_gradient_is_zero(tmp_path, probe):
     raw = {k: v for k, v in copy.deepcopy(RAW).items() if k != "continual"}
     loop = loop_of(tmp_path, spec_of(raw, "memory_probe"))
     loop.round(1)
-    (_, _, grads, sizes, _), = probe.seen
+    ((_, _, grads, sizes, _),) = probe.seen
     assert grads.shape == (3, P) and (grads == 0).all() and (sizes == 0).all()
 
 

@@ -48,8 +48,12 @@ def test_summary_means_and_std_over_complete_seeds_only(tmp_path):
     assert s["acc_mean"] == pytest.approx(np.mean(accs)) and s["acc_std"] == pytest.approx(np.std(accs, ddof=1))
     assert s["forget_mean"] == pytest.approx(np.mean(fgts)) and s["forget_std"] == pytest.approx(np.std(fgts, ddof=1))
     paths = write_continual(store, tmp_path / "tables", tmp_path / "figures")
-    assert [p.name for p in paths] == ["cl_continual.md", "cl_continual.csv", "cl_continual_matrix.png",
-                                       "cl_continual_curve.png"]
+    assert [p.name for p in paths] == [
+        "cl_continual.md",
+        "cl_continual.csv",
+        "cl_continual_matrix.png",
+        "cl_continual_curve.png",
+    ]
     md = paths[0].read_text()
     assert f"{100 * np.mean(accs):.2f} ± {100 * np.std(accs, ddof=1):.2f}" in md and " 2/3 |" in md
     assert pd.read_csv(paths[1])["complete"].tolist() == [2]
@@ -58,7 +62,15 @@ def test_summary_means_and_std_over_complete_seeds_only(tmp_path):
 def test_the_cli_command_writes_the_tables_or_says_there_is_nothing(tmp_path):
     store = ResultsStore(tmp_path / "out")
     runner = CliRunner()
-    args = ["continual", "--out", str(tmp_path / "out"), "--tables-dir", str(tmp_path / "t"), "--figures-dir", str(tmp_path / "f")]
+    args = [
+        "continual",
+        "--out",
+        str(tmp_path / "out"),
+        "--tables-dir",
+        str(tmp_path / "t"),
+        "--figures-dir",
+        str(tmp_path / "f"),
+    ]
     assert "nothing written" in runner.invoke(app, args).output
     fill(store, "Ering", 0, A.tolist())
     result = runner.invoke(app, args, terminal_width=200)

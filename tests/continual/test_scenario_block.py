@@ -22,12 +22,18 @@ def problems(raw) -> list[str]:
 
 def test_bad_blocks_name_their_keys():
     assert problems(raw_with(rounds=7)) == [
-        "(top level): rounds (7) must equal continual.tasks × continual.rounds_per_task = 3 × 2 = 6"]
+        "(top level): rounds (7) must equal continual.tasks × continual.rounds_per_task = 3 × 2 = 6"
+    ]
     assert problems(raw_with({"continual.memory.per_task": 0, "continual.memory.replay": "per_step"})) == [
-        "continual: memory.replay: per_step needs memory.per_task ≥ 1 (the memory would stay empty)"]
-    assert problems(raw_with({"continual.mode": "domain"}))[0].startswith("continual.mode: Input should be 'task' or 'class'")
+        "continual: memory.replay: per_step needs memory.per_task ≥ 1 (the memory would stay empty)"
+    ]
+    assert problems(raw_with({"continual.mode": "domain"}))[0].startswith(
+        "continual.mode: Input should be 'task' or 'class'"
+    )
     assert problems(raw_with({"continual.heads": 2})) == ["continual.heads: unknown key"]
-    assert problems(raw_with({"local.betas": [0.9, 1.0], "local.optimizer": "adam"}))[0].startswith("local.betas: expected two values in [0, 1)")
+    assert problems(raw_with({"local.betas": [0.9, 1.0], "local.optimizer": "adam"}))[0].startswith(
+        "local.betas: expected two values in [0, 1)"
+    )
     found = problems(raw_with({"local.optimizer": "adam"}, algorithms=[{"name": "scaffold"}]))
     assert len(found) == 1 and found[0].startswith("local.optimizer: scaffold (algorithms[0]) does not support 'adam'")
     assert "fine_fl" in found[0] and "er_fl" in found[0]

@@ -26,7 +26,9 @@ def test_natural_order_gives_consecutive_classes_and_their_samples():
 def test_null_classes_per_task_divides_the_classes_evenly_or_says_what_to_set():
     s = split_tasks(labels(3, 10), labels(1, 10), 10, 5, None, "natural", "task", 0)
     assert s.classes == ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))
-    with pytest.raises(ValueError, match=r"classes_per_task: null needs num_classes \(10\) divisible by continual.tasks \(3\)"):
+    with pytest.raises(
+        ValueError, match=r"classes_per_task: null needs num_classes \(10\) divisible by continual.tasks \(3\)"
+    ):
         split_tasks(labels(3, 10), labels(1, 10), 10, 3, None, "natural", "task", 0)
     with pytest.raises(ValueError, match="4 × 3 exceeds the dataset's 10 classes"):
         split_tasks(labels(3, 10), labels(1, 10), 10, 4, 3, "natural", "task", 0)
@@ -45,8 +47,11 @@ def test_task_incremental_mask_is_the_own_tasks_classes_and_class_incremental_th
     y = labels(2, 5)
     ti = split_tasks(y, y, 5, 2, 2, "natural", "task", 0)  # tasks {0,1}, {2,3}; class 4 in none
     T, F = True, False
-    assert ti.label_mask(0).tolist() == ti.label_mask(1).tolist() == [
-        [T, T, F, F, F], [T, T, F, F, F], [F, F, T, T, F], [F, F, T, T, F], [T, T, T, T, T]]
+    assert (
+        ti.label_mask(0).tolist()
+        == ti.label_mask(1).tolist()
+        == [[T, T, F, F, F], [T, T, F, F, F], [F, F, T, T, F], [F, F, T, T, F], [T, T, T, T, T]]
+    )
     ci = split_tasks(y, y, 5, 2, 2, "natural", "class", 0)
     assert ci.label_mask(0).tolist() == [[T, T, F, F, F]] * 5
     assert ci.label_mask(1).tolist() == [[T, T, T, T, F]] * 5

@@ -48,8 +48,10 @@ def fake_cifar10(data_dir: Path, per_batch: int = 3) -> None:
     check fails on them (tests/data/test_vision.py's ``md5_skipped`` lets them load)."""
     base = data_dir / "cifar-10-batches-py"
     for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
-        pickle_file(base / name, {"data": cifar_rows(images(per_batch, (3, 32, 32))),
-                                  "labels": RNG.integers(0, 10, per_batch).tolist()})
+        pickle_file(
+            base / name,
+            {"data": cifar_rows(images(per_batch, (3, 32, 32))), "labels": RNG.integers(0, 10, per_batch).tolist()},
+        )
     pickle_file(base / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
 
 

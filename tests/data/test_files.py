@@ -42,8 +42,10 @@ def test_a_missing_dataset_names_its_folder_files_and_the_download_flag(tmp_path
     (tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
     [m] = missing(["mnist", "mnist"], tmp_path)  # each dataset once
     assert (m.name, m.folder, m.absent) == ("mnist", tmp_path / "MNIST" / "raw", ("t10k-labels-idx1-ubyte",))
-    assert m.line() == (f"dataset mnist: not in {tmp_path}/MNIST/raw/ (pass --download to fetch it into {tmp_path}/, "
-                        "or --data-dir to the folder that holds MNIST/raw/)")
+    assert m.line() == (
+        f"dataset mnist: not in {tmp_path}/MNIST/raw/ (pass --download to fetch it into {tmp_path}/, "
+        "or --data-dir to the folder that holds MNIST/raw/)"
+    )
     assert missing(["mnist"], tmp_path, download=True) == []  # the run fetches it
 
 

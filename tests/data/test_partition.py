@@ -152,7 +152,9 @@ def test_classes_per_client_distinct():
 
 def test_classes_per_client_duplicates_allowed_by_default():
     labels = balanced_labels(per_class=600)
-    counts = [(label_histogram(labels, run("classes_per_client", labels, seed=s), 10) > 0).sum(axis=1) for s in range(5)]
+    counts = [
+        (label_histogram(labels, run("classes_per_client", labels, seed=s), 10) > 0).sum(axis=1) for s in range(5)
+    ]
     assert min(c.min() for c in counts) == 1  # some client got two shards of one label
 
 

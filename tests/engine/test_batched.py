@@ -22,7 +22,8 @@ from tests.factories import tiny_scenario
 
 # unequal client sizes (Dirichlet 0.5): epochs → different K_i per client, and clients smaller than the batch
 BASE = tiny_scenario(
-    {"clients.num": 12, "clients.per_round": 4}, name="batched",
+    {"clients.num": 12, "clients.per_round": 4},
+    name="batched",
     local={"epochs": 0.5, "batch_size": 32, "lr": 0.05, "weight_decay": 1e-3, "clip_grad_norm": 2.0},
 )
 COLS = ["test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
@@ -48,7 +49,10 @@ class ImageCache(DataCache):
     def __init__(self, tmp_path, shape, device=torch.device("cpu")):
         super().__init__(tmp_path, False, device)
         gen = torch.Generator().manual_seed(0)
-        split = [ArraySplit(torch.randn(n, *shape, generator=gen), torch.randint(0, 10, (n,), generator=gen)) for n in (96, 32)]
+        split = [
+            ArraySplit(torch.randn(n, *shape, generator=gen), torch.randint(0, 10, (n,), generator=gen))
+            for n in (96, 32)
+        ]
         self.images = DatasetSplits("images", split[0], split[1], 10, tuple(shape)).to(device)
 
     def get(self, spec):
@@ -89,8 +93,13 @@ F64_RTOL, F64_ATOL = 1e-9, 1e-12
 
 def bn_scenario(model, name="fedavg", **local):
     """6 clients (3 a round) of unequal sizes, half an epoch of batches of 8 (unequal K_i, last batches of 2–7)."""
-    raw = tiny_scenario({"clients.num": 6, "clients.per_round": 3}, name="bn", model=model, rounds=2,
-                        local={"epochs": 0.5, "batch_size": 8, "lr": 0.05, "drop_singleton_batch": True, **local})
+    raw = tiny_scenario(
+        {"clients.num": 6, "clients.per_round": 3},
+        name="bn",
+        model=model,
+        rounds=2,
+        local={"epochs": 0.5, "batch_size": 8, "lr": 0.05, "drop_singleton_batch": True, **local},
+    )
     return with_algorithm(raw, name)
 
 
@@ -103,10 +112,15 @@ def test_batched_equals_sequential_with_batchnorm_for_every_algorithm(tmp_path, 
     pd.testing.assert_frame_equal(seq, bat, rtol=F64_RTOL, atol=F64_ATOL)
 
 
-@pytest.mark.parametrize("model, name", [
-    pytest.param(m, a, marks=[pytest.mark.slow] if m in HEAVY else [])
-    for m in sorted(BN_MODELS) for a in ("fedavg", "fedsam", "scaffold") if m not in HEAVY or a == "fedavg"
-])
+@pytest.mark.parametrize(
+    "model, name",
+    [
+        pytest.param(m, a, marks=[pytest.mark.slow] if m in HEAVY else [])
+        for m in sorted(BN_MODELS)
+        for a in ("fedavg", "fedsam", "scaffold")
+        if m not in HEAVY or a == "fedavg"
+    ],
+)
 def test_batched_equals_sequential_for_every_batchnorm_model(tmp_path, model, name):
     """Every BatchNorm model with one-evaluation (FedAvg), two-evaluation (FedSAM: the perturbed point must
     leave the statistics alone) and per-client-state (SCAFFOLD) local steps, in float64."""
@@ -145,15 +159,20 @@ def test_chunked_rounds_equal_unchunked_ones(tmp_path, name):
         pd.testing.assert_frame_equal(metrics(tmp_path, raw, "batched", chunk=chunk), whole, check_exact=True)
 
 
-@pytest.mark.parametrize("model, shape", [
-    ({"name": "lenet5_bn", "dropout": 0.5}, (1, 16, 16)),  # BatchNorm and dropout
-    ({"name": "resnet20"}, (1, 8, 8)),
-])
+@pytest.mark.parametrize(
+    "model, shape",
+    [
+        ({"name": "lenet5_bn", "dropout": 0.5}, (1, 16, 16)),  # BatchNorm and dropout
+        ({"name": "resnet20"}, (1, 8, 8)),
+    ],
+)
 def test_chunked_rounds_equal_unchunked_ones_with_batchnorm_and_dropout(tmp_path, model, shape):
     raw = bn_scenario(model)
     whole = metrics(tmp_path, raw, "batched", chunk=3, shape=shape)
     for chunk in (1, 2):
-        pd.testing.assert_frame_equal(metrics(tmp_path, raw, "batched", chunk=chunk, shape=shape), whole, check_exact=True)
+        pd.testing.assert_frame_equal(
+            metrics(tmp_path, raw, "batched", chunk=chunk, shape=shape), whole, check_exact=True
+        )
 
 
 def test_auto_routes_by_device_and_algorithm_and_says_why():

@@ -11,8 +11,13 @@ from fedbench.models.flat import FlatModel
 @pytest.mark.parametrize("momentum", [0.1, None])
 def test_masked_batchnorm_is_torch_batchnorm_on_the_real_samples(momentum):
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3, momentum=momentum), nn.Flatten(), nn.Linear(12, 4),
-                        nn.BatchNorm1d(4, momentum=momentum)).double()
+    net = nn.Sequential(
+        nn.Conv2d(2, 3, 3),
+        nn.BatchNorm2d(3, momentum=momentum),
+        nn.Flatten(),
+        nn.Linear(12, 4),
+        nn.BatchNorm1d(4, momentum=momentum),
+    ).double()
     model = FlatModel(net)
     layers = RowLayers.of(model)
     flat, buffers = model.flatten(), model.buffers()

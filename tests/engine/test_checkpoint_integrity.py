@@ -27,6 +27,7 @@ def test_a_checkpoint_round_trips_and_a_flipped_bit_is_caught(tmp_path):
 
 def interrupted(tmp_path, name: str):
     """A run stopped in round 4 (its last checkpoint: round 2), its store, run id and checkpoint path."""
+
     def stop_at_4(t, _):
         if t == 4:
             raise KeyboardInterrupt
@@ -47,8 +48,10 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_restarts(tmp_path, damage
     blob = path.read_bytes()
     body = blob.split(b"\n", 1)[1]
     damaged = {
-        "truncated": blob[: len(blob) // 2], "zeroed": bytes(len(blob)),
-        "bit_flip": blob[:-64] + bytes([blob[-64] ^ 0x10]) + blob[-63:], "old_format": body,
+        "truncated": blob[: len(blob) // 2],
+        "zeroed": bytes(len(blob)),
+        "bit_flip": blob[:-64] + bytes([blob[-64] ^ 0x10]) + blob[-63:],
+        "old_format": body,
     }[damage]
     path.write_bytes(damaged)
     with pytest.warns(RuntimeWarning, match=f"checkpoint {path} is corrupt.*restarts from round 1"):
@@ -74,8 +77,10 @@ def test_a_checkpoint_whose_store_was_replaced_is_not_resumed_into_an_empty_reco
 
 # -- issue 24 item 8: a checkpoint carries its run's identity and another run's is refused --
 
+
 def interrupted_at(tmp_path, name: str, sc, seed: int = 0):
     """As :func:`interrupted`, for scenario ``sc`` and ``seed``: (store, checkpoint path)."""
+
     def stop_at_4(t, _):
         if t == 4:
             raise KeyboardInterrupt

@@ -41,16 +41,21 @@ def run_metrics(tmp_path, raw, name, shape=None, **how):
 
 @pytest.mark.parametrize("name", ORACLE_USES)
 def test_compiled_step_equals_the_eager_one(tmp_path, name):
-    raw = fp64(with_algorithm(raw_with() if name == "nccl_fl" else BASE, name))  # NCCL-FL: a task stream, its memory filled from task 1
+    raw = fp64(
+        with_algorithm(raw_with() if name == "nccl_fl" else BASE, name)
+    )  # NCCL-FL: a task stream, its memory filled from task 1
     eager = run_metrics(tmp_path, raw, "eager", compile_step="off")
     compiled = run_metrics(tmp_path, raw, "compiled", compile_step="on")
     pd.testing.assert_frame_equal(eager, compiled, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("model, shape", [
-    ({"name": "lenet5_bn", "dropout": 0.5}, (1, 16, 16)),  # BatchNorm and dropout (the same hashed masks both ways)
-    ({"name": "resnet20"}, (1, 8, 8)),
-])
+@pytest.mark.parametrize(
+    "model, shape",
+    [
+        ({"name": "lenet5_bn", "dropout": 0.5}, (1, 16, 16)),  # BatchNorm and dropout (the same hashed masks both ways)
+        ({"name": "resnet20"}, (1, 8, 8)),
+    ],
+)
 def test_compiled_step_equals_the_eager_one_with_batchnorm_and_dropout(tmp_path, model, shape):
     raw = fp64(bn_scenario(model))
     eager = run_metrics(tmp_path, raw, "eager", shape, compile_step="off")
@@ -88,7 +93,10 @@ def test_the_step_is_really_compiled(tmp_path):
 
 
 def test_auto_compiles_batched_runs_long_enough_to_repay_it():
-    assert compile_choice("auto", True, COMPILE_MIN_STEPS) == (True, "step compiled (auto: 20,000 local steps ≥ 20,000)")
+    assert compile_choice("auto", True, COMPILE_MIN_STEPS) == (
+        True,
+        "step compiled (auto: 20,000 local steps ≥ 20,000)",
+    )
     compiled, why = compile_choice("auto", True, COMPILE_MIN_STEPS - 1)
     assert not compiled and why.startswith("step eager (auto: 19,999 local steps < 20,000")
     assert compile_choice("on", True, 1) == (True, "step compiled (--compile on)")
@@ -103,11 +111,14 @@ def test_auto_compiles_batched_runs_long_enough_to_repay_it():
     assert not choose_executor("batched", cpu, batchable=False, compile_step="on").compiled
 
 
-@pytest.mark.parametrize("local, expected", [
-    ({"iterations": 7}, 3 * 7),
-    ({"epochs": 2.0, "batch_size": 10}, None),  # rounds × ⌈2·n_max/10⌉
-    ({"random_epochs": [1, 3], "batch_size": 10}, None),  # the largest draw, 3 epochs
-])
+@pytest.mark.parametrize(
+    "local, expected",
+    [
+        ({"iterations": 7}, 3 * 7),
+        ({"epochs": 2.0, "batch_size": 10}, None),  # rounds × ⌈2·n_max/10⌉
+        ({"random_epochs": [1, 3], "batch_size": 10}, None),  # the largest draw, 3 epochs
+    ],
+)
 def test_a_runs_local_steps_are_rounds_times_the_largest_k(tmp_path, local, expected):
     from fedbench.engine.runner import local_steps
     from fedbench.engine.setup import build_run

@@ -15,7 +15,11 @@ from tests.factories import tiny_scenario, with_changes
 
 RAW = tiny_scenario(
     {"model.hidden": [32], "model.dropout": 0.5, "partition.omega": 0.3},
-    name="dropout", rounds=5, eval={"every": 1}, checkpoint_every=2, targets=[0.3],
+    name="dropout",
+    rounds=5,
+    eval={"every": 1},
+    checkpoint_every=2,
+    targets=[0.3],
 )
 COLS = ["round", "test_acc", "test_loss", "train_loss", "consistency"]
 

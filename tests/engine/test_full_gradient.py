@@ -17,22 +17,33 @@ from fedbench.models import build_model
 from fedbench.models.flat import FlatModel
 
 
-@pytest.mark.parametrize("n, expected", [
-    (100, [50, 50]), (101, [50, 51]), (151, [50, 50, 51]), (52, [50, 2]), (51, [51]), (49, [49]), (2, [2]), (1, [1]),
-])
+@pytest.mark.parametrize(
+    "n, expected",
+    [
+        (100, [50, 50]),
+        (101, [50, 51]),
+        (151, [50, 50, 51]),
+        (52, [50, 2]),
+        (51, [51]),
+        (49, [49]),
+        (2, [2]),
+        (1, [1]),
+    ],
+)
 def test_a_one_sample_tail_joins_the_chunk_before_it(n: int, expected: list[int]):
     assert chunk_sizes(n, 50) == expected
     assert sum(chunk_sizes(n, 50)) == n
 
 
-def reference(module: torch.nn.Module, point: torch.Tensor, train: ArraySplit, part: torch.Tensor, sizes: list[int],
-              squared: bool) -> torch.Tensor:
+def reference(
+    module: torch.nn.Module, point: torch.Tensor, train: ArraySplit, part: torch.Tensor, sizes: list[int], squared: bool
+) -> torch.Tensor:
     """Σ_b (n_b/n)·g_b (⊙ g_b) by hand: the chunks in order, a fresh train-mode module copy per chunk."""
     total, start = torch.zeros_like(point), 0
     for n_b in sizes:
         net = copy.deepcopy(module).train()
         torch.nn.utils.vector_to_parameters(point, net.parameters())
-        idx = part[start:start + n_b]
+        idx = part[start : start + n_b]
         loss = F.cross_entropy(net(train.x[idx]), train.y[idx])
         g = torch.cat([p.reshape(-1) for p in torch.autograd.grad(loss, list(net.parameters()))])
         total += (g * g if squared else g) * n_b / len(part)

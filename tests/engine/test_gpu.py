@@ -28,16 +28,33 @@ CUDA = torch.device("cuda")
 ALGORITHMS = ["fedavg", "fedsam", "scaffold", "gradma", "fedcams", "mimelite", "fedqvr"]
 
 
-def run(tmp_path, raw, name, executor="batched", chunk=None, shape=None, on_round=None, client_state="device", global_seed=None,
-        compile_step="auto"):
+def run(
+    tmp_path,
+    raw,
+    name,
+    executor="batched",
+    chunk=None,
+    shape=None,
+    on_round=None,
+    client_state="device",
+    global_seed=None,
+    compile_step="auto",
+):
     """One run on CUDA; its metrics (all rounds), or the exception ``on_round`` raised."""
     if global_seed is not None:  # what the caller left in torch's global generators must not matter
         torch.manual_seed(global_seed)
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / name)
     cache = DataCache(tmp_path / "data", False, CUDA) if shape is None else ImageCache(tmp_path, shape, CUDA)
-    out = execute_run(spec, 0, store, cache, "h", on_round,
-                      RunOptions(executor=executor, client_state=client_state, chunk=chunk, compile_step=compile_step))
+    out = execute_run(
+        spec,
+        0,
+        store,
+        cache,
+        "h",
+        on_round,
+        RunOptions(executor=executor, client_state=client_state, chunk=chunk, compile_step=compile_step),
+    )
     assert out.status == "finished", out
     return store.metrics([out.run_id])
 
@@ -50,9 +67,13 @@ def test_executors_agree_on_cuda(tmp_path, name):
     pd.testing.assert_frame_equal(seq, bat, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("model, shape", [({"name": "resnet20"}, (1, 8, 8)), ({"name": "lenet5_bn", "dropout": 0.0}, (1, 16, 16))])
+@pytest.mark.parametrize(
+    "model, shape", [({"name": "resnet20"}, (1, 8, 8)), ({"name": "lenet5_bn", "dropout": 0.0}, (1, 16, 16))]
+)
 def test_executors_agree_on_cuda_with_batchnorm(tmp_path, model, shape):
-    raw = bn_scenario(model, batch_size=16, tf32=False)  # float32 on a GPU: batches of 16 keep BatchNorm well conditioned
+    raw = bn_scenario(
+        model, batch_size=16, tf32=False
+    )  # float32 on a GPU: batches of 16 keep BatchNorm well conditioned
     seq, bat = run(tmp_path, raw, "seq", "sequential", shape=shape)[COLS], run(tmp_path, raw, "bat", shape=shape)[COLS]
     pd.testing.assert_frame_equal(seq, bat, rtol=1e-3, atol=1e-5)
 

@@ -59,18 +59,26 @@ def test_a_run_held_by_a_live_process_is_left_to_it_and_a_dead_ones_is_taken_ove
 
 @pytest.mark.slow
 def test_concurrent_processes_on_one_out_train_each_run_once(tmp_path):
-    raw = tiny_scenario({"rounds": 12}, algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.01}], seeds=[0, 1, 2])
+    raw = tiny_scenario(
+        {"rounds": 12}, algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.01}], seeds=[0, 1, 2]
+    )
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(raw))
     cmd = [sys.executable, "-m", "fedbench", "run", str(path), "--out", str(tmp_path / "out"), "--quiet"]
-    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     finished = sum(o.count(" finished") for o in outputs)
     assert finished == 6, outputs  # six runs, each trained by exactly one process
     runs = ResultsStore(tmp_path / "out").runs()
     metrics = ResultsStore(tmp_path / "out").metrics(runs["run_id"])
-    assert set(runs["status"]) == {"finished"} and len(metrics) == 6 * 12 and not metrics.duplicated(["run_id", "round"]).any()
+    assert (
+        set(runs["status"]) == {"finished"}
+        and len(metrics) == 6 * 12
+        and not metrics.duplicated(["run_id", "round"]).any()
+    )
 
 
 # -- issue 24 item 4: a dead holder on this machine is taken over at once; a reused pid does not fool it --
@@ -110,7 +118,9 @@ def test_a_reused_pid_does_not_fool_the_lease(tmp_path):
     try:
         where, _, started = process_token(proc.pid).rpartition(":")
         earlier = f"{where}:{int(started) - 1}"  # the lease's holder started before the live process with its pid
-        assert holder_gone(f"{HOST}:{proc.pid}", earlier) and not holder_gone(f"{HOST}:{proc.pid}", process_token(proc.pid))
+        assert holder_gone(f"{HOST}:{proc.pid}", earlier) and not holder_gone(
+            f"{HOST}:{proc.pid}", process_token(proc.pid)
+        )
         store.claim("r", f"{HOST}:{proc.pid}", token=earlier)
         assert store.claim("r", holder(), token=process_token(), gone=holder_gone) is None
     finally:
@@ -149,6 +159,7 @@ def test_an_older_lease_table_gains_the_token_column(tmp_path):
 
 
 # -- end to end: kill -9, then the same command --
+
 
 def _until(check, timeout: float, what: str):
     deadline = time.monotonic() + timeout
@@ -204,7 +215,9 @@ def test_a_killed_run_resumes_at_once_with_the_same_command(tmp_path, sig, unint
         assert "terminated (SIGTERM)" in first and leases == 0, first
         assert list((out / "checkpoints").glob("*.pt")), "the checkpoint is kept"
     again = subprocess.run([*cmd, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and "busy" not in again.stdout and " finished" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 0 and "busy" not in again.stdout and " finished" in again.stdout, (
+        again.stdout + again.stderr
+    )
     cut = ResultsStore(out)
     assert set(cut.runs()["status"]) == {"finished"}
     pd.testing.assert_frame_equal(cut.metrics()[KILL_COLS], ref.metrics()[KILL_COLS], check_exact=True)  # bit-identical

@@ -29,7 +29,12 @@ from fedbench.store import ResultsStore
 from tests.factories import tiny_scenario
 
 RAW = tiny_scenario(
-    {"clients.num": 6}, name="plugins", rounds=4, checkpoint_every=2, eval={"every": 2}, algorithms=[{"name": "scaffold"}]
+    {"clients.num": 6},
+    name="plugins",
+    rounds=4,
+    checkpoint_every=2,
+    eval={"every": 2},
+    algorithms=[{"name": "scaffold"}],
 )
 ROOT = Path(__file__).resolve().parents[2]
 COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
@@ -115,7 +120,8 @@ def test_the_spec_blocks_attach_their_plugins_in_order(tmp_path):
     plain = spec_of()
     assert build_plugins(plain, 0, build_run(plain, 0, cache(tmp_path))) == []
     both = spec_of(
-        rounds=4, wireless={"tau_s": 10.0},
+        rounds=4,
+        wireless={"tau_s": 10.0},
         continual={"tasks": 2, "classes_per_task": 3, "rounds_per_task": 2, "memory": {"per_task": 6}},
     )
     loop = RoundLoop(both, 0, build_run(both, 0, cache(tmp_path)), "sequential")
@@ -139,15 +145,19 @@ RoundLoop(wireless, 0, build_run(wireless, 0, data), "sequential")
 assert "cvxpy" in sys.modules
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_axes_are_a_registry_of_blocks_with_entry_points(monkeypatch):
     """Each block once, in registration order; an entry point's module is imported on first use only."""
     assert [(a.block, a.build if isinstance(a.build, str) else a.build.__name__) for a in axes.AXES] == [
-        ("continual", "ContinualStream"), ("wireless", "fedbench.wireless.plugin:WirelessUplink"),
-        ("validation", "ValidationScore")]
+        ("continual", "ContinualStream"),
+        ("wireless", "fedbench.wireless.plugin:WirelessUplink"),
+        ("validation", "ValidationScore"),
+    ]
     with pytest.raises(ValueError, match="'wireless' is registered twice"):
         axes.register_axis("wireless", RoundCounter)
     monkeypatch.setattr(axes, "AXES", axes.AXES)

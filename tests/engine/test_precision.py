@@ -21,5 +21,7 @@ def test_gpu_precision_sets_and_restores_the_cuda_flags_and_leaves_a_cpu_run_alo
         assert [getattr(obj, name) for obj, name, _, _ in _targets()] == before
     for tf32 in (True, False):
         with gpu_precision(tf32, torch.device("cuda")):  # flags only: no CUDA call is made
-            assert [getattr(obj, name) for obj, name, _, _ in _targets()] == [on if tf32 else off for _, _, on, off in _targets()]
+            assert [getattr(obj, name) for obj, name, _, _ in _targets()] == [
+                on if tf32 else off for _, _, on, off in _targets()
+            ]
         assert [getattr(obj, name) for obj, name, _, _ in _targets()] == before

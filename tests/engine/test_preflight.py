@@ -17,11 +17,19 @@ from tests.factories import tiny_scenario
 runner = CliRunner()
 
 CASES = [  # (changes, the line's start): digits has 1,347 training samples and 10 classes
-    ({"clients": {"num": 5000, "per_round": 10}}, "clients.num: 5000 clients but dataset digits has 1347 training samples"),
-    ({"partition.min_samples": 1000}, "partition 'dirichlet': min_samples=1000 × clients.num=8 = 8000 exceeds the 1347 "
-                                      "training samples (dataset digits)"),
-    ({"rounds": 2, "continual": {"tasks": 2, "classes_per_task": 8, "rounds_per_task": 1}},
-     "continual.tasks × continual.classes_per_task = 2 × 8 exceeds the dataset's 10 classes (dataset digits)"),
+    (
+        {"clients": {"num": 5000, "per_round": 10}},
+        "clients.num: 5000 clients but dataset digits has 1347 training samples",
+    ),
+    (
+        {"partition.min_samples": 1000},
+        "partition 'dirichlet': min_samples=1000 × clients.num=8 = 8000 exceeds the 1347 "
+        "training samples (dataset digits)",
+    ),
+    (
+        {"rounds": 2, "continual": {"tasks": 2, "classes_per_task": 8, "rounds_per_task": 1}},
+        "continual.tasks × continual.classes_per_task = 2 × 8 exceeds the dataset's 10 classes (dataset digits)",
+    ),
     ({"partition": {"kind": "natural"}}, "partition 'natural' needs a dataset with per-sample client ids"),
 ]
 
@@ -35,7 +43,9 @@ def test_validate_and_run_refuse_what_the_run_would_fail_on(tmp_path: Path, comm
     args = [command, str(path)] + (["--out", str(out)] if command == "run" else [])
     result = runner.invoke(app, args, terminal_width=400)
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert result.output.strip().splitlines() == [result.output.strip()] and result.output.startswith(line), result.output
+    assert result.output.strip().splitlines() == [result.output.strip()] and result.output.startswith(line), (
+        result.output
+    )
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
@@ -46,19 +56,37 @@ def test_mps_without_mps_is_refused_by_run_and_validate(tmp_path: Path):
     for args in (["run", str(path), "--out", str(tmp_path / "out")], ["validate", str(path)]):
         result = runner.invoke(app, [*args, "--device", "mps"], terminal_width=300)
         assert result.exit_code == 2 and result.output.strip() == (
-            "--device mps was asked for, but torch sees no MPS device (Apple silicon); use --device cpu"), result.output
+            "--device mps was asked for, but torch sees no MPS device (Apple silicon); use --device cpu"
+        ), result.output
     assert not (tmp_path / "out").exists()
 
 
 def test_real_datasets_are_checked_from_their_declared_sizes_without_their_files(tmp_path: Path):
     """CIFAR-10 is not on disk here: its 50,000 samples stand in, nothing is read or downloaded."""
-    fits = parse_scenario(tiny_scenario({"dataset": {"name": "cifar10"}, "clients": {"num": 1000, "per_round": 10},
-                                         "partition": {"kind": "classes_per_client", "k": 2}}))
+    fits = parse_scenario(
+        tiny_scenario(
+            {
+                "dataset": {"name": "cifar10"},
+                "clients": {"num": 1000, "per_round": 10},
+                "partition": {"kind": "classes_per_client", "k": 2},
+            }
+        )
+    )
     preflight(fits.runs, "cpu", tmp_path / "data")
-    too_many = parse_scenario(tiny_scenario({"dataset": {"name": "cifar10"}, "clients": {"num": 1000, "per_round": 10},
-                                             "partition": {"kind": "classes_per_client", "k": 60}}))
-    with pytest.raises(PreflightError, match=r"k=60 × clients.num=1000 = 60000 shards exceeds the 50000 training "
-                                             r"samples \(dataset cifar10\)"):
+    too_many = parse_scenario(
+        tiny_scenario(
+            {
+                "dataset": {"name": "cifar10"},
+                "clients": {"num": 1000, "per_round": 10},
+                "partition": {"kind": "classes_per_client", "k": 60},
+            }
+        )
+    )
+    with pytest.raises(
+        PreflightError,
+        match=r"k=60 × clients.num=1000 = 60000 shards exceeds the 50000 training "
+        r"samples \(dataset cifar10\)",
+    ):
         preflight(too_many.runs, "cpu", tmp_path / "data")
     assert not (tmp_path / "data").exists()
     assert known_sizes({"name": "emnist", "split": "letters"}).classes == 26

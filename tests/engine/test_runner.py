@@ -84,7 +84,9 @@ def test_equivalences_through_the_engine(tmp_path):
     # SCAFFOLD's first round, with c = c_i = 0, is FedAvg's first round
     _, _, sc1 = run(tmp_path, scenario(algorithms=[{"name": "scaffold"}], rounds=1), "sc1")
     _, _, avg1 = run(tmp_path, scenario(rounds=1), "avg1")
-    pd.testing.assert_frame_equal(avg1[["test_acc", "test_loss", "train_loss"]], sc1[["test_acc", "test_loss", "train_loss"]])
+    pd.testing.assert_frame_equal(
+        avg1[["test_acc", "test_loss", "train_loss"]], sc1[["test_acc", "test_loss", "train_loss"]]
+    )
 
 
 def test_divergence_is_recorded_and_the_suite_goes_on(tmp_path, monkeypatch):
@@ -156,7 +158,14 @@ def test_epochs_mode_uses_each_clients_size(tmp_path):
 
 
 def test_fedmim_without_momentum_is_fedavg_bitwise_with_wd_and_clipping(tmp_path):
-    local = {"iterations": 3, "batch_size": 16, "lr": 0.1, "lr_decay": 0.99, "weight_decay": 1e-3, "clip_grad_norm": 0.5}
+    local = {
+        "iterations": 3,
+        "batch_size": 16,
+        "lr": 0.1,
+        "lr_decay": 0.99,
+        "weight_decay": 1e-3,
+        "clip_grad_norm": 0.5,
+    }
     _, _, avg = run(tmp_path, scenario(local=local), "avg")
     _, _, mim = run(tmp_path, scenario(local=local, algorithms=[{"name": "fedmim", "alpha": [], "beta": []}]), "mim")
     cols = ["test_acc", "test_loss", "train_loss", "consistency", "client_acc_std"]
@@ -196,7 +205,9 @@ def test_compressed_uploads_are_charged_their_payload(tmp_path):
 def test_compression_only_where_the_algorithm_supports_it():
     from fedbench.scenario import ScenarioError
 
-    with pytest.raises(ScenarioError, match=r"algorithms\[0\].compression.kind: scaffold does not support uplink compression"):
+    with pytest.raises(
+        ScenarioError, match=r"algorithms\[0\].compression.kind: scaffold does not support uplink compression"
+    ):
         scenario(algorithms=[{"name": "scaffold", "compression": {"kind": "sign"}}])
     with pytest.raises(ScenarioError, match=r"compression.ratio: Input should be less than or equal to 1"):
         scenario(compression={"kind": "topk", "ratio": 2})
@@ -269,21 +280,43 @@ def test_round_one_logs_the_executor_and_why(tmp_path):
     assert json.loads(m["extra"].iloc[0])["executor"] == "sequential (auto on cpu: the per-client loop measured faster)"
     spec = resolve_runs(scenario(model={"name": "tinynn"}))[0]  # BatchNorm trains batched too
     store = ResultsStore(tmp_path / "bn")
-    out = execute_run(spec, 0, store, DataCache(tmp_path / "data", False, torch.device("cpu")), "h",
-                      options=RunOptions(executor="batched", chunk=2))
+    out = execute_run(
+        spec,
+        0,
+        store,
+        DataCache(tmp_path / "data", False, torch.device("cpu")),
+        "h",
+        options=RunOptions(executor="batched", chunk=2),
+    )
     note = json.loads(store.metrics([out.run_id])["extra"].iloc[0])["executor"]
-    assert note == "batched, chunks of 2 clients (asked for; --chunk); step eager (auto: 15 local steps < 20,000, too few to repay compiling)"
-    on = execute_run(spec, 0, ResultsStore(tmp_path / "on"), DataCache(tmp_path / "data", False, torch.device("cpu")), "h",
-                     options=RunOptions(executor="batched", compile_step="on"))
+    assert (
+        note
+        == "batched, chunks of 2 clients (asked for; --chunk); step eager (auto: 15 local steps < 20,000, too few to repay compiling)"
+    )
+    on = execute_run(
+        spec,
+        0,
+        ResultsStore(tmp_path / "on"),
+        DataCache(tmp_path / "data", False, torch.device("cpu")),
+        "h",
+        options=RunOptions(executor="batched", compile_step="on"),
+    )
     note = json.loads(ResultsStore(tmp_path / "on").metrics([on.run_id])["extra"].iloc[0])["executor"]
     assert note == "batched, chunks of 16 clients (asked for; cpu default); step compiled (--compile on)"
 
 
-@pytest.mark.parametrize("algo", [
-    {"name": "scaffold"}, {"name": "feddyn"}, {"name": "gradma", "memory_size": 4},
-    {"name": "mifa"}, {"name": "moon"}, {"name": "fedcams", "compression": {"kind": "sign"}},
-    {"name": "fedqvr", "compression": {"kind": "stochastic", "bits": 2}},
-])
+@pytest.mark.parametrize(
+    "algo",
+    [
+        {"name": "scaffold"},
+        {"name": "feddyn"},
+        {"name": "gradma", "memory_size": 4},
+        {"name": "mifa"},
+        {"name": "moon"},
+        {"name": "fedcams", "compression": {"kind": "sign"}},
+        {"name": "fedqvr", "compression": {"kind": "stochastic", "bits": 2}},
+    ],
+)
 def test_client_tables_in_host_memory_give_identical_numbers_and_resume(tmp_path, algo):
     sc = scenario(algorithms=[algo])
     spec = resolve_runs(sc)[0]

@@ -34,8 +34,15 @@ def test_a_run_trains_with_its_own_thread_count_and_logs_it(tmp_path, threads):
         seen: list[int] = []
         store = ResultsStore(tmp_path / f"p{process_threads}")
         cache = DataCache(tmp_path / "data", False, torch.device("cpu"))
-        outcome = execute_run(spec, 0, store, cache, "h", lambda t, m: seen.append(torch.get_num_threads()),  # noqa: B023
-                              RunOptions(threads=threads))
+        outcome = execute_run(
+            spec,
+            0,
+            store,
+            cache,
+            "h",
+            lambda t, m: seen.append(torch.get_num_threads()),  # noqa: B023
+            RunOptions(threads=threads),
+        )
         assert outcome.status == "finished" and set(seen) == {threads}
         assert torch.get_num_threads() == process_threads  # restored afterwards
         rows = store.metrics([outcome.run_id])

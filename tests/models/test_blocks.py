@@ -60,13 +60,20 @@ def test_run_stages_on_a_flat_vector(name, params, shape, classes, count):
     for b in range(1, count):
         tail = flat.run_stages(other, buffers, outs[b - 1], start=b)
         torch.testing.assert_close(tail[-1], outs[-1], rtol=0, atol=0)
-    assert torch.equal(flat.flatten(), torch.cat([p.detach().reshape(-1) for p in model.parameters()]))  # module untouched
+    assert torch.equal(
+        flat.flatten(), torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    )  # module untouched
 
 
 def test_mlp_parameter_names_and_order_unchanged():
     model = build("mlp", {"hidden": [7, 5]}, (16,), 3)
     assert [n for n, _ in model.named_parameters()] == [
-        "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "out.weight", "out.bias"
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+        "out.weight",
+        "out.bias",
     ]
 
 

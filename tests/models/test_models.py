@@ -36,8 +36,18 @@ def build(name, params, shape, classes, seed=0):
 
 def test_registered_names():
     assert MODELS.names() == [
-        "cnn1d", "cnn_fedqvr", "convmixer", "lenet5", "lenet5_bn", "logreg", "mlp", "resnet18", "resnet20",
-        "small_cnn", "tinynn", "vgg11",
+        "cnn1d",
+        "cnn_fedqvr",
+        "convmixer",
+        "lenet5",
+        "lenet5_bn",
+        "logreg",
+        "mlp",
+        "resnet18",
+        "resnet20",
+        "small_cnn",
+        "tinynn",
+        "vgg11",
     ]
     assert all(entry.description for entry in MODELS)
 

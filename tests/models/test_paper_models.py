@@ -53,27 +53,76 @@ def bn(c):
         # GradMA notes §5.1 "#params (my count)", BN affine included
         ("tinynn", {}, (1, 28, 28), 10, 178_710, fc(784, 200) + bn(200) + fc(200, 100) + bn(100) + fc(100, 10)),
         (
-            "lenet5_bn", {}, (3, 32, 32), 10, 941_834,
-            conv(3, 32, 5) + bn(32) + conv(32, 64, 5) + bn(64)
-            + fc(1600, 512) + bn(512) + fc(512, 128) + bn(128) + fc(128, 10),
+            "lenet5_bn",
+            {},
+            (3, 32, 32),
+            10,
+            941_834,
+            conv(3, 32, 5)
+            + bn(32)
+            + conv(32, 64, 5)
+            + bn(64)
+            + fc(1600, 512)
+            + bn(512)
+            + fc(512, 128)
+            + bn(128)
+            + fc(128, 10),
         ),
         (
-            "vgg11", {}, (3, 32, 32), 100, 9_304_548,
-            conv(3, 64, 3) + conv(64, 128, 3) + conv(128, 256, 3) + conv(256, 256, 3) + conv(256, 512, 3)
-            + 3 * conv(512, 512, 3) + bn(64) + bn(128) + 2 * bn(256) + 4 * bn(512) + fc(512, 128) + fc(128, 100),
+            "vgg11",
+            {},
+            (3, 32, 32),
+            100,
+            9_304_548,
+            conv(3, 64, 3)
+            + conv(64, 128, 3)
+            + conv(128, 256, 3)
+            + conv(256, 256, 3)
+            + conv(256, 512, 3)
+            + 3 * conv(512, 512, 3)
+            + bn(64)
+            + bn(128)
+            + 2 * bn(256)
+            + 4 * bn(512)
+            + fc(512, 128)
+            + fc(128, 100),
         ),
         (  # notes §5.1: "std ResNet-20 (16/32/64, 200 cls): 284,824" — 1×1-conv + BN shortcuts
-            "resnet20", {}, (3, 64, 64), 200, 284_824,
-            conv(3, 16, 3, False) + bn(16)
+            "resnet20",
+            {},
+            (3, 64, 64),
+            200,
+            284_824,
+            conv(3, 16, 3, False)
+            + bn(16)
             + 6 * (conv(16, 16, 3, False) + bn(16))
-            + conv(16, 32, 3, False) + 5 * conv(32, 32, 3, False) + 6 * bn(32) + conv(16, 32, 1, False) + bn(32)
-            + conv(32, 64, 3, False) + 5 * conv(64, 64, 3, False) + 6 * bn(64) + conv(32, 64, 1, False) + bn(64)
+            + conv(16, 32, 3, False)
+            + 5 * conv(32, 32, 3, False)
+            + 6 * bn(32)
+            + conv(16, 32, 1, False)
+            + bn(32)
+            + conv(32, 64, 3, False)
+            + 5 * conv(64, 64, 3, False)
+            + 6 * bn(64)
+            + conv(32, 64, 1, False)
+            + bn(64)
             + fc(64, 200),
         ),
         (  # FedQVR notes §8: the recommended layout, d = 2,511,690 (paper: 2,513,418)
-            "cnn_fedqvr", {}, (3, 32, 32), 10, 2_511_690,
-            conv(3, 64, 3) + conv(64, 128, 3) + conv(128, 256, 3) + conv(256, 512, 3)
-            + fc(2048, 384) + fc(384, 256) + fc(256, 192) + fc(192, 128) + fc(128, 10),
+            "cnn_fedqvr",
+            {},
+            (3, 32, 32),
+            10,
+            2_511_690,
+            conv(3, 64, 3)
+            + conv(64, 128, 3)
+            + conv(128, 256, 3)
+            + conv(256, 512, 3)
+            + fc(2048, 384)
+            + fc(384, 256)
+            + fc(256, 192)
+            + fc(192, 128)
+            + fc(128, 10),
         ),
         ("resnet20", {"norm": "group"}, (3, 64, 64), 200, 284_824, None),  # GroupNorm affine = BN affine
         ("resnet20", {}, (3, 32, 32), 10, 272_474, None),
@@ -106,7 +155,8 @@ def test_layouts_follow_the_notes():
 
     lenet = build("lenet5_bn", {}, (3, 32, 32), 10)
     assert [(m.in_channels, m.out_channels, m.kernel_size) for m in lenet.modules() if isinstance(m, nn.Conv2d)] == [
-        (3, 32, (5, 5)), (32, 64, (5, 5))
+        (3, 32, (5, 5)),
+        (32, 64, (5, 5)),
     ]
     assert [m.p for m in lenet.modules() if isinstance(m, nn.Dropout)] == [0.5, 0.5]
     assert sum(isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)) for m in lenet.modules()) == 4
@@ -224,8 +274,10 @@ def test_number_of_blocks_and_representation_width(name, params, shape, blocks):
     assert outputs[-2].shape == (2, width)
 
 
-@pytest.mark.parametrize("name,params,shape", [("lenet5_bn", {}, (3, 32, 32)), ("vgg11", {}, (3, 32, 32)),
-                                               ("mlp", {"hidden": [64], "dropout": 0.5}, (1, 8, 8))])
+@pytest.mark.parametrize(
+    "name,params,shape",
+    [("lenet5_bn", {}, (3, 32, 32)), ("vgg11", {}, (3, 32, 32)), ("mlp", {"hidden": [64], "dropout": 0.5}, (1, 8, 8))],
+)
 def test_dropout_is_active_in_train_mode_only(name, params, shape):
     model = build(name, params, shape, 10)
     x = torch.randn(8, *shape)
@@ -240,10 +292,17 @@ def test_dropout_is_active_in_train_mode_only(name, params, shape):
     assert not torch.allclose(a, b)
 
 
-@pytest.mark.parametrize("name,params,shape", [("lenet5_bn", {"dropout": 0}, (3, 32, 32)),
-                                               ("vgg11", {"dropout": 0}, (3, 32, 32)), ("mlp", {}, (1, 8, 8)),
-                                               ("tinynn", {}, (1, 8, 8)), ("resnet20", {}, (1, 8, 8)),
-                                               ("cnn_fedqvr", {}, (1, 16, 16))])
+@pytest.mark.parametrize(
+    "name,params,shape",
+    [
+        ("lenet5_bn", {"dropout": 0}, (3, 32, 32)),
+        ("vgg11", {"dropout": 0}, (3, 32, 32)),
+        ("mlp", {}, (1, 8, 8)),
+        ("tinynn", {}, (1, 8, 8)),
+        ("resnet20", {}, (1, 8, 8)),
+        ("cnn_fedqvr", {}, (1, 16, 16)),
+    ],
+)
 def test_models_without_dropout_are_deterministic_in_train_mode(name, params, shape):
     model = build(name, params, shape, 10).train()
     assert not any(isinstance(m, nn.Dropout) for m in model.modules())

@@ -46,8 +46,8 @@ def run_rounds(new, old, dtype: torch.dtype, rows: int, seed: int) -> None:
             assert unchanged(previous, before), f"round {r} step {step + 1}: the given state changed"
             assert torch.equal(x_new, x_old), f"round {r} step {step + 1}"
             prefix = f"{new.name}."
-            assert named(state).keys() == {n[len(prefix):] for n in c_old.per_client}
-            assert all(torch.equal(named(state)[n[len(prefix):]], v) for n, v in c_old.per_client.items())
+            assert named(state).keys() == {n[len(prefix) :] for n in c_old.per_client}
+            assert all(torch.equal(named(state)[n[len(prefix) :]], v) for n, v in c_old.per_client.items())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -54,12 +54,14 @@ def test_sgd_and_momentum_match_frozen_bit_for_bit(dtype, momentum, lr):
     run_both(ServerSpec(optimizer="sgd", momentum=momentum, lr=lr, bias_correction=True), dtype, seed=1)
 
 
-ADAPTIVE = list(itertools.product(
-    ["adam", "yogi", "amsgrad", "ams"],  # optimizer
-    [False, True],  # bias_correction
-    [0.0, 1e-6, 0.1],  # initial_accumulator
-    [(0.9, 0.99, 1e-3, 0.1), (0.5, 0.999, 1e-8, 1.0), (0.0, 0.3, 0.05, 0.01)],  # beta1, beta2, eps, lr
-))
+ADAPTIVE = list(
+    itertools.product(
+        ["adam", "yogi", "amsgrad", "ams"],  # optimizer
+        [False, True],  # bias_correction
+        [0.0, 1e-6, 0.1],  # initial_accumulator
+        [(0.9, 0.99, 1e-3, 0.1), (0.5, 0.999, 1e-8, 1.0), (0.0, 0.3, 0.05, 0.01)],  # beta1, beta2, eps, lr
+    )
+)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -67,8 +69,13 @@ ADAPTIVE = list(itertools.product(
 def test_adaptive_optimizers_match_frozen_bit_for_bit(dtype, name, bias_correction, initial, hyper):
     beta1, beta2, eps, lr = hyper
     spec = ServerSpec(
-        optimizer=name, bias_correction=bias_correction, initial_accumulator=initial,
-        beta1=beta1, beta2=beta2, eps=eps, lr=lr,
+        optimizer=name,
+        bias_correction=bias_correction,
+        initial_accumulator=initial,
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+        lr=lr,
     )
     run_both(spec, dtype, seed=len(name) + 10 * int(bias_correction))
 
@@ -96,7 +103,9 @@ def test_each_transform_keeps_its_own_typed_state_and_an_old_state_replays_the_s
     for name in SERVER_OPTIMIZERS:
         opt = ServerOptimizer(ServerSpec(optimizer=name, momentum=0.9 if name == "sgd" else 0.0, bias_correction=True))
         state = opt.init(torch.zeros(5))
-        assert all(hasattr(s, "_fields") or type(s) is tuple for s in state), state  # a NamedTuple per transform, a tuple per chain
+        assert all(hasattr(s, "_fields") or type(s) is tuple for s in state), (
+            state
+        )  # a NamedTuple per transform, a tuple per chain
         for t in range(3):
             _, state = opt.step(torch.zeros(5), torch.randn(5, generator=torch.Generator().manual_seed(t)), state)
         delta = torch.randn(5)

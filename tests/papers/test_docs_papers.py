@@ -38,7 +38,9 @@ def mismatches(text: str) -> list[str]:
             wrong.append(f"no row for the room {paper} (fedbench/papers/{paper}/)")
             continue
         known = {t.name for t in rp.room(paper).targets}
-        wrong += [f"{paper}: no target {t!r} (known: {', '.join(sorted(known))})" for t in rows[paper] if t not in known]
+        wrong += [
+            f"{paper}: no target {t!r} (known: {', '.join(sorted(known))})" for t in rows[paper] if t not in known
+        ]
     wrong += [f"a row for {p}, which has no room" for p in rows if p not in shipped_rooms()]
     return wrong
 
@@ -51,5 +53,7 @@ def test_the_papers_table_matches_the_rooms() -> None:
 def test_a_wrong_table_is_caught() -> None:
     text = PAGE.read_text().replace("`-fig2`", "`-fig9`")
     text = "\n".join(line for line in text.splitlines() if "`reproduce-cflag-" not in line)
-    assert mismatches(text) == ["no row for the room cflag (fedbench/papers/cflag/)",
-                                "fedmim: no target 'fig9' (known: fig2, table1, table2, table3)"]
+    assert mismatches(text) == [
+        "no row for the room cflag (fedbench/papers/cflag/)",
+        "fedmim: no target 'fig9' (known: fig2, table1, table2, table3)",
+    ]

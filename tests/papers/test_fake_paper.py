@@ -21,9 +21,18 @@ from tests.papers.test_docs_papers import mismatches
 ROOT = Path(__file__).resolve().parents[2]
 
 REFERENCE = {
-    "name": "fakepaper", "short": "Fake", "title": "A Fake Paper", "authors": "Nobody",
-    "tables": {"1": {"caption": "Test accuracy (%) on digits.", "metric": "final_acc", "columns": ["digits"],
-                     "rows": {"FedAvg": [90.0], "FedProx": [91.0]}}},
+    "name": "fakepaper",
+    "short": "Fake",
+    "title": "A Fake Paper",
+    "authors": "Nobody",
+    "tables": {
+        "1": {
+            "caption": "Test accuracy (%) on digits.",
+            "metric": "final_acc",
+            "columns": ["digits"],
+            "rows": {"FedAvg": [90.0], "FedProx": [91.0]},
+        }
+    },
 }
 ROOM = '''"""Fake paper: one table."""
 from fedbench.papers.targets import Compare, PaperRoom, Target
@@ -37,9 +46,15 @@ ROOM = PaperRoom("fakepaper", "A Fake Paper", (
 def scenario() -> dict:
     """The quick start cut to two algorithms, one seed, two rounds (one at tiny), in the paper's table."""
     raw = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
-    raw.update(name="fakepaper_table1", rounds=2, seeds=[0], eval={"every": 1}, scales={"tiny": {"rounds": 1}},
-               algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
-               paper={"name": "fakepaper", "table": "1", "column": "digits"})
+    raw.update(
+        name="fakepaper_table1",
+        rounds=2,
+        seeds=[0],
+        eval={"every": 1},
+        scales={"tiny": {"rounds": 1}},
+        algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+        paper={"name": "fakepaper", "table": "1", "column": "digits"},
+    )
     return raw
 
 
@@ -75,11 +90,30 @@ def fake_paper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_a_new_paper_is_four_files_and_reproduces(fake_paper: Path) -> None:
     assert sorted(str(p.relative_to(fake_paper)) for p in fake_paper.rglob("*") if p.is_file()) == [
-        "configs/fakepaper/README.md", "configs/fakepaper/table1.yaml",
-        "rooms/fakepaper/reference.yaml", "rooms/fakepaper/room.py"]
+        "configs/fakepaper/README.md",
+        "configs/fakepaper/table1.yaml",
+        "rooms/fakepaper/reference.yaml",
+        "rooms/fakepaper/room.py",
+    ]
     assert "fakepaper" in rooms.paper_names()
-    result = CliRunner().invoke(app, ["reproduce", "fakepaper", "table1", "--scale", "tiny", "--out", "out", "--jobs",
-                                      "1", "--tables-dir", "tables", "--figures-dir", "figures"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "reproduce",
+            "fakepaper",
+            "table1",
+            "--scale",
+            "tiny",
+            "--out",
+            "out",
+            "--jobs",
+            "1",
+            "--tables-dir",
+            "tables",
+            "--figures-dir",
+            "figures",
+        ],
+    )
     assert result.exit_code == 0, result.output
     table = (fake_paper / "tables" / "fakepaper_table1_tiny.md").read_text()
     assert "FedAvg" in table and "FedProx" in table and "90.0" in table
@@ -94,13 +128,20 @@ def test_make_reaches_a_new_paper_without_a_new_make_file(tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
 
     def make_n(target: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["make", "--no-print-directory", "-n", target, "SCALE=tiny"], cwd=ROOT,
-                              capture_output=True, text=True, env={**env, **extra}, check=False)
+        return subprocess.run(
+            ["make", "--no-print-directory", "-n", target, "SCALE=tiny"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            check=False,
+        )
 
     assert make_n("reproduce-fakepaper-table1").returncode != 0  # no such room without FEDBENCH_ROOMS
     found = make_n("reproduce-fakepaper-table1", FEDBENCH_ROOMS=str(tmp_path / "rooms"))
     assert found.returncode == 0, found.stderr
     assert [x.rstrip() for x in found.stdout.splitlines() if " reproduce " in x] == [
-        ".venv/bin/fedbench reproduce fakepaper table1 --scale tiny --out results/tiny"]
+        ".venv/bin/fedbench reproduce fakepaper table1 --scale tiny --out results/tiny"
+    ]
     every = make_n("reproduce-all", FEDBENCH_ROOMS=str(tmp_path / "rooms"))
     assert ".venv/bin/fedbench reproduce fakepaper --scale tiny" in every.stdout

@@ -33,7 +33,12 @@ def tree(path: Path) -> list[str]:
 def test_the_five_papers_have_rooms() -> None:
     assert set(KNOWN) <= set(PAPERS)
     assert {p: rp.room(p).first_table for p in KNOWN} == {
-        "cflag": "table2", "fedcams": "table1", "fedmim": "table1", "fedqvr": "table1", "gradma": "table1"}
+        "cflag": "table2",
+        "fedcams": "table1",
+        "fedmim": "table1",
+        "fedqvr": "table1",
+        "gradma": "table1",
+    }
 
 
 def test_every_paper_has_a_room() -> None:
@@ -95,15 +100,19 @@ def test_dry_run_lists_needed_targets_first(tmp_path: Path, monkeypatch: pytest.
     assert [t.name for t in rp.check("gradma", ["table2", "table1"], rp.Options())] == ["runs", "table2", "table1"]
 
 
-@pytest.mark.parametrize("args, bad, known", [
-    (["nope"], "'nope'", ", ".join(PAPERS)),
-    (["gradma", "table9"], "'table9'", "runs, table1, table2"),
-    (["gradma", "table1", "--scale", "huge"], "'huge'", "paper, small, tiny"),
-    (["gradma", "--backend", "slurm"], "'slurm'", "local, ray"),
-    (["--list", "--scale", "huge"], "'huge'", "paper, small, tiny"),
-])
-def test_bad_input_exits_2_with_one_line(args: list[str], bad: str, known: str, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "args, bad, known",
+    [
+        (["nope"], "'nope'", ", ".join(PAPERS)),
+        (["gradma", "table9"], "'table9'", "runs, table1, table2"),
+        (["gradma", "table1", "--scale", "huge"], "'huge'", "paper, small, tiny"),
+        (["gradma", "--backend", "slurm"], "'slurm'", "local, ray"),
+        (["--list", "--scale", "huge"], "'huge'", "paper, small, tiny"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    args: list[str], bad: str, known: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     result = invoke(*args, "--out", str(tmp_path / "out"))
     assert result.exit_code == 2
@@ -115,8 +124,14 @@ def test_bad_input_exits_2_with_one_line(args: list[str], bad: str, known: str, 
 def _tiny_scenario(path: Path) -> Path:
     """The quick start cut to two algorithms, one seed and two rounds (a tiny scale of one round)."""
     raw = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
-    raw.update(name="roomtest", rounds=2, seeds=[0], algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
-               eval={"every": 1}, scales={"tiny": {"rounds": 1}})
+    raw.update(
+        name="roomtest",
+        rounds=2,
+        seeds=[0],
+        algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+        eval={"every": 1},
+        scales={"tiny": {"rounds": 1}},
+    )
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -129,7 +144,10 @@ def test_reproduce_runs_then_writes_a_fake_rooms_table(tmp_path: Path, monkeypat
     chosen = rp.check("fake", ["t1"], opts)
     assert rp.reproduce("fake", chosen, opts, rp.Console(quiet=True)) == 0
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [
-        "roomtest.tiny.csv", "roomtest.tiny.md", "roomtest.tiny.tex"]
+        "roomtest.tiny.csv",
+        "roomtest.tiny.md",
+        "roomtest.tiny.tex",
+    ]
     runs = rp.ResultsStore(opts.out_dir).runs()
     assert runs["algorithm"].tolist() == ["FedAvg", "FedProx"] and set(runs["status"]) == {"finished"}
     assert set(runs["scale"]) == {"tiny"}
@@ -144,8 +162,11 @@ def test_reproduce_tunes_a_tuned_scenario_then_marks_it(tmp_path: Path, monkeypa
     raw = yaml.safe_load(file.read_text())
     raw["algorithms"][1]["tune"] = {"space": {"local.lr": [0.05, 0.2]}, "protocol": "paper", "trials": {"rounds": 1}}
     file.write_text(yaml.safe_dump(raw))
-    room = PaperRoom("fake", "a fake paper", (
-        Target("t1", "one table", runs=(str(file),), steps=(Tuning(), ScenarioTable(str(file)))),))
+    room = PaperRoom(
+        "fake",
+        "a fake paper",
+        (Target("t1", "one table", runs=(str(file),), steps=(Tuning(), ScenarioTable(str(file)))),),
+    )
     monkeypatch.setattr(rp, "room", lambda paper: room)
     opts = rp.Options(scale="tiny", out=tmp_path / "out", jobs=1, tables_dir=tmp_path / "tables")
     chosen = rp.check("fake", ["t1"], opts)
@@ -161,8 +182,9 @@ def test_reproduce_tunes_a_tuned_scenario_then_marks_it(tmp_path: Path, monkeypa
     assert rp.plan_lines("fake", chosen, opts)[-3].startswith("  then 2 run(s) of the chosen settings, 0 to run")
 
 
-def test_reproduce_gives_the_run_options_to_every_run_trials_included(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reproduce_gives_the_run_options_to_every_run_trials_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`fedbench reproduce` takes the shared run options and every run it makes, the tuning trials
     first, trains with them (the round-1 log says how)."""
     import json
@@ -178,34 +200,71 @@ def test_reproduce_gives_the_run_options_to_every_run_trials_included(tmp_path: 
     seen, real = [], worker.execute_run
     monkeypatch.setattr(worker, "execute_run", lambda *a: seen.append(a[-1]) or real(*a))
     out = tmp_path / "out"
-    result = invoke("fake", "--scale", "tiny", "--out", str(out), "--jobs", "1", "--device", "cpu", "--data-dir",
-                    str(tmp_path / "d"), "--executor", "batched", "--chunk", "1", "--compile", "off",
-                    "--client-state", "host", "--threads", "2")
+    result = invoke(
+        "fake",
+        "--scale",
+        "tiny",
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        "--device",
+        "cpu",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--executor",
+        "batched",
+        "--chunk",
+        "1",
+        "--compile",
+        "off",
+        "--client-state",
+        "host",
+        "--threads",
+        "2",
+    )
     assert result.exit_code == 0, result.output
     expected = rp.RunOptions("cpu", tmp_path / "d", False, "batched", 1, "off", "host", 2)
     assert seen == [expected] * 4  # two trials, then the two final runs
     store = rp.ResultsStore(out)
     logs = [json.loads(e) for e in store.metrics(store.runs()["run_id"]).query("round == 1")["extra"]]
     assert [(x["executor"], x["threads"]) for x in logs] == [
-        ("batched, chunks of 1 clients (asked for; --chunk); step eager (--compile off)", 2)] * 4
+        ("batched, chunks of 1 clients (asked for; --chunk); step eager (--compile off)", 2)
+    ] * 4
 
 
 def test_a_missing_dataset_stops_reproduce_before_anything_is_written(tmp_path: Path) -> None:
-    result = invoke("fedqvr", "fig5_mnist_tau0.08", "--scale", "small", "--data-dir", str(tmp_path / "d"), "--out",
-                    str(tmp_path / "out"), "--tables-dir", str(tmp_path / "t"), "--figures-dir", str(tmp_path / "f"))
+    result = invoke(
+        "fedqvr",
+        "fig5_mnist_tau0.08",
+        "--scale",
+        "small",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--out",
+        str(tmp_path / "out"),
+        "--tables-dir",
+        str(tmp_path / "t"),
+        "--figures-dir",
+        str(tmp_path / "f"),
+    )
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [
         f"dataset mnist: not in {tmp_path}/d/MNIST/raw/ (pass --download to fetch it into {tmp_path}/d/, or "
-        "--data-dir to the folder that holds MNIST/raw/)"]
+        "--data-dir to the folder that holds MNIST/raw/)"
+    ]
     assert tree(tmp_path) == []
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-@pytest.mark.parametrize("target, line", [
-    ("reproduce-gradma-table1", "fedbench reproduce gradma table1 --scale tiny --out results/tiny"),
-    ("reproduce-fedqvr-fig5", "fedbench reproduce fedqvr fig5 --scale tiny --out results/tiny"),
-    ("reproduce-cflag", "fedbench reproduce cflag --scale tiny --out results/tiny"),
-])
+@pytest.mark.parametrize(
+    "target, line",
+    [
+        ("reproduce-gradma-table1", "fedbench reproduce gradma table1 --scale tiny --out results/tiny"),
+        ("reproduce-fedqvr-fig5", "fedbench reproduce fedqvr fig5 --scale tiny --out results/tiny"),
+        ("reproduce-cflag", "fedbench reproduce cflag --scale tiny --out results/tiny"),
+    ],
+)
 def test_make_targets_wrap_fedbench_reproduce(target: str, line: str) -> None:
     lines = [x.rstrip() for x in make_dry_run(target) if " reproduce " in x]
     assert len(lines) == 1 and lines[0].endswith(line), lines
@@ -216,8 +275,14 @@ def make_dry_run(target: str) -> list[str]:
     that runs the suite (``make test``, or any make above it) passes MAKELEVEL and MAKEFLAGS down,
     and a nested make then prints "make[1]: Entering directory '…/fedbench'" lines (issue 24)."""
     clean = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
-    result = subprocess.run(["make", "--no-print-directory", "-n", target, "SCALE=tiny"], cwd=ROOT, capture_output=True,
-                            text=True, check=True, env=clean)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-n", target, "SCALE=tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=clean,
+    )
     return result.stdout.splitlines()
 
 
@@ -229,15 +294,20 @@ def test_a_make_above_the_suite_changes_nothing(inherited: dict[str, str], monke
         monkeypatch.setenv(key, value)
     lines = make_dry_run("reproduce-cflag")
     assert not [x for x in lines if "directory" in x], lines
-    assert [x.rstrip() for x in lines if "fedbench" in x] == [".venv/bin/fedbench reproduce cflag --scale tiny --out results/tiny"]
+    assert [x.rstrip() for x in lines if "fedbench" in x] == [
+        ".venv/bin/fedbench reproduce cflag --scale tiny --out results/tiny"
+    ]
 
 
 def test_make_aggregates_compose_the_paper_targets() -> None:
     if shutil.which("make") is None:
         pytest.skip("needs make")
     assert [x.rstrip() for x in make_dry_run("reproduce-table1") if "reproduce " in x] == [
-        ".venv/bin/fedbench reproduce --first-tables --scale tiny --out results/tiny"]
-    runs = [x.split("fedbench reproduce ")[1].split(" --")[0] for x in make_dry_run("reproduce-all") if "reproduce " in x]
+        ".venv/bin/fedbench reproduce --first-tables --scale tiny --out results/tiny"
+    ]
+    runs = [
+        x.split("fedbench reproduce ")[1].split(" --")[0] for x in make_dry_run("reproduce-all") if "reproduce " in x
+    ]
     assert runs == PAPERS
 
 
@@ -254,6 +324,11 @@ def test_first_tables_dry_run_names_each_rooms_first_table(tmp_path: Path, monke
 def test_make_names_no_paper_and_refuses_an_unknown_one() -> None:
     assert not (ROOT / "mk").exists() and "fedmim" not in (ROOT / "Makefile").read_text()
     clean = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
-    result = subprocess.run(["make", "--no-print-directory", "-n", "reproduce-nope-table1"], cwd=ROOT,
-                            capture_output=True, text=True, env=clean)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-n", "reproduce-nope-table1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=clean,
+    )
     assert result.returncode != 0 and "no paper room for reproduce-nope-table1; rooms: cflag" in result.stderr

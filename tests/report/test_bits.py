@@ -25,7 +25,12 @@ def test_table2_for_cifar_resnet18_exactly():
     assert (table["Uncompressed"] == 357_566_784_000).all()
     assert table["One-way Compression"].tolist() == [184_370_389_000, 184_370_368_000, 181_576_864_000, 180_180_128_000]
     assert table["Two-way Compression"].tolist() == [11_173_994_000, 11_173_952_000, 5_586_944_000, 2_793_472_000]
-    assert table.index.tolist() == ["Scaled sign", "Top-k with r = 1/64", "Top-k with r = 1/128", "Top-k with r = 1/256"]
+    assert table.index.tolist() == [
+        "Scaled sign",
+        "Top-k with r = 1/64",
+        "Top-k with r = 1/128",
+        "Top-k with r = 1/256",
+    ]
 
 
 def test_convmixer_companion_numbers():

@@ -17,10 +17,14 @@ from fedbench.store import ResultsStore, RunRecord, scale_from_name
 
 # (label, seed, accuracy matrix rows after tasks 1..3) on "Split-CIFAR10 IID"
 RUNS = [
-    ("Fine-FL", 1, [[0.9, 0.0, 0.0], [0.5, 0.9, 0.0], [0.3, 0.4, 0.9]]),   # Acc 0.5333, Fgt ((0.9-0.3)+(0.9-0.4))/2 = 0.55
+    (
+        "Fine-FL",
+        1,
+        [[0.9, 0.0, 0.0], [0.5, 0.9, 0.0], [0.3, 0.4, 0.9]],
+    ),  # Acc 0.5333, Fgt ((0.9-0.3)+(0.9-0.4))/2 = 0.55
     ("Fine-FL", 10, [[0.8, 0.0, 0.0], [0.6, 0.8, 0.0], [0.5, 0.5, 0.8]]),  # Acc 0.6, Fgt 0.3
-    ("C-FLAG", 1, [[0.9, 0.0, 0.0], [0.9, 0.9, 0.0], [0.85, 0.9, 0.9]]),   # Acc 0.8833, Fgt 0.025
-    ("EWC-FL", 1, [[0.9, 0.0, 0.0], [0.7, 0.9, 0.0]]),                      # stopped after task 2: left out
+    ("C-FLAG", 1, [[0.9, 0.0, 0.0], [0.9, 0.9, 0.0], [0.85, 0.9, 0.9]]),  # Acc 0.8833, Fgt 0.025
+    ("EWC-FL", 1, [[0.9, 0.0, 0.0], [0.7, 0.9, 0.0]]),  # stopped after task 2: left out
 ]
 
 
@@ -30,8 +34,16 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> ResultsStore:
     for label, seed, rows in RUNS:
         spec = {"algorithm": {"label": label}, "paper": {"name": "cflag", "table": "7", "column": "Split-CIFAR10 IID"}}
         spec_hash = hashlib.sha256(label.encode()).hexdigest()
-        rec = RunRecord(f"{spec_hash[:16]}-s{seed}", "cflag_ti_cifar10_iid.tiny", "h" * 64, spec_hash, label, seed,
-                        json.dumps(spec), scale="tiny")
+        rec = RunRecord(
+            f"{spec_hash[:16]}-s{seed}",
+            "cflag_ti_cifar10_iid.tiny",
+            "h" * 64,
+            spec_hash,
+            label,
+            seed,
+            json.dumps(spec),
+            scale="tiny",
+        )
         store.start_run(rec)
         for task, row in enumerate(rows):
             store.record_round(rec.run_id, task + 1, {"test_acc": row[task]}, {"task": task, "task_acc": row})
@@ -75,8 +87,16 @@ def test_write_files(store: ResultsStore, tmp_path: Path) -> None:
 def _record_final(store: ResultsStore, scenario: str, label: str, seed: int, acc: float) -> None:
     """A finished 2-task continual run whose final row scores ``acc`` on both tasks (Acc = acc)."""
     spec_hash = hashlib.sha256(f"{scenario}/{label}".encode()).hexdigest()
-    rec = RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, label, seed,
-                    json.dumps({"algorithm": {"label": label}}), scale=scale_from_name(scenario))
+    rec = RunRecord(
+        f"{spec_hash[:16]}-s{seed}",
+        scenario,
+        "h" * 64,
+        spec_hash,
+        label,
+        seed,
+        json.dumps({"algorithm": {"label": label}}),
+        scale=scale_from_name(scenario),
+    )
     store.start_run(rec)
     for task, row in enumerate([[acc, 0.0], [acc, acc]]):
         store.record_round(rec.run_id, task + 1, {"test_acc": row[task]}, {"task": task, "task_acc": row})

@@ -32,8 +32,14 @@ def results(paper_store: ResultsStore) -> dict[str, object]:
 def test_paper_verdicts(results) -> None:
     paper = {k: r.paper.short() for k, r in results.items()}
     assert paper == {
-        "C1": "holds (9/9 hold)", "C2": "holds (42/42 hold)", "C3": "holds (18/18 hold)", "C4a": "holds (27/27 hold)",
-        "C4b": "holds (33/33 hold)", "C5": "holds (42/42 hold)", "C6a": "not reported", "C6b": "not reported",
+        "C1": "holds (9/9 hold)",
+        "C2": "holds (42/42 hold)",
+        "C3": "holds (18/18 hold)",
+        "C4a": "holds (27/27 hold)",
+        "C4b": "holds (33/33 hold)",
+        "C5": "holds (42/42 hold)",
+        "C6a": "not reported",
+        "C6b": "not reported",
         "C7a": "holds (8/8 hold)",
     }
     # C5 compares E = 10 with E = 1 and E = 5 (the text's claim); the one rising pair of Table II (notes §4),
@@ -49,8 +55,10 @@ def test_reproduced_verdicts(results) -> None:
     ours = {k: r.ours for k, r in results.items()}
     # C1: FedMIM 66 > FedAvg 60 (IID), 62 > 55 (DIR.3; FedMIM's diverged seed left out); 7 columns not run.
     assert ours["C1"].short() == "holds (2/2 hold; 2 of 9 checked)"
-    assert [c.text for c in ours["C1"].checked] == ["CIFAR-10 IID.: FedMIM 66.00 > FedAvg 60.00",
-                                                    "CIFAR-10 DIR.3: FedMIM 62.00 > FedAvg 55.00"]
+    assert [c.text for c in ours["C1"].checked] == [
+        "CIFAR-10 IID.: FedMIM 66.00 > FedAvg 60.00",
+        "CIFAR-10 DIR.3: FedMIM 62.00 > FedAvg 55.00",
+    ]
     assert ours["C2"].short() == "holds (4/4 hold; 4 of 42 checked)"  # IID > DIR.3 for the 4 methods run
     assert ours["C3"].verdict == "not run" and ours["C4b"].verdict == "not run" and ours["C5"].verdict == "not run"
     # C4a: FedCM 58 ≤ FedAvg 60 at IID is the one failure.
@@ -58,11 +66,13 @@ def test_reproduced_verdicts(results) -> None:
     assert [c.text for c in ours["C4a"].checked if not c.ok] == ["CIFAR-10 IID.: FedCM 58.00 ≤ FedAvg 60.00"]
     # C6a: mean over rounds then seeds: FedAvg (3 + 2)/2, FedMIM 1 (its diverged seed, with an inf, left out), ...
     assert [c.text for c in ours["C6a"].checked] == [
-        "CIFAR-10 DIR.3: FedMIM 1, SCAFFOLD 1.5, FedCM 2, FedAvg 2.5 → FedMIM lowest"]
+        "CIFAR-10 DIR.3: FedMIM 1, SCAFFOLD 1.5, FedCM 2, FedAvg 2.5 → FedMIM lowest"
+    ]
     assert ours["C6a"].short() == "holds (1/1 hold; 1 of 3 checked)"
     # C6b: client_acc_std at the evaluated rounds: SCAFFOLD (6+10)/2 = 8 pp < FedMIM 12 pp.
     assert [c.text for c in ours["C6b"].checked] == [
-        "CIFAR-10 DIR.3: SCAFFOLD 8 pp, FedMIM 12 pp, FedAvg 15 pp, FedCM 20 pp → FedMIM not lowest"]
+        "CIFAR-10 DIR.3: SCAFFOLD 8 pp, FedMIM 12 pp, FedAvg 15 pp, FedCM 20 pp → FedMIM not lowest"
+    ]
     assert ours["C6b"].verdict == "fails"
     # C7a: α=(0.5) 70 ≤ 71 = mean(70, 72) fails; the best row 75 > 71; α=(0.9)'s only seed failed: not checked.
     assert ours["C7a"].short() == "fails (1/2 hold; 2 of 8 checked)"
@@ -78,7 +88,9 @@ def test_scale_selection_and_write(paper_store: ResultsStore, tmp_path: Path) ->
     path = write_claims(store, "fedmim", tmp_path / "tables", "tiny")
     text = path.read_text()
     assert path.name == "fedmim_claims_tiny.md" and text.startswith("# FedMIM claims, tiny scale")
-    assert "| C1 | FedMIM > FedAvg in every Table I column | holds (2/2 hold; 2 of 9 checked) | holds (9/9 hold) |" in text
+    assert (
+        "| C1 | FedMIM > FedAvg in every Table I column | holds (2/2 hold; 2 of 9 checked) | holds (9/9 hold) |" in text
+    )
     assert "- CIFAR-10 IID.: FedCM 58.00 ≤ FedAvg 60.00" in text and "only orderings are comparable" in text
 
     empty = ResultsStore(tmp_path / "empty")
@@ -103,7 +115,10 @@ def test_judge_and_registry(monkeypatch, paper_store: ResultsStore) -> None:
 
     last = check_claims(paper_store, "fedmim", "tiny")[-1]
     assert (last.id, last.ours.evidence, last.paper.evidence) == (
-        "X1", "IID: FedMIM 66.00 > FedAvg 60.00", "IID: FedMIM 86.39 > FedAvg 82.16")
+        "X1",
+        "IID: FedMIM 66.00 > FedAvg 60.00",
+        "IID: FedMIM 86.39 > FedAvg 82.16",
+    )
     assert [c.id for c in CLAIMS["fedmim"]][-1] == "C7a"
 
 
@@ -123,6 +138,12 @@ def test_std_over_seeds_and_noise_tolerances(paper_store: ResultsStore) -> None:
     assert wide.ok and wide.text == "IID: FedCAMS-sign 85.00 − FedAMS 88.00 = -3.00 within ±3.12 (2σ = 3.12 > stated 2)"
     assert close("IID", "a", 85.0, "b", 88.0, 2.0).ok is False  # no std: the stated 2 points
     assert close("IID", "a", 85.0, "b", 88.0, 2.0, (0.0, 0.0)).text.endswith("outside ±2.00 (stated 2 ≥ 2σ = 0.00)")
-    assert close("c", "a", 90.0, "b", 80.0, 1.0, side="above").ok and not close("c", "a", 80.0, "b", 90.0, 1.0, side="above").ok
-    assert close("c", "a", 80.0, "b", 90.0, 1.0, side="below").ok and not close("c", "a", 90.0, "b", 80.0, 1.0, side="below").ok
+    assert (
+        close("c", "a", 90.0, "b", 80.0, 1.0, side="above").ok
+        and not close("c", "a", 80.0, "b", 90.0, 1.0, side="above").ok
+    )
+    assert (
+        close("c", "a", 80.0, "b", 90.0, 1.0, side="below").ok
+        and not close("c", "a", 90.0, "b", 80.0, 1.0, side="below").ok
+    )
     assert close("c", "a", math.nan, "b", 1.0, 1.0).ok is None

@@ -21,14 +21,35 @@ from fedbench.report.reference import reference_frame
 
 # Made-up scores (accuracy %) by label where the paper prints none: each claim's ordering holds.
 _SCORES = {
-    "FedAMS": 90.0, "FedCAMS-sign": 89.5, "FedCAMS-top1/64": 89.0, "FedCAMS-top1/128": 88.0, "FedCAMS-top1/256": 87.0,
-    "FedAvg": 85.0, "FedAdam": 88.0, "FedYogi": 88.5, "FedAMSGrad": 88.0,
-    "FedQVR m=5": 84.0, "FedQVR-E": 85.0, "FedCAMS": 70.0, "FedPAQ": 70.0, "C-FLAG": 80.0, "EWC-FL": 70.0,
-    "MIFA": 70.0, "MIFAM": 70.0,
+    "FedAMS": 90.0,
+    "FedCAMS-sign": 89.5,
+    "FedCAMS-top1/64": 89.0,
+    "FedCAMS-top1/128": 88.0,
+    "FedCAMS-top1/256": 87.0,
+    "FedAvg": 85.0,
+    "FedAdam": 88.0,
+    "FedYogi": 88.5,
+    "FedAMSGrad": 88.0,
+    "FedQVR m=5": 84.0,
+    "FedQVR-E": 85.0,
+    "FedCAMS": 70.0,
+    "FedPAQ": 70.0,
+    "C-FLAG": 80.0,
+    "EWC-FL": 70.0,
+    "MIFA": 70.0,
+    "MIFAM": 70.0,
 }
 # Uplink bits per round and client (small units, so that an offset changes the ratios).
-_BITS = {"FedAMS": 3200, "FedCAMS-sign": 101, "FedCAMS-top1/64": 100, "FedCAMS-top1/128": 50, "FedCAMS-top1/256": 25,
-         "FedQVR": 1.0, "FedDyn": 10.67, "SCAFFOLD": 21.34}
+_BITS = {
+    "FedAMS": 3200,
+    "FedCAMS-sign": 101,
+    "FedCAMS-top1/64": 100,
+    "FedCAMS-top1/128": 50,
+    "FedCAMS-top1/256": 25,
+    "FedQVR": 1.0,
+    "FedDyn": 10.67,
+    "SCAFFOLD": 21.34,
+}
 
 
 def world(where: str, label: str, metric: str = "test_acc") -> float:
@@ -48,7 +69,7 @@ def world(where: str, label: str, metric: str = "test_acc") -> float:
         return _SCORES[label]
     if m := re.search(r" (?:S|E|B|m)=(\d+)$", label):  # more clients, epochs, bits, memory: higher
         return 80.0 + int(m.group(1)) / 10
-    if m := re.search(r" a=([\d.]+)$", label):        # smaller a: higher
+    if m := re.search(r" a=([\d.]+)$", label):  # smaller a: higher
         return 85.0 - 10 * float(m.group(1))
     return 50.0
 
@@ -109,8 +130,12 @@ def _labels(scenario: str) -> list[str]:
     raise AssertionError(f"no synthetic labels for scenario {scenario!r}: add them to _labels")
 
 
-TRANSFORMS = {"identity": lambda v: v, "negated": lambda v: -v, "stretched": lambda v: 100 * v,
-              "offset": lambda v: v + 1000}
+TRANSFORMS = {
+    "identity": lambda v: v,
+    "negated": lambda v: -v,
+    "stretched": lambda v: 100 * v,
+    "offset": lambda v: v + 1000,
+}
 ALL = [(paper, c) for paper, claims in CLAIMS.items() for c in claims]
 
 

@@ -62,7 +62,11 @@ def test_per_round_bits_of_notes_section_7(report):
     cifar, cifar_ours, mnist = "CIFAR-10 (d = 2,513,418)", "CIFAR-10 (cnn_fedqvr, d = 2,511,690)", "MNIST (d = 199,210)"
     assert list(pr.columns) == ["uplink per device", cifar, cifar_ours, mnist]  # MNIST: ours = the paper's d
     for method in ("FedAvg", "FedDyn", "FedAdam"):
-        assert (pr.loc[method, "uplink per device"], pr.loc[method, cifar], pr.loc[method, mnist]) == ("32d", 804_293_760, 63_747_200)
+        assert (pr.loc[method, "uplink per device"], pr.loc[method, cifar], pr.loc[method, mnist]) == (
+            "32d",
+            804_293_760,
+            63_747_200,
+        )
     assert (pr.loc["SCAFFOLD", cifar], pr.loc["SCAFFOLD", mnist]) == (1_608_587_520, 127_494_400)
     for method in ("FedPAQ", "FedCOMGATE", "FedCAMS", "FedQVR"):
         assert (pr.loc[method, cifar], pr.loc[method, mnist]) == (75_414_060, 5_980_140)
@@ -79,11 +83,21 @@ def test_25_rows_match_and_the_5_known_typos(report):
     for key, (printed, ours) in TYPOS.items():
         assert (c.loc[key, "printed_text"], c.loc[key, "ours_4sf"]) == (printed, ours)
     notes = bad["note"].to_dict()
-    assert notes[("I-CIFAR-10", "FedAvg", "CIFAR-10 + HLU #C-70 (10^9)")].startswith("paper typo: 320.1 implies 398 rounds;")
-    assert "823.6 implies 512 rounds, more than the 500 rounds run" in notes[("I-CIFAR-10", "SCAFFOLD", "CIFAR-10 + HLU #C-70 (10^9)")]
-    assert notes[("I-CIFAR-10", "FedQVR", "CIFAR-10 + HLU #C-70 (10^9)")].startswith("paper typo: 7.315 implies 97 rounds;")
+    assert notes[("I-CIFAR-10", "FedAvg", "CIFAR-10 + HLU #C-70 (10^9)")].startswith(
+        "paper typo: 320.1 implies 398 rounds;"
+    )
+    assert (
+        "823.6 implies 512 rounds, more than the 500 rounds run"
+        in notes[("I-CIFAR-10", "SCAFFOLD", "CIFAR-10 + HLU #C-70 (10^9)")]
+    )
+    assert notes[("I-CIFAR-10", "FedQVR", "CIFAR-10 + HLU #C-70 (10^9)")].startswith(
+        "paper typo: 7.315 implies 97 rounds;"
+    )
     assert notes[("I-MNIST", "FedDyn", "MNIST + HLU #C-97 (10^8)")].startswith("paper typo: 119.8 implies 188 rounds;")
-    assert "187.8 matches no whole number of rounds (294.6); #R = 293 gives 186.8" in notes[("I-MNIST", "FedAdam", "MNIST + HLU #C-97 (10^8)")]
+    assert (
+        "187.8 matches no whole number of rounds (294.6); #R = 293 gives 186.8"
+        in notes[("I-MNIST", "FedAdam", "MNIST + HLU #C-97 (10^8)")]
+    )
     last = c[c["status"] == "last digit"]
     assert set(last.index) == set(LAST_DIGIT)
     for key, (printed, ours) in LAST_DIGIT.items():
@@ -96,7 +110,12 @@ def test_cells_hand_computed(report):
     scaffold = c.loc[("I-CIFAR-10", "SCAFFOLD", "CIFAR-10 #C-70 (10^9)")]  # 362 × 1,608,587,520
     assert (scaffold["bits"], scaffold["ours_4sf"], scaffold["status"]) == (582_308_682_240, "582.3", "exact")
     bound = c.loc[("I-MNIST", "FedPAQ", "MNIST #C-97 (10^8)")]  # ">500": 500 × 5,980,140 = 29.9007e8
-    assert (bound["rounds_printed"], bound["rounds"], bound["ours_4sf"], bound["printed_text"]) == (">500", 500, ">29.90", ">29.90")
+    assert (bound["rounds_printed"], bound["rounds"], bound["ours_4sf"], bound["printed_text"]) == (
+        ">500",
+        500,
+        ">29.90",
+        ">29.90",
+    )
     dyn = c.loc[("I-CIFAR-10", "FedDyn", "CIFAR-10 + HLU #C-80 (10^9)")]  # 378 × 804,293,760 = 304.02e9, printed 304.0
     assert (dyn["printed_text"], dyn["ours_4sf"], dyn["agree"]) == ("304.0", "304.0", True)
     # with our CNN's d (−0.07 %) the 4th digit moves: 378 × 803,740,800 = 303.81e9

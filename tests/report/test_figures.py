@@ -17,15 +17,21 @@ from fedbench.report.plots import _draw, plot_curves
 from fedbench.store import ResultsStore, RunRecord
 from tests.report.test_tables import build_store
 
-SPEC = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [64]}, "clients": {"num": 20, "per_round": 5},
-        "partition": {"kind": "dirichlet", "omega": 0.1, "min_samples": 2}}
+SPEC = {
+    "dataset": {"name": "digits"},
+    "model": {"name": "mlp", "hidden": [64]},
+    "clients": {"num": 20, "per_round": 5},
+    "partition": {"kind": "dirichlet", "omega": 0.1, "min_samples": 2},
+}
 
 
 def _store(out: Path, curves: dict[str, list[float]], status: dict[str, str] | None = None) -> ResultsStore:
     """Scenario "fig": one seed per label, test accuracy (fractions) per round, the spec SPEC."""
     store = ResultsStore(out)
     for k, (label, accs) in enumerate(curves.items()):
-        rec = RunRecord(f"{k:016x}-s0", "fig", "h" * 64, f"{k:064x}", label, 0, json.dumps({**SPEC, "algorithm": label}))
+        rec = RunRecord(
+            f"{k:016x}-s0", "fig", "h" * 64, f"{k:064x}", label, 0, json.dumps({**SPEC, "algorithm": label})
+        )
         store.start_run(rec)
         for t, acc in enumerate(accs, start=1):
             store.record_round(rec.run_id, t, {"test_acc": acc, "bits_up": 10, "bits_down": 10})
@@ -44,7 +50,7 @@ def _curves(fig: Figure) -> dict:
     return {ln.get_label(): ln for ln in fig.axes[0].lines if not ln.get_label().startswith("_")}
 
 
-RISE = [0.2 + 0.76 * (1 - 0.5 ** t) for t in range(1, 21)]  # 20 rounds, from 58 % to ≈ 96 %
+RISE = [0.2 + 0.76 * (1 - 0.5**t) for t in range(1, 21)]  # 20 rounds, from 58 % to ≈ 96 %
 
 
 def test_overlapping_curves_differ_in_line_style_and_marker(tmp_path: Path) -> None:
@@ -60,7 +66,7 @@ def test_overlapping_curves_differ_in_line_style_and_marker(tmp_path: Path) -> N
 
 
 def test_y_range_is_where_the_curves_end_not_the_whole_climb(tmp_path: Path) -> None:
-    a = [0.2 + 0.76 * (1 - 0.5 ** t) for t in range(1, 21)]
+    a = [0.2 + 0.76 * (1 - 0.5**t) for t in range(1, 21)]
     b = [x - 0.02 for x in a]
     ax = _figure(_store(tmp_path / "out", {"FedAvg": a, "FedProx": b})).axes[0]
     lo, hi = ax.get_ylim()
@@ -85,8 +91,10 @@ def test_title_names_dataset_model_clients_and_partition(tmp_path: Path) -> None
     fig = _figure(_store(tmp_path / "out", {"FedAvg": RISE}))
     assert fig._suptitle.get_text() == "digits · mlp 64 · S/N = 5/20 · Dir ω = 0.1"
     assert fig.axes[0].get_title() == "fig"  # the scenario, as subtitle
-    specs = [json.dumps(SPEC), json.dumps({**SPEC, "clients": {"num": 20, "per_round": 10},
-                                           "continual": {"tasks": 5, "mode": "class"}})]
+    specs = [
+        json.dumps(SPEC),
+        json.dumps({**SPEC, "clients": {"num": 20, "per_round": 10}, "continual": {"tasks": 5, "mode": "class"}}),
+    ]
     assert setting(specs) == "digits · mlp 64 · S/N = 5/20 | S/N = 10/20 · Dir ω = 0.1 · 5 tasks (class-incremental)"
 
 
@@ -109,8 +117,10 @@ def test_diverged_marker_in_legend_only_with_a_diverged_run(tmp_path: Path) -> N
 
 def _continual_store(out: Path) -> ResultsStore:
     store = ResultsStore(out)
-    for label, rows in (("Fine-FL", [[0.9, 0.1, 0.2], [0.7, 0.8, 0.3], [0.6, 0.5, 0.95]]),
-                        ("C-FLAG", [[0.9, 0.1, 0.2], [0.85, 0.8, 0.3], [0.8, 0.75, 0.9]])):
+    for label, rows in (
+        ("Fine-FL", [[0.9, 0.1, 0.2], [0.7, 0.8, 0.3], [0.6, 0.5, 0.95]]),
+        ("C-FLAG", [[0.9, 0.1, 0.2], [0.85, 0.8, 0.3], [0.8, 0.75, 0.9]]),
+    ):
         rid = f"{label}-s0"
         spec = {**SPEC, "continual": {"tasks": 3, "mode": "task"}}
         store.start_run(RunRecord(rid, "cl", "h", label, label, 0, json.dumps(spec)))
@@ -142,7 +152,8 @@ def test_pdf_beside_every_png_and_byte_identical_on_a_second_write(tmp_path: Pat
     pngs = plot_curves(store, tmp_path / "a", "fig", "round") + plot_curves(store, tmp_path / "a", "fig", "bits")
     pngs += [p for p in write_continual(store, tmp_path / "t", tmp_path / "a", "cl") if p.suffix == ".png"]
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(
-        n for p in pngs for n in (p.name, p.with_suffix(".pdf").name))
+        n for p in pngs for n in (p.name, p.with_suffix(".pdf").name)
+    )
     first = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
     assert all(first[p.with_suffix(".pdf").name].startswith(b"%PDF") for p in pngs)
     plot_curves(store, tmp_path / "b", "fig", "round")

@@ -24,10 +24,17 @@ def cell(b1: str, b2: str) -> str:
 @pytest.mark.parametrize("grid,column", FIG5.items())
 def test_fig5_files_are_their_table1_column_with_the_grid(grid: str, column: str) -> None:
     for scale in ("paper", "small", "tiny"):
-        fig5, col = load_scenario(GRADMA / f"fig5_betas_{grid}.yaml", scale=scale), load_scenario(GRADMA / f"{column}.yaml", scale=scale)
-        assert fig5.name == f"gradma_fig5_betas_{grid}" + ("" if scale == "paper" else f".{scale}") and fig5.paper is None
+        fig5, col = (
+            load_scenario(GRADMA / f"fig5_betas_{grid}.yaml", scale=scale),
+            load_scenario(GRADMA / f"{column}.yaml", scale=scale),
+        )
+        assert (
+            fig5.name == f"gradma_fig5_betas_{grid}" + ("" if scale == "paper" else f".{scale}") and fig5.paper is None
+        )
         skip = {"name", "description", "paper", "algorithms", "tune"}  # the ablation runs at fixed settings
-        assert fig5.model_dump(exclude=skip) == col.model_dump(exclude=skip)  # same data, model, ω, S = 10, rounds, seeds
+        assert fig5.model_dump(exclude=skip) == col.model_dump(
+            exclude=skip
+        )  # same data, model, ω, S = 10, rounds, seeds
     algos = {a.label: a for a in fig5.algorithms}
     assert list(algos) == ["MIFA", "MIFAM", *(cell(b1, b2) for b1 in BETAS for b2 in BETAS)]
     assert fig5.clients.per_round == 10 and algos["MIFAM"].server == {"momentum": 0.5}
@@ -38,17 +45,22 @@ def test_fig5_files_are_their_table1_column_with_the_grid(grid: str, column: str
 
 
 def moon_mu(path: Path) -> dict[str, float]:
-    return {a.label: a.params()["mu"] for a in load_scenario(path, scale="tiny").algorithms if a.name in ("moon", "moonm")}
+    return {
+        a.label: a.params()["mu"] for a in load_scenario(path, scale="tiny").algorithms if a.name in ("moon", "moonm")
+    }
 
 
 def test_moon_mu_follows_moons_paper_per_dataset() -> None:
     base, c10 = read_yaml(GRADMA / "_table.yaml")["algorithms"], read_yaml(GRADMA / "_table_cifar10.yaml")["algorithms"]
-    assert [{**a, "mu": None} if a["name"].startswith("moon") else a for a in base] == \
-           [{**a, "mu": None} if a["name"].startswith("moon") else a for a in c10]  # only MOON's μ differs
+    assert [{**a, "mu": None} if a["name"].startswith("moon") else a for a in base] == [
+        {**a, "mu": None} if a["name"].startswith("moon") else a for a in c10
+    ]  # only MOON's μ differs
     columns = sorted(GRADMA.glob("[a-z]*_s*_w*.yaml"))
     assert len(columns) == 14  # the Table 1 columns
     for path in columns:
-        assert moon_mu(path) == ({"MOON": 5.0, "MOONM": 5.0} if path.name.startswith("cifar10_") else {"MOON": 1.0, "MOONM": 1.0}), path.name
+        assert moon_mu(path) == (
+            {"MOON": 5.0, "MOONM": 5.0} if path.name.startswith("cifar10_") else {"MOON": 1.0, "MOONM": 1.0}
+        ), path.name
 
 
 class Tops(StoreNumbers):

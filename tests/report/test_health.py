@@ -13,16 +13,28 @@ PARTITION = json.dumps({"partition": {"num_classes": 10}})
 
 def metrics(acc, loss, run_id="r0"):
     n = len(acc)
-    return pd.DataFrame({
-        "run_id": run_id, "round": range(1, n + 1), "test_acc": acc, "test_loss": loss, "train_loss": loss,
-        "bits_up": 1.0, "bits_down": 1.0, "extra": [PARTITION] + [None] * (n - 1),
-    })
+    return pd.DataFrame(
+        {
+            "run_id": run_id,
+            "round": range(1, n + 1),
+            "test_acc": acc,
+            "test_loss": loss,
+            "train_loss": loss,
+            "bits_up": 1.0,
+            "bits_down": 1.0,
+            "extra": [PARTITION] + [None] * (n - 1),
+        }
+    )
 
 
 def test_a_loss_beyond_the_factor_or_accuracy_back_at_chance_is_flagged():
     assert blowup_reason(SPEC, "finished", metrics([0.3, 0.5, 0.6], [2.0, 1.5, 1.0])) is None
-    assert "train_loss reached 1e+03, 500× its first value" in blowup_reason(SPEC, "finished", metrics([0.3, 0.5, 0.6], [2.0, 1.5, 1000.0]))
-    assert "fell to 10.0% (chance 10.0%) after 60.0%" in blowup_reason(SPEC, "finished", metrics([0.3, 0.6, 0.1], [2, 1, 2]))
+    assert "train_loss reached 1e+03, 500× its first value" in blowup_reason(
+        SPEC, "finished", metrics([0.3, 0.5, 0.6], [2.0, 1.5, 1000.0])
+    )
+    assert "fell to 10.0% (chance 10.0%) after 60.0%" in blowup_reason(
+        SPEC, "finished", metrics([0.3, 0.6, 0.1], [2, 1, 2])
+    )
     assert blowup_reason(SPEC, "finished", metrics([0.12, 0.13, 0.1], [2, 2, 2])) is None  # never clearly above chance
     assert blowup_reason(SPEC, "diverged", metrics([0.3, 0.6, 0.1], [2, 1, 2])) is None  # already marked div.
 
@@ -37,11 +49,21 @@ def test_thresholds_come_from_the_scenario_and_continual_runs_are_not_flagged():
 
 
 def test_the_table_marks_the_flagged_seed_and_the_csv_gains_the_column_only_then():
-    runs = pd.DataFrame({"run_id": ["a", "b"], "scenario": "s", "algorithm": "FedX", "seed": [0, 1],
-                         "status": "finished", "spec_json": SPEC})
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b"],
+            "scenario": "s",
+            "algorithm": "FedX",
+            "seed": [0, 1],
+            "status": "finished",
+            "spec_json": SPEC,
+        }
+    )
     ok = pd.concat([metrics([0.3, 0.5, 0.6], [2, 1.5, 1], "a"), metrics([0.3, 0.5, 0.6], [2, 1.5, 1], "b")])
     bad = pd.concat([metrics([0.3, 0.5, 0.6], [2, 1.5, 1], "a"), metrics([0.3, 0.6, 0.1], [2, 1, 2], "b")])
-    assert "blowup" not in format_table(summarize(runs, ok), "csv") and "blow-up" not in format_table(summarize(runs, ok), "markdown")
+    assert "blowup" not in format_table(summarize(runs, ok), "csv") and "blow-up" not in format_table(
+        summarize(runs, ok), "markdown"
+    )
     assert "1 blow-up" in format_table(summarize(runs, bad), "markdown")
     assert format_table(summarize(runs, bad), "csv").splitlines()[0].count("blowup") == 1
 

@@ -86,8 +86,9 @@ def store(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("html")
     out, figures = root / "out", root / "figures"
     scenarios = {
-        "tiny": tiny_scenario(rounds=2, targets=[0.2],
-                              algorithms=[{"name": "fedavg", "label": LABEL}, {"name": "scaffold"}]),
+        "tiny": tiny_scenario(
+            rounds=2, targets=[0.2], algorithms=[{"name": "fedavg", "label": LABEL}, {"name": "scaffold"}]
+        ),
         "tiny_x": tiny_scenario(rounds=2, name="tiny_x"),
     }
     for name, raw in scenarios.items():
@@ -119,12 +120,17 @@ def test_store_page(store) -> None:
     assert any("mean ± std over seeds" in t for t in page.text)  # the notes under each table
     # each scenario's own two figures (tiny_x_… belongs to tiny_x, not to tiny)
     assert len(page.imgs) == 4 and sorted(p.name for p in figures.glob("*.png")) == [
-        "tiny_acc_vs_bits.png", "tiny_acc_vs_rounds.png", "tiny_x_acc_vs_bits.png", "tiny_x_acc_vs_rounds.png"]
+        "tiny_acc_vs_bits.png",
+        "tiny_acc_vs_rounds.png",
+        "tiny_x_acc_vs_bits.png",
+        "tiny_x_acc_vs_rounds.png",
+    ]
     assert text.index('id="tiny_acc_vs_rounds"') < text.index('id="tiny_x"') < text.index('id="tiny_x_acc_vs_rounds"')
     assert ["tiny", "tiny_x"] == [i for i in page.ids if i.startswith("tiny") and "acc" not in i and "table" not in i]
 
     # read-only: the store folder holds what it held (SQLite's -wal/-shm companions aside), the file is untouched
     after = sorted(p.name for p in out.iterdir() if p.name != "report.html")
+
     def kept(names: list[str]) -> list[str]:
         return [n for n in names if not n.endswith(("-wal", "-shm"))]
 
@@ -212,10 +218,14 @@ def test_report_files_name_the_committed_outputs(paper: str, monkeypatch) -> Non
     monkeypatch.chdir(REPO)
     room = paper_part(paper, "room").ROOM
     for target in room.targets:
-        ctx = Context(paper, "tiny", Path("unused"), Path("tables"), Path("figures"), Console(), target.runs, room.run_files)
+        ctx = Context(
+            paper, "tiny", Path("unused"), Path("tables"), Path("figures"), Console(), target.runs, room.run_files
+        )
         for step in target.steps:
             files = step.report_files(ctx)
             tuned_here = paper == "gradma"  # the only paper tuned at the tiny scale: its Tuning() step names a table
-            assert (files or (isinstance(step, Tuning) and not tuned_here)) and all(f.suffix in (".md", ".png") for f in files)
+            assert (files or (isinstance(step, Tuning) and not tuned_here)) and all(
+                f.suffix in (".md", ".png") for f in files
+            )
             missing = [str(f) for f in files if not f.is_file()]
             assert not missing, f"{paper} {target.name} {type(step).__name__}: {missing}"

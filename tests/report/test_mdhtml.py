@@ -8,8 +8,9 @@ from fedbench.report.tables import markdown_grid
 
 def test_inline_escapes_then_formats() -> None:
     assert inline("a < b & **bold** _it_ *it2* `x_<y>_z` [t](a.md?x=1&y=2)") == (
-        'a &lt; b &amp; <strong>bold</strong> <em>it</em> <em>it2</em> <code>x_&lt;y&gt;_z</code> '
-        '<a href="a.md?x=1&amp;y=2">t</a>')
+        "a &lt; b &amp; <strong>bold</strong> <em>it</em> <em>it2</em> <code>x_&lt;y&gt;_z</code> "
+        '<a href="a.md?x=1&amp;y=2">t</a>'
+    )
     assert inline("fedmim_tableI_tiny and x_i,K stay") == "fedmim_tableI_tiny and x_i,K stay"
     assert inline("[x](javascript:alert(1))") == "[x](javascript:alert(1))"
 
@@ -18,7 +19,8 @@ def test_blocks() -> None:
     text = "# Title\n\nline one\nline two\n\n- a\n- b <c>\n\n1. first\n\n## Sub\n\n```\nraw <x>\n```\n"
     assert to_html(text, 2) == (
         "<h3>Title</h3>\n<p>line one\nline two</p>\n<ul>\n<li>a</li>\n<li>b &lt;c&gt;</li>\n</ul>\n"
-        "<ol>\n<li>first</li>\n</ol>\n<h4>Sub</h4>\n<pre><code>raw &lt;x&gt;</code></pre>\n")
+        "<ol>\n<li>first</li>\n</ol>\n<h4>Sub</h4>\n<pre><code>raw &lt;x&gt;</code></pre>\n"
+    )
     assert to_html("###### deep", 3) == "<h6>deep</h6>\n" and to_html("") == ""
 
 
@@ -27,7 +29,8 @@ def test_tables_keep_alignment() -> None:
     assert to_html(explicit) == (
         '<table>\n<thead><tr><th>a</th><th style="text-align:right">b</th><th style="text-align:center">c</th>'
         '</tr></thead>\n<tbody>\n<tr><td>1</td><td style="text-align:right">2 | 3</td>'
-        '<td style="text-align:center">x</td></tr>\n</tbody>\n</table>\n')
+        '<td style="text-align:center">x</td></tr>\n</tbody>\n</table>\n'
+    )
     # tabulate's github tables carry no colons: the left padding of a numeric column says "right"
     rows = [["FedAvg", "81.20 ± 0.30"], ["SCAFFOLD-long-name", "9.00 ± 1.00"]]
     md = markdown_grid(["Algorithm", "Top acc. (%)"], rows)

@@ -32,7 +32,17 @@ RUNS = [
     (f"{T3}.tiny", "III", "CIFAR-10", "α=(0.5) β=()", 0, "finished", 0.70, (1, 1, 1, 1), (0.1, 0.1)),
     (f"{T3}.tiny", "III", "CIFAR-10", BEST, 0, "finished", 0.75, (1, 1, 1, 1), (0.1, 0.1)),
     (f"{T3}.tiny", "III", "CIFAR-10", BEST, 1, "diverged", 0.50, (1, math.inf, 1, 1), (0.1, 0.1)),
-    (f"{T3}.tiny", "III", "CIFAR-10", "α=(0.2) β=()", 0, "finished", 0.74, (1, 1, 1, 1), (0.1, 0.1)),  # not in the paper
+    (
+        f"{T3}.tiny",
+        "III",
+        "CIFAR-10",
+        "α=(0.2) β=()",
+        0,
+        "finished",
+        0.74,
+        (1, 1, 1, 1),
+        (0.1, 0.1),
+    ),  # not in the paper
     (T3, "III", "CIFAR-10", BASE, 0, "finished", 0.80, (1, 1, 1, 1), (0.1, 0.1)),  # paper scale
     (f"{T1}_iid.tiny", "I", "CIFAR-10 IID.", "FedAvg", 0, "finished", 0.60, (1, 1, 1, 1), (0.1, 0.1)),
     (f"{T1}_iid.tiny", "I", "CIFAR-10 IID.", "FedMIM", 0, "finished", 0.66, (1, 1, 1, 1), (0.1, 0.1)),
@@ -44,28 +54,63 @@ RUNS = [
     (f"{T1}_dir0.3.tiny", "I", "CIFAR-10 DIR.3", "FedMIM", 1, "diverged", 0.10, (0.1, math.inf, 0.1, 0.1), (0.0, 0.0)),
     (f"{T1}_dir0.3.tiny", "I", "CIFAR-10 DIR.3", "SCAFFOLD", 0, "finished", 0.56, (1.5, 1.5, 1.5, 1.5), (0.06, 0.10)),
     (f"{T1}_dir0.3.tiny", "I", "CIFAR-10 DIR.3", "FedCM", 0, "finished", 0.57, (2, 2, 2, 2), (0.2, 0.2)),
-    (f"{T1}_dir0.5.tiny", "I", "CIFAR-10 DIR.5", "FedAvg", 0, "finished", 0.50, (1, 1, 1, 1), (0.1, 0.1)),  # extra column
+    (
+        f"{T1}_dir0.5.tiny",
+        "I",
+        "CIFAR-10 DIR.5",
+        "FedAvg",
+        0,
+        "finished",
+        0.50,
+        (1, 1, 1, 1),
+        (0.1, 0.1),
+    ),  # extra column
     (f"{T1}_iid.tiny", None, None, "FedAvg", 7, "finished", 0.99, (1, 1, 1, 1), (0.1, 0.1)),  # no paper: ignored
 ]
 OTHER_PAPER = ("gradma_t1.tiny", "III", "CIFAR-10", BASE, 0, "finished", 0.99, (1, 1, 1, 1), (0.1, 0.1))
 
 
-def add_run(store: ResultsStore, index: int, scenario: str, table: str | None, column: str | None, label: str,
-            seed: int, status: str, final: float, consistency, client_std, paper: str = "fedmim") -> list[tuple]:
+def add_run(
+    store: ResultsStore,
+    index: int,
+    scenario: str,
+    table: str | None,
+    column: str | None,
+    label: str,
+    seed: int,
+    status: str,
+    final: float,
+    consistency,
+    client_std,
+    paper: str = "fedmim",
+) -> list[tuple]:
     """Start and finish the run through the store; return its metric rows (inserted in bulk by the caller)."""
     ref = None if table is None else {"name": paper, "table": table, "column": column}
     spec_hash = hashlib.sha256(f"{scenario}|{label}".encode()).hexdigest()  # seeds share their spec
-    rec = RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, label, seed,
-                    json.dumps({"algorithm": {"label": label}, "targets": [0.5], "paper": ref}), scale=scale_from_name(scenario))
+    rec = RunRecord(
+        f"{spec_hash[:16]}-s{seed}",
+        scenario,
+        "h" * 64,
+        spec_hash,
+        label,
+        seed,
+        json.dumps({"algorithm": {"label": label}, "targets": [0.5], "paper": ref}),
+        scale=scale_from_name(scenario),
+    )
     store.start_run(rec)
     store.finish_run(rec.run_id, status, "boom" if status in ("diverged", "failed") else None)
     bad = status in ("diverged", "failed")
     rows = []
     for t in range(1, 4 if bad else 6):
         acc = {2: final} if bad else {2: final + 0.08, 4: final}
-        metrics = {"test_acc": acc.get(t), "consistency": consistency[t - 1] if t <= 4 else None,
-                   "client_acc_std": {2: client_std[0], 4: client_std[1]}.get(t), "train_loss": 1.0 / t,
-                   "bits_up": 10, "bits_down": 10}
+        metrics = {
+            "test_acc": acc.get(t),
+            "consistency": consistency[t - 1] if t <= 4 else None,
+            "client_acc_std": {2: client_std[0], 4: client_std[1]}.get(t),
+            "train_loss": 1.0 / t,
+            "bits_up": 10,
+            "bits_down": 10,
+        }
         rows.append((rec.run_id, t, *(metrics.get(c) for c in METRIC_COLUMNS)))
     return rows
 
@@ -76,8 +121,11 @@ def build_paper_store(out: Path) -> ResultsStore:
     rows = [r for i, run in enumerate(RUNS) for r in add_run(store, i, *run)]
     rows += add_run(store, len(RUNS), *OTHER_PAPER, paper="gradma")  # same table id and column, another paper
     with sqlite3.connect(store.db_path) as conn:
-        conn.executemany(f"INSERT INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}) "
-                         f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})", rows)
+        conn.executemany(
+            f"INSERT INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}) "
+            f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})",
+            rows,
+        )
     conn.close()
     return store
 
@@ -103,8 +151,17 @@ def test_reference_numbers_match_the_notes() -> None:
     assert list(t1.index) == ["FedAvg", "FedAdam", "SCAFFOLD", "FedCM", "FedDyn", "FedSAM", "FedMIM"]
     assert list(t1.columns)[:3] == ["CIFAR-10 IID.", "CIFAR-10 DIR.3", "CIFAR-10 DIR.1"]
     assert list(t2.columns)[-1] == "TinyImagenet E = 10"
-    assert list(t3.index) == [BASE, "α=(0.9) β=()", "α=(0.5) β=()", "α=(0.8,0.1) β=()", "α=(0.6,0.3) β=()",
-                              "α=(0.3,0.6) β=()", BEST, "α=(0.6,0.3) β=(0.5,0.5)", "α=(0.6,0.3) β=(0.1,0.9)"]
+    assert list(t3.index) == [
+        BASE,
+        "α=(0.9) β=()",
+        "α=(0.5) β=()",
+        "α=(0.8,0.1) β=()",
+        "α=(0.6,0.3) β=()",
+        "α=(0.3,0.6) β=()",
+        BEST,
+        "α=(0.6,0.3) β=(0.5,0.5)",
+        "α=(0.6,0.3) β=(0.1,0.9)",
+    ]
     ref = load_reference("fedmim")
     assert {t["metric"] for t in ref["tables"].values()} == {"final_acc"}
     assert ref["tables"]["III"]["caption"] == "SELECTION OF α_j AND β_j."
@@ -183,14 +240,19 @@ def test_compare_scales_and_extra_columns(store: ResultsStore) -> None:
 
 def test_write_comparison(store: ResultsStore, tmp_path: Path) -> None:
     paths = write_comparison(store, "fedmim", "III", tmp_path / "tables")
-    assert [p.name for p in paths] == [f"fedmim_tableIII_{s}.{e}" for s in ("tiny", "paper") for e in ("md", "tex", "csv")]
+    assert [p.name for p in paths] == [
+        f"fedmim_tableIII_{s}.{e}" for s in ("tiny", "paper") for e in ("md", "tex", "csv")
+    ]
     tiny, paper = paths[0].read_text(), paths[3].read_text()
     assert tiny.startswith("## FedMIM Table III, tiny scale: paper / ours")
     assert "SELECTION OF α_j AND β_j." in tiny and "81.61 / 71.00 ± 1.41" in tiny
     assert "substitute datasets/models" in tiny and "only the orderings are comparable" in tiny
     assert "substitute" not in paper and "81.61 / 80.00 ± 0.00" in paper
     assert [p.name for p in write_comparison(store, "fedmim", "III", tmp_path / "t2", "paper")] == [
-        "fedmim_tableIII_paper.md", "fedmim_tableIII_paper.tex", "fedmim_tableIII_paper.csv"]
+        "fedmim_tableIII_paper.md",
+        "fedmim_tableIII_paper.tex",
+        "fedmim_tableIII_paper.csv",
+    ]
     assert write_comparison(store, "fedmim", "II", tmp_path / "t3") == []
     assert pd.read_csv(paths[2])["scale"].unique().tolist() == ["tiny"]
 
@@ -200,8 +262,11 @@ def test_a_run_not_finished_is_left_out_of_paper_cells(tmp_path: Path) -> None:
     store = build_paper_store(tmp_path / "s")
     rows = add_run(store, 99, f"{T3}.tiny", "III", "CIFAR-10", BASE, 2, "running", 0.99, (1, 1, 1, 1), (0.1, 0.1))
     with sqlite3.connect(store.db_path) as conn:
-        conn.executemany(f"INSERT INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}) "
-                         f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})", rows[:3])
+        conn.executemany(
+            f"INSERT INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}) "
+            f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))})",
+            rows[:3],
+        )
     base = compare(store, "fedmim", "III", "tiny").set_index("row").loc[BASE]
     assert (base["value_mean"], base["seeds"], base["running"]) == (pytest.approx(0.71), 3, 1)
     frame = compare(store, "fedmim", "III", "tiny")

@@ -17,7 +17,10 @@ def test_plot_curves_writes_pngs(tmp_path: Path) -> None:
     build_store(tmp_path / "out", targets=(0.5,), scenario="other")
     paths = plot_both(store, tmp_path / "figs", None)
     assert [p.name for p in paths] == [
-        "toy_acc_vs_rounds.png", "other_acc_vs_rounds.png", "toy_acc_vs_bits.png", "other_acc_vs_bits.png",
+        "toy_acc_vs_rounds.png",
+        "other_acc_vs_rounds.png",
+        "toy_acc_vs_bits.png",
+        "other_acc_vs_bits.png",
     ]
     for p in paths:
         assert p.stat().st_size > 0
@@ -37,7 +40,9 @@ def test_plot_selection_and_errors(tmp_path: Path) -> None:
 def test_plot_algorithm_subset_in_order(tmp_path: Path, monkeypatch) -> None:
     store = build_store(tmp_path / "out")
     drawn = []
-    monkeypatch.setattr("fedbench.report.plots._draw", lambda fig, runs, *a: drawn.append(list(dict.fromkeys(runs["algorithm"]))))
+    monkeypatch.setattr(
+        "fedbench.report.plots._draw", lambda fig, runs, *a: drawn.append(list(dict.fromkeys(runs["algorithm"])))
+    )
     (path,) = plot_curves(store, tmp_path / "figs", "toy", algorithms=["FedProx", "FedAvg"], name="fig1")
     assert path.name == "toy_fig1_acc_vs_rounds.png" and drawn == [["FedProx", "FedAvg"]]
     with pytest.raises(ValueError, match="no runs labelled MOON; it has: FedAvg, SCAFFOLD, FedProx"):
@@ -48,8 +53,11 @@ DIR3 = "fedmim_table1_cifar10_dir0.3.tiny"
 
 
 def _lines(fig) -> dict[str, tuple[list[float], list[float]]]:
-    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in fig.axes[0].lines
-            if not ln.get_label().startswith("_")}
+    return {
+        ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata()))
+        for ln in fig.axes[0].lines
+        if not ln.get_label().startswith("_")
+    }
 
 
 def test_metric_curves_numbers(paper_store) -> None:
@@ -77,7 +85,9 @@ def test_metric_curves_numbers(paper_store) -> None:
 
 def test_metric_file_names(paper_store, tmp_path: Path) -> None:
     assert [p.name for p in plot_both(paper_store, tmp_path, DIR3, metric="consistency")] == [
-        f"{DIR3}_consistency_vs_rounds.png", f"{DIR3}_consistency_vs_bits.png"]
+        f"{DIR3}_consistency_vs_rounds.png",
+        f"{DIR3}_consistency_vs_bits.png",
+    ]
     path = plot_curves(paper_store, tmp_path, DIR3, "bits", "train_loss")[0]  # test_acc keeps acc_vs_*: test above
     assert path.name == f"{DIR3}_train_loss_vs_bits.png" and mpimg.imread(path).shape[0] > 100
     with pytest.raises(ValueError, match="allowed: test_acc, consistency, client_acc_std, train_loss"):
@@ -91,15 +101,19 @@ def _uplink_store(out: Path):
     from fedbench.store import ResultsStore, RunRecord
 
     store = ResultsStore(out)
-    for i, (label, spec, ups) in enumerate([
-        ("FedAMS", {"clients": {"num": 100, "per_round": 10}}, (100, 200, 300)),
-        ("FedCAMS-sign", {"clients": {"num": 100, "per_round": 5}}, (50, 50, 50)),
-        ("NoS", {}, (10, 10, 10)),
-    ]):
+    for i, (label, spec, ups) in enumerate(
+        [
+            ("FedAMS", {"clients": {"num": 100, "per_round": 10}}, (100, 200, 300)),
+            ("FedCAMS-sign", {"clients": {"num": 100, "per_round": 5}}, (50, 50, 50)),
+            ("NoS", {}, (10, 10, 10)),
+        ]
+    ):
         rec = RunRecord(f"{i:016x}-s0", "up", "h" * 64, f"{i:016x}".ljust(64, "0"), label, 0, json.dumps(spec))
         store.start_run(rec)
         for t, up in enumerate(ups, start=1):
-            store.record_round(rec.run_id, t, {"test_acc": 0.1 * t, "train_loss": 1.0 / t, "bits_up": up, "bits_down": 1000})
+            store.record_round(
+                rec.run_id, t, {"test_acc": 0.1 * t, "train_loss": 1.0 / t, "bits_up": up, "bits_down": 1000}
+            )
         store.finish_run(rec.run_id, "finished")
     return store
 
@@ -134,7 +148,10 @@ def test_plot_command_uplink(tmp_path: Path) -> None:
     args = ["plot", "--out", str(tmp_path / "out"), "--figures-dir", str(tmp_path / "figs"), "--x", "uplink"]
     result = CliRunner().invoke(app, [*args, "--metric", "train_loss"])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["up_train_loss_vs_uplink.pdf", "up_train_loss_vs_uplink.png"]
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        "up_train_loss_vs_uplink.pdf",
+        "up_train_loss_vs_uplink.png",
+    ]
     result = CliRunner().invoke(app, [*args[:-1], "downlink"], terminal_width=200)
     assert result.exit_code == 2 and "--x must be one of round, bits, uplink, both" in result.output
 
@@ -180,8 +197,8 @@ def test_extra_log_path_curve_numbers(tmp_path: Path) -> None:
     assert ax.get_ylabel() == "cflag.Gamma" and ax.get_yscale() == "linear"
     c = _curve(_evaluated(runs, store.metrics(runs["run_id"]), "cflag.Gamma_ad"))
     assert c["mean"].tolist() == [4.0, -4.0, 4.5]
-    assert c["std"].iloc[0] == pytest.approx(2 * 2 ** 0.5) and math.isnan(c["std"].iloc[1])  # one seed: no band
-    assert c["std"].iloc[2] == pytest.approx(7 / 2 ** 0.5)
+    assert c["std"].iloc[0] == pytest.approx(2 * 2**0.5) and math.isnan(c["std"].iloc[1])  # one seed: no band
+    assert c["std"].iloc[2] == pytest.approx(7 / 2**0.5)
     table = curves(runs, store.metrics(runs["run_id"]), metric="cflag.Gamma_ad")  # the same lines, as a table
     assert table["algorithm"].tolist() == ["C-FLAG"] * 3 and table["mean"].tolist() == [4.0, -4.0, 4.5]
     assert table["seeds"].tolist() == [2, 1, 2]
@@ -197,10 +214,15 @@ def test_extra_log_path_files_and_errors(tmp_path: Path) -> None:
     assert plot_curves(store, figs, "cl", "bits", "lr")[0].name == "cl_lr_vs_bits.png"
     with pytest.raises(ValueError, match=r"extra log 'cflag\.Lambda' is a list, not a number"):
         plot_curves(store, figs, "cl", metric="cflag.Lambda")
-    with pytest.raises(ValueError, match=r"'cflag' is a mapping.*its numbers: cflag\.Gamma, cflag\.Gamma_ad, cflag\.interfering$"):
+    with pytest.raises(
+        ValueError, match=r"'cflag' is a mapping.*its numbers: cflag\.Gamma, cflag\.Gamma_ad, cflag\.interfering$"
+    ):
         plot_curves(store, figs, "cl", metric="cflag")
-    with pytest.raises(UnknownMetric, match=r"allowed: test_acc, .*numbers in run c-flag0{10}-s0's extra logs: "
-                       r"cflag\.Gamma, cflag\.Gamma_ad, cflag\.interfering, lr, task$"):
+    with pytest.raises(
+        UnknownMetric,
+        match=r"allowed: test_acc, .*numbers in run c-flag0{10}-s0's extra logs: "
+        r"cflag\.Gamma, cflag\.Gamma_ad, cflag\.interfering, lr, task$",
+    ):
         plot_curves(store, figs, "cl", metric="cflag.gamma")
     with pytest.raises(UnknownMetric, match="numbers in run p{16}-s0's extra logs: lr$"):
         plot_curves(store, figs, "plain", metric="cflag.Gamma")
@@ -216,8 +238,14 @@ def test_plot_command_extra_log_path(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "cflag.Gamma"], terminal_width=250)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
-        "cl_cflag_Gamma_vs_bits.pdf", "cl_cflag_Gamma_vs_bits.png", "cl_cflag_Gamma_vs_rounds.pdf", "cl_cflag_Gamma_vs_rounds.png"]
+        "cl_cflag_Gamma_vs_bits.pdf",
+        "cl_cflag_Gamma_vs_bits.png",
+        "cl_cflag_Gamma_vs_rounds.pdf",
+        "cl_cflag_Gamma_vs_rounds.png",
+    ]
     result = CliRunner().invoke(app, [*args, "cflag.Lambda"], terminal_width=250)
     assert result.exit_code == 2 and "'cflag.Lambda' is a list" in result.output
     result = CliRunner().invoke(app, [*args, "Gamma"], terminal_width=250)
-    assert result.exit_code == 2 and "--metric must be one of test_acc" in result.output and "cflag.Gamma" in result.output
+    assert (
+        result.exit_code == 2 and "--metric must be one of test_acc" in result.output and "cflag.Gamma" in result.output
+    )

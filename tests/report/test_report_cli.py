@@ -17,13 +17,16 @@ def invoke(*args: str):
 
 def test_compare(paper_store, tmp_path: Path) -> None:
     out, tables = str(paper_store.out_dir), tmp_path / "tables"
-    result = invoke("compare", "--paper", "fedmim", "--table", "III", "--out", out, "--tables-dir", str(tables),
-                    "--scale", "tiny")
+    result = invoke(
+        "compare", "--paper", "fedmim", "--table", "III", "--out", out, "--tables-dir", str(tables), "--scale", "tiny"
+    )
     assert result.exit_code == 0, result.output
     assert "FedMIM Table III, tiny scale" in result.output and "81.61 / 71.00 ± 1.41" in result.output
     assert sorted(p.name for p in tables.iterdir()) == [f"fedmim_tableIII_tiny.{e}" for e in ("csv", "md", "tex")]
 
-    result = invoke("compare", "--paper", "fedmim", "--table", "III", "--out", out, "--tables-dir", str(tmp_path / "t2"))
+    result = invoke(
+        "compare", "--paper", "fedmim", "--table", "III", "--out", out, "--tables-dir", str(tmp_path / "t2")
+    )
     assert result.exit_code == 0 and "81.61 / 80.00 ± 0.00" in result.output  # the paper-scale run too
     assert len(list((tmp_path / "t2").iterdir())) == 6
 
@@ -50,10 +53,14 @@ def test_claims(paper_store, tmp_path: Path) -> None:
 def test_plot_metric(paper_store, tmp_path: Path) -> None:
     out, figs = str(paper_store.out_dir), tmp_path / "figs"
     name = "fedmim_table1_cifar10_dir0.3.tiny"
-    result = invoke("plot", "--out", out, "--scenario", name, "--figures-dir", str(figs), "--x", "round",
-                    "--metric", "consistency")
+    result = invoke(
+        "plot", "--out", out, "--scenario", name, "--figures-dir", str(figs), "--x", "round", "--metric", "consistency"
+    )
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in figs.iterdir()) == [f"{name}_consistency_vs_rounds.pdf", f"{name}_consistency_vs_rounds.png"]
+    assert sorted(p.name for p in figs.iterdir()) == [
+        f"{name}_consistency_vs_rounds.pdf",
+        f"{name}_consistency_vs_rounds.png",
+    ]
     result = invoke("plot", "--out", out, "--metric", "accuracy")
     assert result.exit_code == 2 and "--metric must be one of test_acc, consistency" in result.output
     assert "--metric" in invoke("plot", "--help").output

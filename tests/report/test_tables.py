@@ -32,13 +32,30 @@ def build_store(out: Path, targets: tuple[float, ...] = (0.5, 0.8), scenario: st
     store = ResultsStore(out)
     for algo, seed, status, accs, up, down in RUNS:
         spec_hash = f"{scenario}{algo}".lower().ljust(64, "0")
-        rec = RunRecord(f"{spec_hash[:16]}-s{seed}", scenario, "h" * 64, spec_hash, algo, seed,
-                        json.dumps({"algorithm": algo, "targets": list(targets)}))
+        rec = RunRecord(
+            f"{spec_hash[:16]}-s{seed}",
+            scenario,
+            "h" * 64,
+            spec_hash,
+            algo,
+            seed,
+            json.dumps({"algorithm": algo, "targets": list(targets)}),
+        )
         store.start_run(rec)
         for t in range(1, 4 if status == "diverged" else 7):
             acc = accs.get(t)
-            store.record_round(rec.run_id, t, {"test_acc": acc, "test_loss": None if acc is None else 1 - acc,
-                                               "train_loss": 1.0 / t, "bits_up": up, "bits_down": down, "wall_s": 0.1})
+            store.record_round(
+                rec.run_id,
+                t,
+                {
+                    "test_acc": acc,
+                    "test_loss": None if acc is None else 1 - acc,
+                    "train_loss": 1.0 / t,
+                    "bits_up": up,
+                    "bits_down": down,
+                    "wall_s": 0.1,
+                },
+            )
         store.finish_run(rec.run_id, status, "non-finite loss at round 3" if status == "diverged" else None)
     return store
 
@@ -143,7 +160,9 @@ def test_qp_fallbacks_are_footnoted_only_when_a_run_logged_some(tmp_path: Path) 
     fedavg, fedprox = runs["run_id"][:2], runs["run_id"][4:6]
     for run_id, n in zip([*fedavg, *fedprox], (3, 1000, 0, 0)):  # round 1 of each: a GradMA-style log
         store.record_round(run_id, 1, {"test_acc": None, "bits_up": 100, "bits_down": 50}, {"qp_fallbacks": n})
-    assert fallback_notes(store.runs(), store.metrics()) == ["FedAvg: 1,003 QP projections fell back (left unprojected)"]
+    assert fallback_notes(store.runs(), store.metrics()) == [
+        "FedAvg: 1,003 QP projections fell back (left unprojected)"
+    ]
     md, tex = (p.read_text() for p in write_tables(store, tmp_path / "tables", "toy")[:2])
     assert md.endswith("\n_FedAvg: 1,003 QP projections fell back (left unprojected)_\n")
     assert "% FedAvg: 1,003 QP projections fell back (left unprojected)" in tex
@@ -177,8 +196,15 @@ def test_tables_of_done_runs_keep_their_bytes(tmp_path: Path) -> None:
 def test_a_run_not_finished_is_shown_apart_with_its_round(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s")
     spec_hash = "toyfedavg".ljust(64, "0")
-    rec = RunRecord(f"{spec_hash[:16]}-s2", "toy", "h" * 64, spec_hash, "FedAvg", 2,
-                    json.dumps({"algorithm": "FedAvg", "targets": [0.5, 0.8], "rounds": 6}))
+    rec = RunRecord(
+        f"{spec_hash[:16]}-s2",
+        "toy",
+        "h" * 64,
+        spec_hash,
+        "FedAvg",
+        2,
+        json.dumps({"algorithm": "FedAvg", "targets": [0.5, 0.8], "rounds": 6}),
+    )
     store.start_run(rec)  # killed in round 4: far better numbers so far, which a mean must not take in
     for t in (1, 2, 3):
         store.record_round(rec.run_id, t, {"test_acc": 0.99 if t == 2 else None, "bits_up": 1, "bits_down": 1})
@@ -191,6 +217,8 @@ def test_a_run_not_finished_is_shown_apart_with_its_round(tmp_path: Path) -> Non
     cells = next([c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines() if "FedAvg" in line)
     assert cells[:6] == ["3", "2 fin., 1 run.", "81.00 ± 5.66 (1 unfin.)", "80.00 ± 4.24 (1 unfin.)", "3", "7.50e+02"]
     assert cells[6] == "4 (1/2)"  # of the two done seeds
-    assert summary_notes(runs, metrics)[0] == "FedAvg seed 2: not finished, round 3 of 6 recorded; left out of the means"
+    assert (
+        summary_notes(runs, metrics)[0] == "FedAvg seed 2: not finished, round 3 of 6 recorded; left out of the means"
+    )
     written = write_tables(store, tmp_path / "t", None)[0].read_text(encoding="utf-8")
     assert "_FedAvg seed 2: not finished, round 3 of 6 recorded; left out of the means_" in written

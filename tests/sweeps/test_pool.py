@@ -70,8 +70,11 @@ def test_pool_workers_end_with_their_driver(tmp_path, sig):
     workers: list[int] = []
     try:
         # both runs are training (each holds its lease and has recorded rounds) in the two workers
-        _until(lambda: _query(out, "SELECT COUNT(DISTINCT run_id) FROM metrics") == 2 or driver.poll() is not None,
-               300, "two runs training")
+        _until(
+            lambda: _query(out, "SELECT COUNT(DISTINCT run_id) FROM metrics") == 2 or driver.poll() is not None,
+            300,
+            "two runs training",
+        )
         assert driver.poll() is None, driver.communicate()[0]
         workers = [pid for pid in _children(driver.pid) if _running(pid)]
         assert len(workers) >= 2 and _query(out, "SELECT COUNT(*) FROM leases") == 2

@@ -17,20 +17,46 @@ CASES = {
     "empty list": ({"space": {"local.lr": []}}, "tune.space.local.lr: expected a non-empty list of values, got []"),
     "zero budget": ({**GOOD, "budget": 0}, "tune.budget: Input should be greater than or equal to 1, got 0"),
     "negative budget": ({**GOOD, "budget": -3}, "tune.budget: Input should be greater than or equal to 1, got -3"),
-    "range without budget": ({"space": {"local.lr": {"uniform": [0.01, 0.1]}}}, "tune: budget: a space with a range needs"),
-    "low > high": ({"space": {"local.lr": {"uniform": [0.1, 0.01]}}, "budget": 2},
-                   "tune.space.local.lr: uniform: low must be ≤ high, got [0.1, 0.01]"),
-    "log_uniform at 0": ({"space": {"local.lr": {"log_uniform": [0, 0.1]}}, "budget": 2},
-                         "tune.space.local.lr: log_uniform: bounds must be > 0, got [0.0, 0.1]"),
-    "log_uniform low > high": ({"space": {"server.lr": {"log_uniform": [10, 1]}}, "budget": 2},
-                               "tune.space.server.lr: log_uniform: low must be ≤ high, got [10.0, 1.0]"),
-    "empty choice": ({"space": {"local.lr": {"choice": []}}, "budget": 2}, "tune.space.local.lr: choice: expected a non-empty list"),
-    "target above 1": ({**GOOD, "select": {"metric": "rounds_to", "target": 1.5}}, "tune.select.target: must lie in (0, 1] (accuracy as a fraction), got 1.5"),
-    "target 0": ({**GOOD, "select": {"metric": "rounds_to", "target": 0}}, "tune.select.target: must lie in (0, 1] (accuracy as a fraction), got 0"),
-    "a value the key refuses": ({"space": {"local.lr": [0.1, -1]}}, "tune.space.local.lr: Input should be greater than 0, got -1"),
-    "a range bound the key refuses": ({"space": {"server.momentum": {"uniform": [0.5, 1.5]}}, "budget": 2},
-                                      "tune.space.server.momentum: Input should be less than 1, got 1.5"),
-    "rounds_to without target": ({**GOOD, "select": {"metric": "rounds_to"}}, "tune.select: metric rounds_to needs a target"),
+    "range without budget": (
+        {"space": {"local.lr": {"uniform": [0.01, 0.1]}}},
+        "tune: budget: a space with a range needs",
+    ),
+    "low > high": (
+        {"space": {"local.lr": {"uniform": [0.1, 0.01]}}, "budget": 2},
+        "tune.space.local.lr: uniform: low must be ≤ high, got [0.1, 0.01]",
+    ),
+    "log_uniform at 0": (
+        {"space": {"local.lr": {"log_uniform": [0, 0.1]}}, "budget": 2},
+        "tune.space.local.lr: log_uniform: bounds must be > 0, got [0.0, 0.1]",
+    ),
+    "log_uniform low > high": (
+        {"space": {"server.lr": {"log_uniform": [10, 1]}}, "budget": 2},
+        "tune.space.server.lr: log_uniform: low must be ≤ high, got [10.0, 1.0]",
+    ),
+    "empty choice": (
+        {"space": {"local.lr": {"choice": []}}, "budget": 2},
+        "tune.space.local.lr: choice: expected a non-empty list",
+    ),
+    "target above 1": (
+        {**GOOD, "select": {"metric": "rounds_to", "target": 1.5}},
+        "tune.select.target: must lie in (0, 1] (accuracy as a fraction), got 1.5",
+    ),
+    "target 0": (
+        {**GOOD, "select": {"metric": "rounds_to", "target": 0}},
+        "tune.select.target: must lie in (0, 1] (accuracy as a fraction), got 0",
+    ),
+    "a value the key refuses": (
+        {"space": {"local.lr": [0.1, -1]}},
+        "tune.space.local.lr: Input should be greater than 0, got -1",
+    ),
+    "a range bound the key refuses": (
+        {"space": {"server.momentum": {"uniform": [0.5, 1.5]}}, "budget": 2},
+        "tune.space.server.momentum: Input should be less than 1, got 1.5",
+    ),
+    "rounds_to without target": (
+        {**GOOD, "select": {"metric": "rounds_to"}},
+        "tune.select: metric rounds_to needs a target",
+    ),
     "unknown protocol": ({**GOOD, "protocol": "holdout"}, "tune.protocol: Input should be 'validation' or 'paper'"),
 }
 
@@ -46,16 +72,25 @@ def test_bad_tune_block_names_its_path_and_value(case):
 
 def test_an_entry_block_names_the_entry():
     raw = tiny_scenario(algorithms=[{"name": "fedprox", "tune": {"space": {"beta": [0.1]}}}])
-    with pytest.raises(ScenarioError, match=r"algorithms\[0\]\.tune\.space\.beta: algorithms\[0\] \(fedprox\) cannot take 'beta'"):
+    with pytest.raises(
+        ScenarioError, match=r"algorithms\[0\]\.tune\.space\.beta: algorithms\[0\] \(fedprox\) cannot take 'beta'"
+    ):
         parse_scenario(raw)
 
 
-@pytest.mark.parametrize("entry, scenario, line", [
-    ({"trials": {"rounds": 2}}, None, "algorithms[0].tune.space: Dictionary should have at least 1 item"),
-    ({"space": {"local.lr": {"uniform": [0.01, 0.1]}}}, GOOD, "algorithms[0].tune: budget: a space with a range needs"),
-    (True, None, "algorithms[0].tune: Input should be a valid dictionary or instance of EntryTune, got True"),
-    ({"budget": 0}, GOOD, "algorithms[0].tune.budget: Input should be greater than or equal to 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "entry, scenario, line",
+    [
+        ({"trials": {"rounds": 2}}, None, "algorithms[0].tune.space: Dictionary should have at least 1 item"),
+        (
+            {"space": {"local.lr": {"uniform": [0.01, 0.1]}}},
+            GOOD,
+            "algorithms[0].tune: budget: a space with a range needs",
+        ),
+        (True, None, "algorithms[0].tune: Input should be a valid dictionary or instance of EntryTune, got True"),
+        ({"budget": 0}, GOOD, "algorithms[0].tune.budget: Input should be greater than or equal to 1, got 0"),
+    ],
+)
 def test_an_entry_block_laid_over_the_scenario_must_still_run(entry, scenario, line):
     """A block alone needs a space; a merged space with a range needs a budget; ``true`` is no block."""
     raw = tiny_scenario(tune=scenario, algorithms=[{"name": "fedavg", "tune": entry}])

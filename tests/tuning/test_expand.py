@@ -19,8 +19,10 @@ def tuned(tune: dict, **top) -> dict:
 def test_grid_is_the_cartesian_product_in_order():
     entry = plan(parse_scenario(tuned(GRID))).entries[0]
     assert [t.values for t in entry.trials] == [
-        {"local.lr": 0.01, "server.lr": 1.0}, {"local.lr": 0.01, "server.lr": 2.0},
-        {"local.lr": 0.1, "server.lr": 1.0}, {"local.lr": 0.1, "server.lr": 2.0},
+        {"local.lr": 0.01, "server.lr": 1.0},
+        {"local.lr": 0.01, "server.lr": 2.0},
+        {"local.lr": 0.1, "server.lr": 1.0},
+        {"local.lr": 0.1, "server.lr": 2.0},
     ]
     assert [t.index for t in entry.trials] == [0, 1, 2, 3]
 
@@ -38,8 +40,11 @@ def test_trial_run_ids_are_the_hashes_of_the_overridden_specs():
 
 
 def test_algorithm_parameters_are_tuned_by_name():
-    sc = parse_scenario(tiny_scenario(algorithms=[{"name": "fedprox", "mu": 0.1, "tune": {
-        "space": {"mu": [0.01, 1.0]}, "protocol": "paper"}}]))
+    sc = parse_scenario(
+        tiny_scenario(
+            algorithms=[{"name": "fedprox", "mu": 0.1, "tune": {"space": {"mu": [0.01, 1.0]}, "protocol": "paper"}}]
+        )
+    )
     trials = plan(sc).entries[0].trials
     assert [t.spec.algorithm["mu"] for t in trials] == [0.01, 1.0]
     assert trials[1].spec.components.algorithm.mu == 1.0
@@ -50,7 +55,9 @@ def test_algorithm_parameters_are_tuned_by_name():
 def test_validation_protocol_is_part_of_the_identity():
     paper = plan(parse_scenario(tuned({**GRID, "protocol": "paper"}))).entries[0].trials[0]
     val = plan(parse_scenario(tuned({**GRID, "protocol": "validation"}))).entries[0].trials[0]
-    other = plan(parse_scenario(tuned({**GRID, "protocol": "validation", "validation_fraction": 0.2}))).entries[0].trials[0]
+    other = (
+        plan(parse_scenario(tuned({**GRID, "protocol": "validation", "validation_fraction": 0.2}))).entries[0].trials[0]
+    )
     assert paper.spec.validation is None and val.spec.validation.fraction == 0.1
     assert len({paper.spec.spec_hash(), val.spec.spec_hash(), other.spec.spec_hash()}) == 3
     assert json.loads(val.spec.to_json())["validation"] == {"fraction": 0.1}
@@ -66,23 +73,39 @@ def test_a_scenario_without_tune_keeps_its_specs_and_hash():
 
 def test_an_entry_block_is_laid_over_the_scenario_block():
     """Space keys are added (the entry's values win), trials merge key by key, other keys replace."""
-    sc = parse_scenario(tiny_scenario(tune={**GRID, "trials": {"seeds": [0], "rounds": 2}}, algorithms=[
-        {"name": "fedavg"},
-        {"name": "fedprox", "tune": {"space": {"mu": [0.5, 1.0], "local.lr": [0.2]}, "protocol": "validation",
-                                     "trials": {"rounds": 1}}},
-        {"name": "fedavgm", "label": "untuned", "tune": False}]))
+    sc = parse_scenario(
+        tiny_scenario(
+            tune={**GRID, "trials": {"seeds": [0], "rounds": 2}},
+            algorithms=[
+                {"name": "fedavg"},
+                {
+                    "name": "fedprox",
+                    "tune": {
+                        "space": {"mu": [0.5, 1.0], "local.lr": [0.2]},
+                        "protocol": "validation",
+                        "trials": {"rounds": 1},
+                    },
+                },
+                {"name": "fedavgm", "label": "untuned", "tune": False},
+            ],
+        )
+    )
     fedavg, fedprox, off = plan(sc).entries
     assert len(fedavg.trials) == 4 and off.tune is None and off.trials == ()
     assert [t.values for t in fedprox.trials] == [
-        {"local.lr": 0.2, "server.lr": s, "mu": m} for s in (1.0, 2.0) for m in (0.5, 1.0)]
+        {"local.lr": 0.2, "server.lr": s, "mu": m} for s in (1.0, 2.0) for m in (0.5, 1.0)
+    ]
     assert fedprox.tune.protocol == "validation" and fedavg.tune.protocol == "paper"
     assert fedprox.tune.trials.seeds == [0] and {t.spec.rounds for t in fedprox.trials} == {1}
 
 
 def test_tune_false_on_the_scenario_leaves_every_entry_untuned():
     """A scale overlay switches tuning off with ``tune: false`` (entries' own blocks included)."""
-    sc = parse_scenario(tiny_scenario(tune=False, algorithms=[
-        {"name": "fedavg"}, {"name": "fedprox", "tune": {"space": {"mu": [0.5]}}}]))
+    sc = parse_scenario(
+        tiny_scenario(
+            tune=False, algorithms=[{"name": "fedavg"}, {"name": "fedprox", "tune": {"space": {"mu": [0.5]}}}]
+        )
+    )
     assert not sc.tuned and all(e.tune is None for e in plan(sc).entries)
 
 
@@ -98,8 +121,15 @@ def test_a_budget_on_a_grid_draws_distinct_grid_points():
     assert [t.values for t in plan(parse_scenario(tuned({**grid, "budget": 20}))).entries[0].trials] == full
 
 
-RANGES = {"space": {"local.lr": {"log_uniform": [1e-3, 1e-1]}, "server.lr": {"uniform": [0.5, 2.0]},
-                    "server.momentum": {"choice": [0.0, 0.9]}, "local.batch_size": [8, 16]}, "budget": 6}
+RANGES = {
+    "space": {
+        "local.lr": {"log_uniform": [1e-3, 1e-1]},
+        "server.lr": {"uniform": [0.5, 2.0]},
+        "server.momentum": {"choice": [0.0, 0.9]},
+        "local.batch_size": [8, 16],
+    },
+    "budget": 6,
+}
 
 
 def test_the_same_scenario_and_seed_propose_the_same_trials():
@@ -121,13 +151,25 @@ def test_the_sampler_is_keyed_by_scenario_and_entry():
 
 
 def test_final_runs_use_the_chosen_values_on_the_scenario_name_and_seeds():
-    sc = parse_scenario(tuned({**GRID, "trials": {"seeds": [0], "rounds": 2}}, seeds=[0, 1], algorithms=[
-        {"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}]))
+    sc = parse_scenario(
+        tuned(
+            {**GRID, "trials": {"seeds": [0], "rounds": 2}},
+            seeds=[0, 1],
+            algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+        )
+    )
     tuning = plan(sc)
     best = tuning.entries[0].trials[2]
-    runs = final_runs(tuning, [Choice(tuning.entries[0], best, (0.1, 0.2, 0.9, 0.3)), Choice(tuning.entries[1], None, ())])
-    written = parse_scenario(tiny_scenario({"local.lr": 0.1, "server.lr": 1.0}, seeds=[0, 1], algorithms=[
-        {"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}]))
+    runs = final_runs(
+        tuning, [Choice(tuning.entries[0], best, (0.1, 0.2, 0.9, 0.3)), Choice(tuning.entries[1], None, ())]
+    )
+    written = parse_scenario(
+        tiny_scenario(
+            {"local.lr": 0.1, "server.lr": 1.0},
+            seeds=[0, 1],
+            algorithms=[{"name": "fedavg"}, {"name": "fedprox", "mu": 0.1}],
+        )
+    )
     fedavg, fedprox = written.runs
     assert [r.run_id for r in runs[2:]] == [run_id_of(fedprox, seed) for seed in (0, 1)]  # untuned: as written
     tuned_spec = runs[0].spec

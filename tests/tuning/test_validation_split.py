@@ -10,7 +10,11 @@ from fedbench.scenario import parse_scenario
 from fedbench.sweeps.tuning import plan
 from tests.factories import tiny_scenario
 
-TUNE = {"space": {"local.lr": [0.01, 0.1], "server.lr": [1.0, 3.0]}, "trials": {"rounds": 2}, "validation_fraction": 0.2}
+TUNE = {
+    "space": {"local.lr": [0.01, 0.1], "server.lr": [1.0, 3.0]},
+    "trials": {"rounds": 2},
+    "validation_fraction": 0.2,
+}
 
 
 def test_stratified_counts_follow_the_labels():

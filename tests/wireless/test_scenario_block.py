@@ -22,9 +22,18 @@ def raw_with(wireless):
 def test_defaults_are_the_papers_values_and_the_documented_assumptions():
     w = resolve_runs(parse_scenario(raw_with({})))[0].wireless
     assert w.model_dump() == {
-        "tau_s": 1.0, "bandwidth_hz": 1e8, "tx_power_dbm": 30.0, "noise_psd_dbm_hz": -143.0, "cell_radius_m": 3000.0,
-        "pathloss_const": 1e-3, "pathloss_exp": 2.0, "fairness_alpha": 0.5, "b_min": 2, "b_max": None,
-        "resolve_after_drop": False, "outage_aggregation": "renormalize",
+        "tau_s": 1.0,
+        "bandwidth_hz": 1e8,
+        "tx_power_dbm": 30.0,
+        "noise_psd_dbm_hz": -143.0,
+        "cell_radius_m": 3000.0,
+        "pathloss_const": 1e-3,
+        "pathloss_exp": 2.0,
+        "fairness_alpha": 0.5,
+        "b_min": 2,
+        "b_max": None,
+        "resolve_after_drop": False,
+        "outage_aggregation": "renormalize",
     }
     assert resolve_runs(parse_scenario(raw_with(None)))[0].wireless is None
 

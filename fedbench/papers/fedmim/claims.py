@@ -57,7 +57,9 @@ def _c3(nums: Numbers) -> Verdict:
     for dataset, cols in _by_dataset(acc.columns).items():
         iid, dir1 = (next(c for c in cols if _setting(c) == s) for s in ("IID.", "DIR.1"))
         drop = acc[iid] - acc[dir1]
-        checks += [greater(f"{dataset} drop", "FedAdam", drop["FedAdam"], m, drop[m]) for m in acc.index if m != "FedAdam"]
+        checks += [
+            greater(f"{dataset} drop", "FedAdam", drop["FedAdam"], m, drop[m]) for m in acc.index if m != "FedAdam"
+        ]
     return judge(checks)
 
 
@@ -71,14 +73,23 @@ def _c4b(nums: Numbers) -> Verdict:
     acc = nums.acc("I")
     checks = []
     for col in (c for c in acc.columns if _setting(c) == "DIR.1"):
-        checks += [greater(col, "FedMIM", acc.loc["FedMIM", col], m, acc.loc[m, col]) for m in acc.index if m != "FedMIM"]
-        checks += [greater(col, "SCAFFOLD", acc.loc["SCAFFOLD", col], m, acc.loc[m, col])
-                   for m in acc.index if m not in ("FedMIM", "SCAFFOLD")]
+        checks += [
+            greater(col, "FedMIM", acc.loc["FedMIM", col], m, acc.loc[m, col]) for m in acc.index if m != "FedMIM"
+        ]
+        checks += [
+            greater(col, "SCAFFOLD", acc.loc["SCAFFOLD", col], m, acc.loc[m, col])
+            for m in acc.index
+            if m not in ("FedMIM", "SCAFFOLD")
+        ]
     return judge(checks)
 
 
-@claim("fedmim", "C5", "Enlarging local epochs to E = 10 lowers accuracy at fixed T: for every method on every dataset, "
-       "E = 10 is below both E = 1 and E = 5 (Table II and its text)")
+@claim(
+    "fedmim",
+    "C5",
+    "Enlarging local epochs to E = 10 lowers accuracy at fixed T: for every method on every dataset, "
+    "E = 10 is below both E = 1 and E = 5 (Table II and its text)",
+)
 def _c5(nums: Numbers) -> Verdict:
     # The text: "When the local epochs are enlarged to 10, ... a negative impact on the test accuracy". Not every
     # E = 1 → 5 step falls in the paper (SCAFFOLD CIFAR-100 48.35 → 48.85, notes §4), so only E = 10 is compared.
@@ -87,8 +98,10 @@ def _c5(nums: Numbers) -> Verdict:
     for row in acc.index:
         for cols in _by_dataset(acc.columns).values():
             dataset, e10 = _SETTING.match(cols[0])["dataset"], cols[-1]
-            checks += [greater(f"{row} {dataset}", _setting(c), acc.loc[row, c], _setting(e10), acc.loc[row, e10])
-                       for c in cols[:-1]]
+            checks += [
+                greater(f"{row} {dataset}", _setting(c), acc.loc[row, c], _setting(e10), acc.loc[row, e10])
+                for c in cols[:-1]
+            ]
     return judge(checks)
 
 
@@ -113,12 +126,17 @@ def _lowest_in_dir3(nums: Numbers, metric: str, scale: float, unit: str, figure:
 
 @claim("fedmim", "C6a", "FedMIM has the lowest mean local consistency (1/S)Σ‖x_i,K − x̄‖² in Table I's DIR.3 runs")
 def _c6a(nums: Numbers) -> Verdict:
-    return _lowest_in_dir3(nums, "consistency", 1.0, "",
-                           "Fig. 2b shows FedMIM lowest on CIFAR-10/100 as curves, without numbers")
+    return _lowest_in_dir3(
+        nums, "consistency", 1.0, "", "Fig. 2b shows FedMIM lowest on CIFAR-10/100 as curves, without numbers"
+    )
 
 
-@claim("fedmim", "C6b", "FedMIM has the lowest client spread (mean std over clients of the global model's accuracy) "
-                        "in Table I's DIR.3 runs")
+@claim(
+    "fedmim",
+    "C6b",
+    "FedMIM has the lowest client spread (mean std over clients of the global model's accuracy) "
+    "in Table I's DIR.3 runs",
+)
 def _c6b(nums: Numbers) -> Verdict:
     return _lowest_in_dir3(nums, "client_acc_std", 100.0, " pp", "not in the paper (a fedbench check)")
 
@@ -128,5 +146,3 @@ def _c7a(nums: Numbers) -> Verdict:
     acc, base = nums.acc("III"), "α=() β=()"
     rows = [r for r in acc.index if r != base]
     return judge([greater(col, r, acc.loc[r, col], base, acc.loc[base, col]) for col in acc.columns for r in rows])
-
-

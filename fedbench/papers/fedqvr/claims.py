@@ -33,9 +33,9 @@ from fedbench.report.claims.base import (
 BLOCKS = {"I-CIFAR-10": ("CIFAR-10", "CIFAR-10 + HLU", 70), "I-MNIST": ("MNIST", "MNIST + HLU", 95)}
 QUANTIZED = ["FedPAQ", "FedCOMGATE", "FedCAMS"]
 FP32_PER_QUANTIZED = 10.67  # 32d / (d·3 + μ) per device per round, notes §7 (CIFAR 10.67, MNIST 10.66)
-RATIO_TOL = 0.05            # relative
-HLU_TOL = 1.0               # points: "FedQVR barely changes under HLU" (83.42 → 83.34)
-M5_TOL = 2.0                # points: "m = 5 only slightly below m = 10"
+RATIO_TOL = 0.05  # relative
+HLU_TOL = 1.0  # points: "FedQVR barely changes under HLU" (83.42 → 83.34)
+M5_TOL = 2.0  # points: "m = 5 only slightly below m = 10"
 _FIGURE = "a figure without numbers"
 
 
@@ -50,12 +50,16 @@ def _column(nums: Numbers, table: str, case: str, what: str) -> pd.Series:
     return nums.acc(table)[f"{case} {what}"]
 
 
-@claim("fedqvr", "1", "FedQVR has the highest final accuracy in every case of Table I (plain and HLU, CIFAR-10 and MNIST)")
+@claim(
+    "fedqvr", "1", "FedQVR has the highest final accuracy in every case of Table I (plain and HLU, CIFAR-10 and MNIST)"
+)
 def _c1(nums: Numbers) -> Verdict:
     checks = []
     for table, case, _ in _cases(nums):
         acc = _column(nums, table, case, "ACC")
-        checks += [greater(case, "FedQVR", acc["FedQVR"], other, acc[other]) for other in acc.index if other != "FedQVR"]
+        checks += [
+            greater(case, "FedQVR", acc["FedQVR"], other, acc[other]) for other in acc.index if other != "FedQVR"
+        ]
     return judge(checks)
 
 
@@ -64,16 +68,24 @@ def _c1b(nums: Numbers) -> Verdict:
     checks = []
     for table, case, _ in _cases(nums):
         acc = _column(nums, table, case, "ACC").dropna()
-        checks += [greater(case, other, acc[other], "FedAvg", acc["FedAvg"]) for other in acc.index if other != "FedAvg"]
+        checks += [
+            greater(case, other, acc[other], "FedAvg", acc["FedAvg"]) for other in acc.index if other != "FedAvg"
+        ]
     return judge(checks)
 
 
-@claim("fedqvr", "2", "FedQVR needs the fewest rounds to the lower target (#R-70 on CIFAR-10, #R-95 on MNIST) in every case")
+@claim(
+    "fedqvr",
+    "2",
+    "FedQVR needs the fewest rounds to the lower target (#R-70 on CIFAR-10, #R-95 on MNIST) in every case",
+)
 def _c2(nums: Numbers) -> Verdict:
     checks = []
     for table, case, low in _cases(nums):
         rounds = _column(nums, table, case, f"#R-{low}")
-        checks += [fewer(case, "FedQVR", rounds["FedQVR"], o, rounds[o], "rounds") for o in rounds.index if o != "FedQVR"]
+        checks += [
+            fewer(case, "FedQVR", rounds["FedQVR"], o, rounds[o], "rounds") for o in rounds.index if o != "FedQVR"
+        ]
     return judge(checks)
 
 
@@ -83,12 +95,19 @@ def _c3(nums: Numbers) -> Verdict:
     for table, case, low in _cases(nums):
         col = next(c for c in nums.acc(table).columns if c.startswith(f"{case} #C-{low} "))
         bits = nums.acc(table)[col]
-        checks += [fewer(case, "FedQVR", bits["FedQVR"], o, bits[o], col.split()[-1]) for o in bits.index if o != "FedQVR"]
+        checks += [
+            fewer(case, "FedQVR", bits["FedQVR"], o, bits[o], col.split()[-1]) for o in bits.index if o != "FedQVR"
+        ]
     return judge(checks)
 
 
-@claim("fedqvr", "3b", f"A B = 2 quantized upload is ≈ {FP32_PER_QUANTIZED:g}× cheaper per round than full precision "
-       "(FedDyn vs FedQVR uplink bits per round), and SCAFFOLD costs 2× FedDyn", kind="accounting")
+@claim(
+    "fedqvr",
+    "3b",
+    f"A B = 2 quantized upload is ≈ {FP32_PER_QUANTIZED:g}× cheaper per round than full precision "
+    "(FedDyn vs FedQVR uplink bits per round), and SCAFFOLD costs 2× FedDyn",
+    kind="accounting",
+)
 def _c3b(nums: Numbers) -> Verdict:
     checks = []
     for table, case, low in _cases(nums):
@@ -102,10 +121,19 @@ def _c3b(nums: Numbers) -> Verdict:
             checks.append(Check(f"{case}: FedDyn or FedQVR missing", None))
             continue
         ratio = per_round["FedDyn"] / per_round["FedQVR"]
-        checks.append(within(case, "FedDyn / FedQVR per round", ratio, FP32_PER_QUANTIZED * (1 - RATIO_TOL),
-                             FP32_PER_QUANTIZED * (1 + RATIO_TOL)))
+        checks.append(
+            within(
+                case,
+                "FedDyn / FedQVR per round",
+                ratio,
+                FP32_PER_QUANTIZED * (1 - RATIO_TOL),
+                FP32_PER_QUANTIZED * (1 + RATIO_TOL),
+            )
+        )
         if "SCAFFOLD" in per_round.dropna().index and isinstance(nums, StoreNumbers):
-            checks.append(within(case, "SCAFFOLD / FedDyn per round", per_round["SCAFFOLD"] / per_round["FedDyn"], 1.99, 2.01))
+            checks.append(
+                within(case, "SCAFFOLD / FedDyn per round", per_round["SCAFFOLD"] / per_round["FedDyn"], 1.99, 2.01)
+            )
     return judge(checks)
 
 
@@ -115,22 +143,42 @@ def _c4(nums: Numbers) -> Verdict:
     return judge([greater("CIFAR-10", "FedCAMS", acc["FedCAMS"], o, acc[o]) for o in ("FedPAQ", "FedCOMGATE")])
 
 
-@claim("fedqvr", "5", f"HLU robustness: FedQVR's final accuracy moves by ≤ max({HLU_TOL:g} point, {NOISE_K:g}σ) under HLU, "
-       "less than any baseline's on the same dataset")
+@claim(
+    "fedqvr",
+    "5",
+    f"HLU robustness: FedQVR's final accuracy moves by ≤ max({HLU_TOL:g} point, {NOISE_K:g}σ) under HLU, "
+    "less than any baseline's on the same dataset",
+)
 def _c5(nums: Numbers) -> Verdict:
     checks = []
     for table, (plain, hlu, _) in BLOCKS.items():
         acc, std = nums.acc(table), nums.acc_std(table)
         change = (_column(nums, table, hlu, "ACC") - _column(nums, table, plain, "ACC")).abs()
-        checks.append(close(plain, "FedQVR HLU", acc.loc["FedQVR", f"{hlu} ACC"], "plain", acc.loc["FedQVR", f"{plain} ACC"],
-                            HLU_TOL, (std.loc["FedQVR", f"{hlu} ACC"], std.loc["FedQVR", f"{plain} ACC"])))
-        checks += [greater(plain, f"|ΔACC| {o}", change[o], "FedQVR's", change["FedQVR"]) for o in change.dropna().index
-                   if o != "FedQVR"]
+        checks.append(
+            close(
+                plain,
+                "FedQVR HLU",
+                acc.loc["FedQVR", f"{hlu} ACC"],
+                "plain",
+                acc.loc["FedQVR", f"{plain} ACC"],
+                HLU_TOL,
+                (std.loc["FedQVR", f"{hlu} ACC"], std.loc["FedQVR", f"{plain} ACC"]),
+            )
+        )
+        checks += [
+            greater(plain, f"|ΔACC| {o}", change[o], "FedQVR's", change["FedQVR"])
+            for o in change.dropna().index
+            if o != "FedQVR"
+        ]
     return judge(checks)
 
 
-@claim("fedqvr", "6", f"Fig. 4: FedQVR with m = 5 is at most max({M5_TOL:g} points, {NOISE_K:g}σ) below m = 10 and above "
-       "every m = 10 baseline (CIFAR-10, plain and HLU; final accuracy)")
+@claim(
+    "fedqvr",
+    "6",
+    f"Fig. 4: FedQVR with m = 5 is at most max({M5_TOL:g} points, {NOISE_K:g}σ) below m = 10 and above "
+    "every m = 10 baseline (CIFAR-10, plain and HLU; final accuracy)",
+)
 def _c6(nums: Numbers) -> Verdict:
     if not isinstance(nums, StoreNumbers):
         return Verdict("not reported", note=_FIGURE)
@@ -160,8 +208,12 @@ def _c7(nums: Numbers) -> Verdict:
     return judge(checks)
 
 
-@claim("fedqvr", "7b", "Fig. 1: a ≤ 0.5 beats a > 0.5: the best final accuracy over a ∈ {0.1, 0.3, 0.5} exceeds the "
-       "best over a ∈ {0.7, 0.9}, on both datasets")
+@claim(
+    "fedqvr",
+    "7b",
+    "Fig. 1: a ≤ 0.5 beats a > 0.5: the best final accuracy over a ∈ {0.1, 0.3, 0.5} exceeds the "
+    "best over a ∈ {0.7, 0.9}, on both datasets",
+)
 def _c7b(nums: Numbers) -> Verdict:
     if not isinstance(nums, StoreNumbers):
         return Verdict("not reported", note=_FIGURE)
@@ -182,26 +234,46 @@ def _fig5(nums: StoreNumbers, ds: str) -> dict[str, pd.Series]:
     return {tau: nums.scenario_acc(f"fedqvr_fig5_{ds}_tau{tau}") for tau in FIG5_TAUS[ds]}
 
 
-@claim("fedqvr", "8a", f"Fig. 5: FedQVR-E's final accuracy spans ≤ max({TAU_SPREAD:g} points, {NOISE_K:g}σ) over the delay "
-       "limits τ (CIFAR-10 and MNIST)")
+@claim(
+    "fedqvr",
+    "8a",
+    f"Fig. 5: FedQVR-E's final accuracy spans ≤ max({TAU_SPREAD:g} points, {NOISE_K:g}σ) over the delay "
+    "limits τ (CIFAR-10 and MNIST)",
+)
 def _c8a(nums: Numbers) -> Verdict:
     if not isinstance(nums, StoreNumbers):
         return Verdict("not reported", note=_FIGURE)
     checks = []
     for ds, taus in FIG5_TAUS.items():
         accs = pd.Series({tau: acc.get("FedQVR-E", math.nan) for tau, acc in _fig5(nums, ds).items()})
-        stds = pd.Series({tau: nums.scenario_std(f"fedqvr_fig5_{ds}_tau{tau}").get("FedQVR-E", math.nan) for tau in taus})
+        stds = pd.Series(
+            {tau: nums.scenario_std(f"fedqvr_fig5_{ds}_tau{tau}").get("FedQVR-E", math.nan) for tau in taus}
+        )
         if not accs.notna().all():
             checks.append(Check(f"{ds}: FedQVR-E at some τ missing", None))
             continue
         hi, lo = accs.idxmax(), accs.idxmin()
-        checks.append(close(f"{ds} FedQVR-E", f"max τ={hi}", accs[hi], f"min τ={lo}", accs[lo], TAU_SPREAD,
-                            (stds[hi], stds[lo]), "below"))
+        checks.append(
+            close(
+                f"{ds} FedQVR-E",
+                f"max τ={hi}",
+                accs[hi],
+                f"min τ={lo}",
+                accs[lo],
+                TAU_SPREAD,
+                (stds[hi], stds[lo]),
+                "below",
+            )
+        )
     return judge(checks)
 
 
-@claim("fedqvr", "8b", "Fig. 5: as τ tightens, fixed-bit FedQVR does not improve (final accuracy at the tightest τ ≤ the "
-       "loosest), and at the tightest τ FedQVR-E beats FedQVR, FedCAMS and FedPAQ (CIFAR-10)")
+@claim(
+    "fedqvr",
+    "8b",
+    "Fig. 5: as τ tightens, fixed-bit FedQVR does not improve (final accuracy at the tightest τ ≤ the "
+    "loosest), and at the tightest τ FedQVR-E beats FedQVR, FedCAMS and FedPAQ (CIFAR-10)",
+)
 def _c8b(nums: Numbers) -> Verdict:
     if not isinstance(nums, StoreNumbers):
         return Verdict("not reported", note=_FIGURE)
@@ -211,6 +283,8 @@ def _c8b(nums: Numbers) -> Verdict:
         loose, tight = runs[taus[0]].get("FedQVR", math.nan), runs[taus[-1]].get("FedQVR", math.nan)
         checks.append(greater(ds, f"FedQVR at τ={taus[0]}", loose + 1e-9, f"at τ={taus[-1]}", tight))
     tight = _fig5(nums, "cifar10")[FIG5_TAUS["cifar10"][-1]]
-    checks += [greater("cifar10 τ=0.6", "FedQVR-E", tight.get("FedQVR-E", math.nan), o, tight.get(o, math.nan))
-               for o in ("FedQVR", "FedCAMS", "FedPAQ")]
+    checks += [
+        greater("cifar10 τ=0.6", "FedQVR-E", tight.get("FedQVR-E", math.nan), o, tight.get(o, math.nan))
+        for o in ("FedQVR", "FedCAMS", "FedPAQ")
+    ]
     return judge(checks)

@@ -48,8 +48,14 @@ ROUNDS = 500  # R: a ">500" round count is charged 500 rounds
 
 # Row label of Table I → registered algorithm name.
 TABLE_I_ALGORITHMS = {
-    "FedAvg": "fedavg", "SCAFFOLD": "scaffold", "FedDyn": "feddyn", "FedAdam": "fedadam",
-    "FedPAQ": "fedpaq", "FedCOMGATE": "fedcomgate", "FedCAMS": "fedcams", "FedQVR": "fedqvr",
+    "FedAvg": "fedavg",
+    "SCAFFOLD": "scaffold",
+    "FedDyn": "feddyn",
+    "FedAdam": "fedadam",
+    "FedPAQ": "fedpaq",
+    "FedCOMGATE": "fedcomgate",
+    "FedCAMS": "fedcams",
+    "FedQVR": "fedqvr",
 }
 # How many fp32 vectors of size d each full-precision method uploads (SCAFFOLD: Δy and Δc).
 FULL_PRECISION_VECTORS = {"fedavg": 1, "feddyn": 1, "fedadam": 1, "scaffold": 2}
@@ -100,13 +106,15 @@ SETTINGS = (
 PAPER_D = {s.table: s.paper_d for s in SETTINGS}
 
 # (table, row, column) of the five #C cells that contradict #R × per-round (notes §9).
-KNOWN_TYPOS = frozenset({
-    ("I-CIFAR-10", "FedAvg", "CIFAR-10 + HLU #C-70 (10^9)"),
-    ("I-CIFAR-10", "SCAFFOLD", "CIFAR-10 + HLU #C-70 (10^9)"),
-    ("I-CIFAR-10", "FedQVR", "CIFAR-10 + HLU #C-70 (10^9)"),
-    ("I-MNIST", "FedDyn", "MNIST + HLU #C-97 (10^8)"),
-    ("I-MNIST", "FedAdam", "MNIST + HLU #C-97 (10^8)"),
-})
+KNOWN_TYPOS = frozenset(
+    {
+        ("I-CIFAR-10", "FedAvg", "CIFAR-10 + HLU #C-70 (10^9)"),
+        ("I-CIFAR-10", "SCAFFOLD", "CIFAR-10 + HLU #C-70 (10^9)"),
+        ("I-CIFAR-10", "FedQVR", "CIFAR-10 + HLU #C-70 (10^9)"),
+        ("I-MNIST", "FedDyn", "MNIST + HLU #C-97 (10^8)"),
+        ("I-MNIST", "FedAdam", "MNIST + HLU #C-97 (10^8)"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -165,8 +173,10 @@ def typo_note(printed_text: str, rounds: int, per_round: int, unit: float) -> st
     if n >= 1 and status_of(n * per_round / unit, printed) != "disagree":
         beyond = f", more than the {ROUNDS} rounds run" if n > ROUNDS else ""
         return f"paper typo: {printed_text} implies {n} rounds{beyond}; #R = {rounds} gives {sig4(ours)}"
-    return (f"paper typo: {printed_text} matches no whole number of rounds ({implied:.1f}); "
-            f"#R = {rounds} gives {sig4(ours)}")
+    return (
+        f"paper typo: {printed_text} matches no whole number of rounds ({implied:.1f}); "
+        f"#R = {rounds} gives {sig4(ours)}"
+    )
 
 
 def _reach_columns(paper: str, table: str) -> list[tuple[str, str, str, float]]:
@@ -186,7 +196,8 @@ def cost_check(paper: str = "fedqvr", paper_d: Mapping[str, int] | None = PAPER_
     if paper != "fedqvr":
         raise ValueError(f"no communication-cost accounting for paper {paper!r}; available: fedqvr")
     per_round_rows: dict[str, dict[str, Any]] = {
-        label: {"Method": label, "uplink per device": payload_formula(name)} for label, name in TABLE_I_ALGORITHMS.items()
+        label: {"Method": label, "uplink per device": payload_formula(name)}
+        for label, name in TABLE_I_ALGORITHMS.items()
     }
     cells = []
     for setting in SETTINGS:
@@ -195,20 +206,29 @@ def cost_check(paper: str = "fedqvr", paper_d: Mapping[str, int] | None = PAPER_
         for label, name in TABLE_I_ALGORITHMS.items():
             per_round_rows[label][f"{setting.dataset} (d = {checked.d:,})"] = per_round_bits(name, checked)
             if checked.d != ours.d:
-                per_round_rows[label][f"{setting.dataset} ({setting.model}, d = {ours.d:,})"] = per_round_bits(name, ours)
+                per_round_rows[label][f"{setting.dataset} ({setting.model}, d = {ours.d:,})"] = per_round_bits(
+                    name, ours
+                )
         ref = reference_table(paper, setting.table)
         printed = {label: dict(zip(ref["columns"], map(cell_text, values))) for label, values in ref["rows"].items()}
         for case, r_col, c_col, unit in _reach_columns(paper, setting.table):
             for label, name in TABLE_I_ALGORITHMS.items():
-                cell = _check_cell(printed[label][r_col], printed[label][c_col], per_round_bits(name, checked),
-                                   per_round_bits(name, ours), unit, (setting.table, label, c_col) in KNOWN_TYPOS)
+                cell = _check_cell(
+                    printed[label][r_col],
+                    printed[label][c_col],
+                    per_round_bits(name, checked),
+                    per_round_bits(name, ours),
+                    unit,
+                    (setting.table, label, c_col) in KNOWN_TYPOS,
+                )
                 if cell is not None:
                     cells.append({"table": setting.table, "case": case, "Method": label, "column": c_col, **cell})
     return pd.DataFrame(list(per_round_rows.values())).set_index("Method"), pd.DataFrame(cells)
 
 
-def _check_cell(r_text: str | None, c_text: str | None, per_round: int, per_round_model: int, unit: float,
-                known: bool) -> dict[str, Any] | None:
+def _check_cell(
+    r_text: str | None, c_text: str | None, per_round: int, per_round_model: int, unit: float, known: bool
+) -> dict[str, Any] | None:
     """One #C cell against #R × per-round; None for a crashed ("—") row."""
     if r_text is None or r_text.strip() in ("—", "-"):
         return None
@@ -224,15 +244,28 @@ def _check_cell(r_text: str | None, c_text: str | None, per_round: int, per_roun
         status = status_of(ours, printed)
         note = {"exact": "", "last digit": f"paper's rounding: {ours:.6g} printed {c_text}"}.get(status, "")
         if status == "disagree":
-            note = typo_note(c_text.lstrip(">"), rounds, per_round, unit) if known else \
-                f"not a known typo: #R × per-round = {sig4(ours)}"
+            note = (
+                typo_note(c_text.lstrip(">"), rounds, per_round, unit)
+                if known
+                else f"not a known typo: #R × per-round = {sig4(ours)}"
+            )
     if known and status != "disagree":
         note = "listed as a paper typo (notes §9) but agrees"
     return {
-        "rounds_printed": r_text, "rounds": rounds, "per_round_bits": per_round, "bits": rounds * per_round,
-        "ours": ours, "ours_4sf": f"{'>' if bound else ''}{sig4(ours)}", "printed": printed, "printed_text": c_text,
-        "status": status, "agree": status != "disagree", "known_typo": known, "note": note,
-        "ours_model_d": ours_model, "ours_model_d_4sf": f"{'>' if bound else ''}{sig4(ours_model)}",
+        "rounds_printed": r_text,
+        "rounds": rounds,
+        "per_round_bits": per_round,
+        "bits": rounds * per_round,
+        "ours": ours,
+        "ours_4sf": f"{'>' if bound else ''}{sig4(ours)}",
+        "printed": printed,
+        "printed_text": c_text,
+        "status": status,
+        "agree": status != "disagree",
+        "known_typo": known,
+        "note": note,
+        "ours_model_d": ours_model,
+        "ours_model_d_4sf": f"{'>' if bound else ''}{sig4(ours_model)}",
         "agree_model_d": printed == printed and status_of(ours_model, printed) != "disagree",
     }
 
@@ -272,8 +305,10 @@ def verdict(report: CostReport) -> str:
     c = report.cells
     exact, last = int((c["status"] == "exact").sum()), int((c["status"] == "last digit").sum())
     ok_rows, rows = report.rows_agreeing()
-    head = (f"{exact + last}/{len(c)} #C cells agree with #R × per-round to 4 significant figures "
-            f"({exact} exactly, {last} one unit apart in the 4th digit); {ok_rows}/{rows} rows agree")
+    head = (
+        f"{exact + last}/{len(c)} #C cells agree with #R × per-round to 4 significant figures "
+        f"({exact} exactly, {last} one unit apart in the 4th digit); {ok_rows}/{rows} rows agree"
+    )
     typos = int((~c["agree"] & c["known_typo"]).sum())
     if report.passes:
         return f"{head}; the {typos} disagreements are the known paper typos"
@@ -285,8 +320,11 @@ def _grid(report: CostReport, table: str, column: str) -> tuple[list[str], list[
     c = report.cells[report.cells["table"] == table]
     columns = list(dict.fromkeys(c["column"]))
     mark = {"exact": "", "last digit": " †", "disagree": " ✗"}
-    cells = {(r["Method"], r["column"]): f"{r['printed_text']} / {r[column]}" + (
-        mark[r["status"]] if column == "ours_4sf" else ("" if r["agree_model_d"] else " ✗")) for _, r in c.iterrows()}
+    cells = {
+        (r["Method"], r["column"]): f"{r['printed_text']} / {r[column]}"
+        + (mark[r["status"]] if column == "ours_4sf" else ("" if r["agree_model_d"] else " ✗"))
+        for _, r in c.iterrows()
+    }
     rows = [[m, *(cells.get((m, col), "—") for col in columns)] for m in TABLE_I_ALGORITHMS]
     return ["Method", *columns], rows
 
@@ -305,7 +343,9 @@ def rich_costs(report: CostReport) -> list[Table]:
         for h in ("table", "Method", "column", "#R", "paper", "ours", "note"):
             d.add_column(h)
         for _, r in bad.iterrows():
-            d.add_row(r["table"], r["Method"], r["column"], r["rounds_printed"], r["printed_text"], r["ours_4sf"], r["note"])
+            d.add_row(
+                r["table"], r["Method"], r["column"], r["rounds_printed"], r["printed_text"], r["ours_4sf"], r["note"]
+            )
         out.append(d)
     return out
 
@@ -320,25 +360,43 @@ def format_costs(report: CostReport, fmt: str) -> str:
         raise ValueError(f"unknown costs table format {fmt!r}; allowed: markdown, csv")
     pr = report.per_round
     per_round = [[str(m), *(v if isinstance(v, str) else f"{int(v):,}" for v in row)] for m, row in pr.iterrows()]
-    parts = [f"## FedQVR Table I: uplink bits per round (m = {CLIENTS_PER_ROUND}, B = {QUANT_BITS})", "",
-             markdown_grid(["Method", *pr.columns], per_round),
-             "_μ = 2·32·(parameter tensors): 1152 for the CIFAR-10 CNN (18 tensors), 384 for the MLP (6). "
-             "FedQVR's 32-bit scalar and the downlink are not counted, as in the paper._", ""]
+    parts = [
+        f"## FedQVR Table I: uplink bits per round (m = {CLIENTS_PER_ROUND}, B = {QUANT_BITS})",
+        "",
+        markdown_grid(["Method", *pr.columns], per_round),
+        "_μ = 2·32·(parameter tensors): 1152 for the CIFAR-10 CNN (18 tensors), 384 for the MLP (6). "
+        "FedQVR's 32-bit scalar and the downlink are not counted, as in the paper._",
+        "",
+    ]
     for s in SETTINGS:
         c = report.cells[report.cells["table"] == s.table]
         unit = round(math.log10(_reach_columns(report.paper, s.table)[0][3]))
-        parts += [f"## FedQVR Table {s.table}: #C (10^{unit} bits), paper / #R × per-round", "",
-                  markdown_grid(*_grid(report, s.table, "ours_4sf")),
-                  "_✗: disagrees; †: one unit apart in the 4th significant digit (the paper's rounding)._", ""]
+        parts += [
+            f"## FedQVR Table {s.table}: #C (10^{unit} bits), paper / #R × per-round",
+            "",
+            markdown_grid(*_grid(report, s.table, "ours_4sf")),
+            "_✗: disagrees; †: one unit apart in the 4th significant digit (the paper's rounding)._",
+            "",
+        ]
         if not c["ours_model_d"].equals(c["ours"]):
             n_ok = int(c["agree_model_d"].sum())
-            parts += [f"With our `{s.model}`'s d (not the paper's), {n_ok}/{len(c)} cells agree:", "",
-                      markdown_grid(*_grid(report, s.table, "ours_model_d_4sf")), ""]
+            parts += [
+                f"With our `{s.model}`'s d (not the paper's), {n_ok}/{len(c)} cells agree:",
+                "",
+                markdown_grid(*_grid(report, s.table, "ours_model_d_4sf")),
+                "",
+            ]
     bad = report.cells[(~report.cells["agree"]) | report.cells["known_typo"]]
     if not bad.empty:
-        rows = [[r["table"], r["Method"], r["column"], r["rounds_printed"], r["printed_text"], r["ours_4sf"], r["note"]]
-                for _, r in bad.iterrows()]
-        parts += ["## Disagreements", "", markdown_grid(["table", "Method", "column", "#R", "paper", "ours", "note"], rows)]
+        rows = [
+            [r["table"], r["Method"], r["column"], r["rounds_printed"], r["printed_text"], r["ours_4sf"], r["note"]]
+            for _, r in bad.iterrows()
+        ]
+        parts += [
+            "## Disagreements",
+            "",
+            markdown_grid(["table", "Method", "column", "#R", "paper", "ours", "note"], rows),
+        ]
     parts += [f"**{verdict(report)}.**"]
     return "\n".join(parts) + "\n"
 

@@ -9,10 +9,20 @@ from fedbench.papers.targets import Claims, Compare, PaperRoom, Plot, ScenarioTa
 
 D = "configs/gradma"
 COLUMNS = (
-    "mnist_s10_w1.0", "mnist_s10_w0.1", "mnist_s10_w0.01", "mnist_s5_w0.01", "mnist_s50_w0.01",
-    "cifar10_s10_w1.0", "cifar10_s10_w0.1", "cifar10_s10_w0.01",
-    "cifar100_s5_w0.1", "cifar100_s10_w0.1", "cifar100_s50_w0.1",
-    "tiny_imagenet_s5_w0.01", "tiny_imagenet_s5_w1.0", "tiny_imagenet_s10_w1.0",
+    "mnist_s10_w1.0",
+    "mnist_s10_w0.1",
+    "mnist_s10_w0.01",
+    "mnist_s5_w0.01",
+    "mnist_s50_w0.01",
+    "cifar10_s10_w1.0",
+    "cifar10_s10_w0.1",
+    "cifar10_s10_w0.01",
+    "cifar100_s5_w0.1",
+    "cifar100_s10_w0.1",
+    "cifar100_s50_w0.1",
+    "tiny_imagenet_s5_w0.01",
+    "tiny_imagenet_s5_w1.0",
+    "tiny_imagenet_s10_w1.0",
 )
 # the two S = 50 columns first, so that two processes finish together
 ORDER = tuple(c for c in COLUMNS if "_s50_" in c) + tuple(c for c in COLUMNS if "_s50_" not in c)
@@ -26,29 +36,66 @@ _FIG2 = ("FedAvgM", "MIFA", "MIFAM", "GradMA-S")
 _FIG3 = ("FedProxM", "FedMLBM", "MOONM", "FedDyn", "MimeLite", "GradMA")
 _FIG4 = ("GradMA", "GradMA-S", "GradMA-W")
 PANELS = (
-    ("fig1", "mnist_s10_w0.01", _FIG1), ("fig1", "cifar10_s10_w0.1", _FIG1),
-    ("fig2", "cifar100_s10_w0.1", _FIG2), ("fig2", "tiny_imagenet_s10_w1.0", _FIG2),
-    ("fig3", "cifar10_s10_w0.1", _FIG3), ("fig3", "cifar100_s10_w0.1", _FIG3),
-    ("fig4", "cifar10_s10_w0.01", _FIG4), ("fig4", "tiny_imagenet_s10_w1.0", _FIG4),
+    ("fig1", "mnist_s10_w0.01", _FIG1),
+    ("fig1", "cifar10_s10_w0.1", _FIG1),
+    ("fig2", "cifar100_s10_w0.1", _FIG2),
+    ("fig2", "tiny_imagenet_s10_w1.0", _FIG2),
+    ("fig3", "cifar10_s10_w0.1", _FIG3),
+    ("fig3", "cifar100_s10_w0.1", _FIG3),
+    ("fig4", "cifar10_s10_w0.01", _FIG4),
+    ("fig4", "tiny_imagenet_s10_w1.0", _FIG4),
 )
 # Figs. 5/21: GradMA-S over (β1, β2) ∈ {0, .1, .3, .5, .7, .9}², with MIFA and MIFAM; the curves drawn are a selection.
 FIG5 = tuple(f"{D}/fig5_betas_{s}.yaml" for s in ("mnist_w0.01", "cifar10_w1.0"))
-FIG5_CURVES = ("MIFA", "MIFAM", "GradMA-S β1=0.0 β2=0.0", "GradMA-S β1=0.5 β2=0.0", "GradMA-S β1=0.5 β2=0.5",
-               "GradMA-S β1=0.5 β2=0.9")
+FIG5_CURVES = (
+    "MIFA",
+    "MIFAM",
+    "GradMA-S β1=0.0 β2=0.0",
+    "GradMA-S β1=0.5 β2=0.0",
+    "GradMA-S β1=0.5 β2=0.5",
+    "GradMA-S β1=0.5 β2=0.9",
+)
 MEMORY = tuple(f"{D}/fig6_memory_{s}.yaml" for s in ("mnist_w0.1", "mnist_w0.01", "cifar10_w1.0"))
 
-ROOM = PaperRoom("gradma", "GradMA (Luo et al., CVPR 2023)", (
-    Target("runs", "Table 1's runs: 14 columns × 16 methods × seeds, each method tuned per column (its tuning table)",
-           runs=tuple(f"{D}/{c}.yaml" for c in ORDER), client_executor=BATCHED_AT_TINY, steps=(Tuning(),)),
-    Target("table1", "GradMA Table 1 (top accuracy): paper / ours", needs=("runs",), steps=(Compare("1"),)),
-    Target("table2", "GradMA Table 2 (rounds to ac, Table 1's runs): paper / ours", needs=("runs",), steps=(Compare("2"),)),
-    Target("figures", "GradMA Figs. 1–4 (selected accuracy curves of Table 1's runs)", needs=("runs",),
-           steps=tuple(Plot(f"{D}/{col}.yaml", algorithms=labels, name=fig) for fig, col, labels in PANELS)),
-    Target("fig5", "GradMA Figs. 5/21: GradMA-S over the (β1, β2) grid (top-accuracy tables, selected curves)",
-           runs=FIG5, client_executor=BATCHED_AT_TINY,
-           steps=tuple(s for f in FIG5 for s in (ScenarioTable(f), Plot(f, algorithms=FIG5_CURVES, name="fig5")))),
-    Target("memory", "GradMA Figs. 6–7: GradMA-S vs memory size m (top-accuracy tables and curves)",
-           runs=MEMORY, client_executor=BATCHED_AT_TINY,
-           steps=tuple(s for f in MEMORY for s in (ScenarioTable(f), Plot(f)))),
-    Target("claims", "GradMA claims on the scale's runs and the paper's numbers", steps=(Claims(),)),
-), first_table="table1")
+ROOM = PaperRoom(
+    "gradma",
+    "GradMA (Luo et al., CVPR 2023)",
+    (
+        Target(
+            "runs",
+            "Table 1's runs: 14 columns × 16 methods × seeds, each method tuned per column (its tuning table)",
+            runs=tuple(f"{D}/{c}.yaml" for c in ORDER),
+            client_executor=BATCHED_AT_TINY,
+            steps=(Tuning(),),
+        ),
+        Target("table1", "GradMA Table 1 (top accuracy): paper / ours", needs=("runs",), steps=(Compare("1"),)),
+        Target(
+            "table2",
+            "GradMA Table 2 (rounds to ac, Table 1's runs): paper / ours",
+            needs=("runs",),
+            steps=(Compare("2"),),
+        ),
+        Target(
+            "figures",
+            "GradMA Figs. 1–4 (selected accuracy curves of Table 1's runs)",
+            needs=("runs",),
+            steps=tuple(Plot(f"{D}/{col}.yaml", algorithms=labels, name=fig) for fig, col, labels in PANELS),
+        ),
+        Target(
+            "fig5",
+            "GradMA Figs. 5/21: GradMA-S over the (β1, β2) grid (top-accuracy tables, selected curves)",
+            runs=FIG5,
+            client_executor=BATCHED_AT_TINY,
+            steps=tuple(s for f in FIG5 for s in (ScenarioTable(f), Plot(f, algorithms=FIG5_CURVES, name="fig5"))),
+        ),
+        Target(
+            "memory",
+            "GradMA Figs. 6–7: GradMA-S vs memory size m (top-accuracy tables and curves)",
+            runs=MEMORY,
+            client_executor=BATCHED_AT_TINY,
+            steps=tuple(s for f in MEMORY for s in (ScenarioTable(f), Plot(f))),
+        ),
+        Target("claims", "GradMA claims on the scale's runs and the paper's numbers", steps=(Claims(),)),
+    ),
+    first_table="table1",
+)

@@ -84,8 +84,9 @@ class Verdict:
     @property
     def evidence(self) -> str:
         """The decided and the inconclusive comparisons with their numbers (and the note), one line."""
-        return "; ".join([*(c.text for c in self.checked), *(c.text for c in self.inconclusive),
-                          *([self.note] if self.note else [])])
+        return "; ".join(
+            [*(c.text for c in self.checked), *(c.text for c in self.inconclusive), *([self.note] if self.note else [])]
+        )
 
     def short(self) -> str:
         """E.g. ``holds (9/9 hold)``, ``fails (41/42 hold)``, ``holds (3/3 hold; 3 of 9 checked)``,
@@ -138,8 +139,11 @@ def fewer(context: str, left: str, a: float, right: str, b: float, unit: str = "
         return Check(f"{context}: {left} vs {right} missing", None)
     show = lambda v: "never" if math.isinf(v) else f"{v:,.4g}"  # noqa: E731
     if math.isinf(a) and math.isinf(b) and a > 0 and b > 0:
-        return Check(f"{context}: {left} never, {right} never ({unit}): neither reached the target, inconclusive",
-                     None, inconclusive=True)
+        return Check(
+            f"{context}: {left} never, {right} never ({unit}): neither reached the target, inconclusive",
+            None,
+            inconclusive=True,
+        )
     ok = bool(a < b)
     return Check(f"{context}: {left} {show(a)} {'<' if ok else '≥'} {right} {show(b)} {unit}", ok)
 
@@ -154,8 +158,17 @@ def tolerance(stated: float, *stds: float, k: float = NOISE_K) -> tuple[float, s
     return stated, f"stated {stated:g}" + (f" ≥ {k:g}σ = {noise:.2f}" if pd.notna(noise) else "")
 
 
-def close(context: str, left: str, a: float, right: str, b: float, stated: float, stds: tuple[float, ...] = (),
-          side: str = "both", fmt: str = ".2f") -> Check:
+def close(
+    context: str,
+    left: str,
+    a: float,
+    right: str,
+    b: float,
+    stated: float,
+    stds: tuple[float, ...] = (),
+    side: str = "both",
+    fmt: str = ".2f",
+) -> Check:
     """``a − b`` within the tolerance ``t`` of :func:`tolerance` (``stds``: σa, σb): ``|a − b| ≤ t``
     (``side="both"``), ``a − b ≥ −t`` (``"above"``: a not below b by more than t) or ``a − b ≤ t``
     (``"below"``), written with both numbers, the difference and how ``t`` was set."""
@@ -347,8 +360,11 @@ def rich_claims(results: list[ClaimResult], title: str) -> Table:
         if part and kind != KINDS[0]:
             table.add_section()
         for r in part:
-            table.add_row(r.id + ("" if kind == "paper" else f" ({kind})"), r.statement,
-                          *(f"[{colors[v.verdict]}]{v.short()}[/]" for v in (r.ours, r.paper)))
+            table.add_row(
+                r.id + ("" if kind == "paper" else f" ({kind})"),
+                r.statement,
+                *(f"[{colors[v.verdict]}]{v.short()}[/]" for v in (r.ours, r.paper)),
+            )
     return table
 
 
@@ -377,13 +393,23 @@ def format_claims(results: list[ClaimResult], paper: str, scale: str) -> str:
         *map(row, claims),
     ]
     if scale != PAPER_SCALE:
-        lines += ["", f"_The {scale} scale uses substitute datasets/models and fewer rounds: "
-                      "only orderings are comparable with the paper._"]
+        lines += [
+            "",
+            f"_The {scale} scale uses substitute datasets/models and fewer rounds: "
+            "only orderings are comparable with the paper._",
+        ]
     if accounting:
-        lines += ["", "## Accounting identities (not counted among the paper's claims)", "",
-                  "Identities of fedbench's bookkeeping (bits per compressor or per algorithm), checked on the "
-                  "runs' logged numbers and on the paper's printed ones; they test the accounting, not the paper's "
-                  "results (unit tests: tests/test_accounting.py).", "", *head, *map(row, accounting)]
+        lines += [
+            "",
+            "## Accounting identities (not counted among the paper's claims)",
+            "",
+            "Identities of fedbench's bookkeeping (bits per compressor or per algorithm), checked on the "
+            "runs' logged numbers and on the paper's printed ones; they test the accounting, not the paper's "
+            "results (unit tests: tests/test_accounting.py).",
+            "",
+            *head,
+            *map(row, accounting),
+        ]
     for r in [*claims, *accounting]:
         lines += ["", f"## {r.id}: {r.statement}" + ("" if r.kind == "paper" else f" ({r.kind})")]
         for who, v in (("ours", r.ours), ("paper", r.paper)):
