@@ -52,11 +52,7 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
 
     def register(
-        self,
-        name: str,
-        description: str,
-        params: type[BaseModel] = NoParams,
-        tags: tuple[str, ...] = (),
+        self, name: str, description: str, params: type[BaseModel] = NoParams, tags: tuple[str, ...] = ()
     ) -> Callable[[T], T]:
         """Decorator adding ``obj`` under ``name`` (``tags``: plain labels such as ``offline``)."""
 

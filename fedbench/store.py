@@ -303,11 +303,7 @@ class ResultsStore:
             )
 
     def record_round(
-        self,
-        run_id: str,
-        round: int,
-        metrics: Mapping[str, float | None],
-        extra: Mapping[str, Any] | None = None,
+        self, run_id: str, round: int, metrics: Mapping[str, float | None], extra: Mapping[str, Any] | None = None
     ) -> None:
         """Commit one round's metrics (missing ones are NULL); recording a round again replaces it."""
         unknown = sorted(set(metrics) - set(METRIC_COLUMNS))
@@ -338,8 +334,7 @@ class ResultsStore:
             raise ValueError(f"unknown run status {status!r} for run {run_id!r}; allowed: {', '.join(RUN_STATUSES)}")
         with self._connect() as conn:
             cur = conn.execute(
-                "UPDATE runs SET status = ?, error = ?, updated = ? WHERE run_id = ?",
-                (status, error, _now(), run_id),
+                "UPDATE runs SET status = ?, error = ?, updated = ? WHERE run_id = ?", (status, error, _now(), run_id)
             )
         if cur.rowcount == 0:
             raise KeyError(f"run {run_id!r} is not in the store; call start_run first")

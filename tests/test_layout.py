@@ -77,10 +77,7 @@ def imported_names(path: Path) -> set[str]:
 
 @pytest.mark.parametrize(
     "folder, forbidden",
-    [
-        ("fedbench/engine", ("fedbench.wireless", "fedbench.papers")),
-        ("fedbench/report", ("fedbench.papers",)),
-    ],
+    [("fedbench/engine", ("fedbench.wireless", "fedbench.papers")), ("fedbench/report", ("fedbench.papers",))],
 )
 def test_no_module_imports_up_textually(folder, forbidden):
     """Not even a function-local import: the engine reaches the wireless plug-in by entry point

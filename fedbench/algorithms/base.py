@@ -126,7 +126,9 @@ class RoundContext:
     ∇f_i†(x) on a draw from its replay memory and ``memory_size`` ``[S]`` (rows of an empty memory
     are zeros); ``bits`` ``[S]`` the bit widths of the wireless allocation. With
     ``replay_per_step`` and ``replay_apart`` the step's replay draw is not joined to the minibatch:
-    ``grad(z)`` is the current minibatch's gradient and ``grad.memory(z)`` the draw's.
+    ``grad(z)`` is the current minibatch's gradient and ``grad.memory(z)`` the draw's. ``sizes``
+    ``[N]`` are every client's sample counts n_i at this stage of the run (a continual run's current
+    task), or None where the caller has none to give (:meth:`client_sizes` then refuses).
     """
 
     clients: torch.Tensor
@@ -136,6 +138,7 @@ class RoundContext:
     held: Any = None
     round: int = 0
     inputs: Mapping[str, torch.Tensor] = field(default_factory=lambda: MappingProxyType({}))
+    sizes: torch.Tensor | None = None
 
     @property
     def start(self) -> torch.Tensor:
@@ -153,6 +156,7 @@ class RoundContext:
             select_rows(self.held, rows),
             self.round,
             MappingProxyType({k: v[rows] for k, v in self.inputs.items()}),
+            self.sizes,
         )
 
     def sending(self, **message: torch.Tensor) -> RoundContext:
@@ -162,6 +166,12 @@ class RoundContext:
     def holding(self, held: Any) -> RoundContext:
         """This context with the clients' held rows replaced by ``held``."""
         return dataclasses.replace(self, held=held)
+
+    def client_sizes(self) -> torch.Tensor:
+        """n_i of every client ``[N]`` at this stage of the run (the round's ``sizes``)."""
+        if self.sizes is None:
+            raise ValueError("this round's context carries no client sizes (RoundContext.sizes)")
+        return self.sizes
 
     def input(self, name: str) -> torch.Tensor:
         """The engine input ``name`` ``[S, ...]``; a KeyError naming the declaration if it is absent."""
@@ -199,8 +209,9 @@ class TaskData:
 
 @dataclass(frozen=True)
 class AlgorithmContext:
-    """Facts about the federation an algorithm may use: N, P, each client's sample count n_i, the
-    run's seed and the configured uplink compressor."""
+    """Facts about the federation an algorithm may use: N, P, each client's sample count n_i at the
+    run's start (a round's current ones are ``RoundContext.sizes``), the run's seed and the configured
+    uplink compressor."""
 
     num_clients: int
     dim: int

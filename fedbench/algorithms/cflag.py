@@ -141,15 +141,7 @@ class CFLAG(FedTrack):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = self.params
         return adaptive_rates(
-            ctx.broadcast["grad_f"],
-            a,
-            self.alpha(ctx),
-            ctx.lr,
-            p.L,
-            ctx.held.kp,
-            p.adaptive,
-            p.min_scale,
-            p.max_scale,
+            ctx.broadcast["grad_f"], a, self.alpha(ctx), ctx.lr, p.L, ctx.held.kp, p.adaptive, p.min_scale, p.max_scale
         )
 
     def upload(self, ctx: RoundContext, x: torch.Tensor, carry: TrackCarry) -> Upload:

@@ -145,7 +145,7 @@ class FedQVR(Algorithm):
         engine's uniform u_i = 1/m (see the class docstring for outages)."""
         delta = up.sent["delta"]
         scale = up.sent["scale"] if self.params.count_scalar else up.kept.scale
-        sizes = self.ctx.client_sizes.to(delta)
+        sizes = ctx.client_sizes().to(delta)
         p = sizes[ctx.clients] / sizes.sum()  # p_i = n_i/n over all N clients
         step = scale * delta  # s_i Δ_i, [S, P]
         c_i = state.c_i.add(ctx.clients, step, alpha=-1.0)  # Eq. 10

@@ -92,7 +92,7 @@ class FedTrack(Algorithm):
 
     def slots(self, ctx: RoundContext, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """n_i ``[S]`` and min(B, n_i) per client."""
-        sizes = self.ctx.client_sizes[ctx.clients].to(dtype)
+        sizes = ctx.client_sizes()[ctx.clients].to(dtype)
         return sizes, torch.clamp(sizes, max=float(self.batch_size()))
 
     def local_init(self, ctx: RoundContext, x: torch.Tensor) -> TrackCarry:

@@ -36,18 +36,18 @@ class MIFA(Algorithm):
     def init_state(self, x0: torch.Tensor) -> MIFAState:
         return extend(super().init_state(x0), MIFAState, g_old=self.client_table(x0), d=torch.zeros_like(x0))
 
-    def mixing_weights(self, like: torch.Tensor) -> torch.Tensor:
+    def mixing_weights(self, ctx: RoundContext, like: torch.Tensor) -> torch.Tensor:
         """p_i over all N workers ``[N]``: 1/N (``uniform``) or n_i/Σn (``samples``)."""
         if self.server.spec.weighting == "uniform":
             return like.new_full((self.ctx.num_clients,), 1.0 / self.ctx.num_clients)
-        sizes = self.ctx.client_sizes.to(like)
+        sizes = ctx.client_sizes().to(like)
         return sizes / sizes.sum()
 
     def server_update(
         self, state: MIFAState, ctx: RoundContext, up: Upload, weights: torch.Tensor
     ) -> tuple[MIFAState, Logs]:
         new = up.sent["delta"]
-        p = self.mixing_weights(new)[ctx.clients]
+        p = self.mixing_weights(ctx, new)[ctx.clients]
         d = state.d + p @ (new - state.g_old[ctx.clients])  # Alg. 6 lines 9–11
         g_old = state.g_old.write(ctx.clients, new)
         return self.server_step(state, d, d=d, g_old=g_old), {}

@@ -1,9 +1,10 @@
 """The continual axis as a round plug-in (scenario block ``continual``; C-FLAG Sec. 7).
 
 Round t (1-based) belongs to task ⌊(t−1)/R⌋, R = ``rounds_per_task``. On a task's first round the
-loop switches to that task: its per-task partition (``("partition", task)`` stream), a fresh
+plug-in hands the loop that task's :class:`~fedbench.engine.setup.Federation` (:meth:`ContinualStream.stage`):
+its per-task partition (``("partition", task)`` stream), a fresh
 :class:`~fedbench.engine.batches.ClientBatcher` (``("task_batches", task, i, e)``), the clients'
-sample counts n_i of the task (the aggregation weights and ``AlgorithmContext.client_sizes``) and
+sample counts n_i of the task (the aggregation weights and ``RoundContext.sizes``) and
 the task's logit mask (:meth:`~fedbench.continual.tasks.TaskStream.label_mask`, applied by
 :meth:`FlatModel.masked` in training, the full-gradient passes and evaluation, on both executors).
 The local learning rate is ``lr_per_task`` (task 0, later tasks) or ``local.lr``, decayed by
@@ -40,6 +41,7 @@ from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.full_gradient import client_gradients, full_local_gradients
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.plugins import RoundPlugin
+from fedbench.engine.setup import Federation
 from fedbench.models.flat import Buffers
 from fedbench.seeding import numpy_stream
 
@@ -57,14 +59,15 @@ class ContinualStream(RoundPlugin):
     def __init__(self, spec: RunSpec, seed: int, setup: RunSetup):
         assert spec.continual is not None and setup.tasks is not None
         self.spec, self.seed, self.s, self.cfg = spec, seed, setup, spec.continual
-        self.stream = setup.tasks.stream
+        self.tasks, self.stream = setup.tasks, setup.tasks.stream
         self.memory = ReplayMemory(spec.clients.num, self.cfg.memory.per_task, seed)
         self.train_labels = setup.data.train.y.cpu().numpy()
         self.masks = [
             torch.as_tensor(self.stream.label_mask(j), device=setup.x0.device) for j in range(self.stream.num_tasks)
         ]
         self.test_idx = [torch.as_tensor(i, device=setup.data.test.y.device) for i in self.stream.test]
-        self.task = -1
+        self.task, self.entered = -1, 0  # the current task and the round that entered it
+        self.fed = setup.federation  # the current task's clients' data
         self.row: list[float] = []  # the accuracy-matrix row of the last evaluation
 
     # -- schedule --------------------------------------------------------------------------
@@ -80,23 +83,25 @@ class ContinualStream(RoundPlugin):
         base = local.lr if pair is None else pair[0 if self.task_of(t) == 0 else 1]
         return base * local.lr_decay ** ((t - 1) % self.cfg.rounds_per_task)
 
-    def enter(self, task: int) -> None:
-        """Make ``task`` current: its partition, batcher, client sizes and logit mask."""
-        s, local = self.s, self.spec.local
-        self.task = task
-        s.parts = self.s.tasks.parts[task]  # type: ignore[union-attr]
-        s.batcher = ClientBatcher(s.parts, local.batch_size, self.seed, local.drop_singleton_batch, task)
-        s.client_sizes.copy_(torch.tensor([len(p) for p in s.parts], dtype=s.client_sizes.dtype))
-        s.partition_info = self.s.tasks.info[task]  # type: ignore[union-attr]
-        s.model.label_mask = self.masks[task]
-
-    def begin_round(self, t: int) -> dict[str, Any]:
-        """Switch task on a task's first round; logs the task (and its partition when new)."""
+    def stage(self, t: int, fed: Federation) -> Federation:
+        """Round t's task: ``fed`` while the task goes on, else the next task's partition, batcher,
+        client sizes and logit mask."""
         task = self.task_of(t)
         if task == self.task:
-            return {"task": task}
-        self.enter(task)
-        return {"task": task, "partition": self.s.partition_info}
+            return fed
+        tasks, local = self.tasks, self.spec.local
+        parts = tasks.parts[task]
+        batcher = ClientBatcher(parts, local.batch_size, self.seed, local.drop_singleton_batch, task)
+        sizes = torch.tensor([len(p) for p in parts], dtype=fed.sizes.dtype, device=fed.sizes.device)
+        self.task, self.entered = task, t
+        self.fed = Federation(tuple(parts), sizes, batcher, tasks.info[task], self.masks[task])
+        return self.fed
+
+    def begin_round(self, t: int) -> dict[str, Any]:
+        """Logs the task (and its partition on the round that entered it)."""
+        if self.entered != t:
+            return {"task": self.task}
+        return {"task": self.task, "partition": self.fed.info}
 
     def local_config(self, cfg: LocalConfig) -> LocalConfig:
         """Per-step replay (``memory.replay: per_step`` or the algorithm's ``replay_per_step``)."""
@@ -173,8 +178,8 @@ class ContinualStream(RoundPlugin):
     def end_task(self, algo: Algorithm, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:
         """Fill every client's memory slot for the finished task, then ``algo.end_task``."""
         s, task = self.s, self.task
-        self.memory.fill(task, [p.cpu().numpy() for p in s.parts], self.train_labels)
-        parts, batch_size = list(s.parts), self.spec.local.batch_size
+        self.memory.fill(task, [p.cpu().numpy() for p in self.fed.parts], self.train_labels)
+        parts, batch_size = list(self.fed.parts), self.spec.local.batch_size
 
         def gradients(point: torch.Tensor, squared: bool = False) -> torch.Tensor:
             if not squared:
@@ -184,7 +189,7 @@ class ContinualStream(RoundPlugin):
         def outputs(point: torch.Tensor, split: str, indices: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
             return split_outputs(s, buffers, point, split, indices, self.spec.eval.batch_size)
 
-        data = TaskData(task, s.client_sizes.clone(), gradients, self.stream, tuple(parts), outputs, self.memory)
+        data = TaskData(task, self.fed.sizes.clone(), gradients, self.stream, tuple(parts), outputs, self.memory)
         state, logs = algo.end_task(state, data)
         return state, {"memory_sizes": [self.memory.size(c) for c in range(self.spec.clients.num)], **logs}
 
@@ -193,9 +198,10 @@ class ContinualStream(RoundPlugin):
         return {"task": self.task, "memory": self.memory.state_dict()}
 
     def load_state_dict(self, payload: dict[str, Any]) -> None:
-        """Back to the checkpointed task (the caller then restores that task's batcher cursor)."""
+        """Back to the checkpointed memories; the loop then asks for the checkpoint round's :meth:`stage`
+        (the checkpointed task, entered afresh) and restores its batcher's cursor."""
         self.memory.load_state_dict(payload["memory"])
-        self.enter(int(payload["task"]))
+        self.task = -1
 
 
 @torch.no_grad()

@@ -293,8 +293,7 @@ def _distinct_shards(
 
 
 @PARTITIONS.register(
-    "natural",
-    "the dataset's own per-sample client ids, e.g. Synthetic(α,β) (clients.num = number of ids)",
+    "natural", "the dataset's own per-sample client ids, e.g. Synthetic(α,β) (clients.num = number of ids)"
 )
 def natural(labels, num_clients, rng, params: NoParams, client_ids=None) -> list[np.ndarray]:
     """Client i gets the samples whose id is the i-th smallest distinct id; ``rng`` is unused."""

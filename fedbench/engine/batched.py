@@ -175,16 +175,7 @@ def run_clients_batched(
         sub, size = ctx.select(rows), rows.stop - rows.start
         buffers = {n: v.unsqueeze(0).expand(size, *v.shape).clone() for n, v in global_buffers.items()}
         x, carry, buffers, loss = train_rows(
-            algo,
-            sub,
-            steps[rows],
-            plan.rows(rows),
-            layers,
-            buffers,
-            train,
-            cfg,
-            keys[rows],
-            compiled,
+            algo, sub, steps[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows], compiled
         )
         uploads.append(algo.upload(sub, x, carry))
         finals.append(x)

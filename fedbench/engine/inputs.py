@@ -25,14 +25,14 @@ from fedbench.engine.local import LocalConfig
 from fedbench.models.flat import Buffers
 
 if TYPE_CHECKING:
-    from fedbench.engine.setup import RunSetup
+    from fedbench.engine.setup import Federation, RunSetup
 
 
 @dataclass(frozen=True)
 class InputRequest:
     """What a provider may read: the round, its clients ``[S]``, the broadcast model x_t ``[P]``,
-    the global buffers, the run's local-work settings (and seed) and minibatch size, the run's setup
-    and the input names wanted."""
+    the global buffers, the run's local-work settings (and seed) and minibatch size, the run's setup,
+    the clients' data at this stage and the input names wanted."""
 
     round: int
     clients: torch.Tensor
@@ -41,6 +41,7 @@ class InputRequest:
     cfg: LocalConfig
     batch_size: int
     setup: RunSetup
+    fed: Federation
     wanted: frozenset[str]
 
 
@@ -52,14 +53,7 @@ def full_gradients(req: InputRequest) -> torch.Tensor:
     s, ids = req.setup, req.clients.tolist()
     keys = dropout_keys(req.cfg.seed, req.round, ids, s.x0.device)
     return full_local_gradients(
-        s.model,
-        req.buffers,
-        s.data.train,
-        [s.parts[c] for c in ids],
-        req.point,
-        req.batch_size,
-        req.cfg,
-        keys,
+        s.model, req.buffers, s.data.train, [req.fed.parts[c] for c in ids], req.point, req.batch_size, req.cfg, keys
     )
 
 

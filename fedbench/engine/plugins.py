@@ -3,6 +3,7 @@ around the round loop (:class:`~fedbench.engine.runner.RoundLoop`), which it doe
 
 Where each hook runs in round t (every default is plain FL: no logs, nothing changed)::
 
+    fed = stage(t, fed)                 → the clients' data for round t (a continual run's task)
     begin_round(t)                      → logs, recorded last in the round's extra
     η_l = learning_rate(t, default)     (each plug-in may replace the default decayed rate)
     clients = sample S; after_sampling(t, clients) → the clients that train (none: an idle round)
@@ -13,11 +14,11 @@ Where each hook runs in round t (every default is plain FL: no logs, nothing cha
     evaluate(t, due, x, buffers)        → (accuracy, loss) in place of the test-set score, or None
     after_evaluation(t, state, buffers, cfg) → (state, logs) (e.g. a task's end)
     run_logs()                          → logs of round 1, once per run
-    state_dict() / load_state_dict()    checkpoint entry ``name`` (restored before the batcher cursor)
+    state_dict() / load_state_dict()    checkpoint entry ``name`` (restored before the stage and its batcher cursor)
 
 Plug-ins run in the order they are attached (:mod:`fedbench.engine.axes`); a plug-in's state
 between rounds is its own, every random draw it makes comes from a named stream, and what it
-changes of the round it returns (never mutating the context, uploads or algorithm state it got).
+changes of the round it returns — a new federation, inputs, received uploads, state — (never mutating the context, uploads or algorithm state it got).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from fedbench.models.flat import Buffers
 
 if TYPE_CHECKING:
     from fedbench.engine.inputs import InputRequest
+    from fedbench.engine.setup import Federation
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,11 @@ class RoundPlugin:
     """One axis of a run as hooks around the plain round; every default leaves the round as it is."""
 
     name: str = "plugin"  # the plug-in's checkpoint entry
+
+    def stage(self, t: int, fed: Federation) -> Federation:
+        """The clients' data for round t, given the current one: ``fed`` itself, or a new
+        :class:`~fedbench.engine.setup.Federation` (the loop then trains on it from this round on)."""
+        return fed
 
     def begin_round(self, t: int) -> dict[str, Any]:
         """Prepare round t before sampling; logs recorded last (they override same-named keys)."""

@@ -80,7 +80,7 @@ def probe_run(
         store, run_id = ResultsStore(Path(tmp)), run_id_of(quiet, seed)
         store.start_run(run_record(quiet, seed, "probe"))
         setup = build_run(quiet, seed, cache, options.client_state == "host")
-        steps = local_steps(spec, setup.batcher)
+        steps = local_steps(spec, setup.federation.batcher)
         compiled, _ = compile_choice(options.compile_step, True, steps)  # as the run itself decides
         loop = RoundLoop(quiet, seed, setup, options.executor, options.chunk, "on" if compiled else "off")
 

@@ -142,6 +142,7 @@ class RoundLoop:
         compile_step: str = "auto",
     ):
         self.spec, self.seed, self.s = spec, seed, setup
+        self.fed = setup.federation  # the clients' data at the current stage (plug-ins may move it on)
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
         self.plugins = build_plugins(spec, seed, setup)
@@ -161,7 +162,7 @@ class RoundLoop:
             return probe_client_bytes(s.model, s.buffers0, s.data.train, self.spec.local.batch_size, self.local_cfg)
 
         batchable = s.algorithm.caps.batchable
-        steps = local_steps(self.spec, s.batcher)
+        steps = local_steps(self.spec, s.federation.batcher)
         return choose_executor(executor, s.x0.device, batchable, chunk, probe, compile_step, steps)
 
     def plugin(self, kind: type[T]) -> T:
@@ -181,8 +182,8 @@ class RoundLoop:
         if local.random_epochs is not None:
             low, high = local.random_epochs
             epochs = [int(numpy_stream(self.seed, "local_epochs", t, c).integers(low, high + 1)) for c in clients]
-            return [self.s.batcher.steps_for_epochs(c, e) for c, e in zip(clients, epochs)]
-        return [self.s.batcher.steps_for_epochs(c, local.epochs) for c in clients]
+            return [self.fed.batcher.steps_for_epochs(c, e) for c, e in zip(clients, epochs)]
+        return [self.fed.batcher.steps_for_epochs(c, local.epochs) for c in clients]
 
     def round(self, t: int) -> tuple[dict[str, float | None], dict]:
         """Run round t; return (metrics, extra logs). Dropout masks (the only draws from torch's
@@ -197,6 +198,7 @@ class RoundLoop:
         """Sample, train, aggregate, evaluate; the plug-ins' hooks in between (:mod:`fedbench.engine.plugins`)."""
         spec, s = self.spec, self.s
         start = time.perf_counter()
+        self.enter_stage(t)
         begun = self.logs(lambda p: p.begin_round(t))
         clients = sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t, s.x0.device)
         lr = spec.local.lr * spec.local.lr_decay ** (t - 1)
@@ -207,7 +209,7 @@ class RoundLoop:
         if len(clients) == 0:  # nothing trains or is sent
             return self._finish(t, start, lr, idle_metrics(), self.logs(lambda p: p.round_logs(t)), begun)
         ctx, steps = self.context(t, clients, lr)
-        ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, s.client_sizes[clients]))
+        ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, self.fed.sizes[clients]))
         result = self.local_work(ctx, steps)
         extra = self.aggregate(ctx, result)
         extra = {**extra, **self.logs(lambda p: p.round_logs(t))}
@@ -228,8 +230,19 @@ class RoundLoop:
             algo.client_state(self.state, clients),
             t,
             self.inputs(t, clients, broadcast["x"]),
+            self.fed.sizes,
         )
         return ctx, steps
+
+    def enter_stage(self, t: int) -> None:
+        """The clients' data for round t: the current :class:`~fedbench.engine.setup.Federation`, or the
+        one a plug-in moves on to (a continual run's next task); its logit mask goes to the model."""
+        fed = self.fed
+        for plugin in self.plugins:
+            fed = plugin.stage(t, fed)
+        if fed is not self.fed:
+            self.fed = fed
+            self.s.model.label_mask = fed.label_mask
 
     def inputs(self, t: int, clients: torch.Tensor, point: torch.Tensor) -> MappingProxyType[str, torch.Tensor]:
         """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`): the plug-ins'
@@ -237,7 +250,9 @@ class RoundLoop:
         wanted = frozenset(self.s.algorithm.caps.inputs)
         if not wanted:
             return MappingProxyType({})
-        req = InputRequest(t, clients, point, self.buffers, self.local_cfg, self.spec.local.batch_size, self.s, wanted)
+        req = InputRequest(
+            t, clients, point, self.buffers, self.local_cfg, self.spec.local.batch_size, self.s, self.fed, wanted
+        )
         given: dict[str, torch.Tensor] = {}
         for plugin in self.plugins:
             given.update({k: v for k, v in plugin.provide(req).items() if k in wanted})
@@ -257,18 +272,20 @@ class RoundLoop:
                 s.model,
                 self.buffers,
                 s.data.train,
-                s.batcher,
+                self.fed.batcher,
                 self.local_cfg,
                 self.executor.chunk,
                 self.executor.compiled,
             )
-        return run_clients_sequential(algo, ctx, steps, s.model, self.buffers, s.data.train, s.batcher, self.local_cfg)
+        return run_clients_sequential(
+            algo, ctx, steps, s.model, self.buffers, s.data.train, self.fed.batcher, self.local_cfg
+        )
 
     def aggregate(self, ctx: RoundContext, result: LocalResult) -> dict:
         """``server_update`` on the uploads that reach the server (all of them, unless a plug-in's
         ``select_received`` keeps fewer), then the weighted BatchNorm buffers; with none received
         the model and buffers stay. Returns the algorithm's logs."""
-        weights = aggregation_weights(self.spec, self.s.client_sizes[ctx.clients])
+        weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
         received: Received | None = Received(ctx, decoded(result.uploads), result.buffers, weights, weights)
         for plugin in self.plugins:
             if received is None:
@@ -314,7 +331,7 @@ class RoundLoop:
         executor and threads, then the plug-ins' own."""
         state_mb = state_bytes(self.state) / 2**20
         own = {
-            "partition": self.s.partition_info,
+            "partition": self.fed.info,
             "server_state_mb": state_mb,
             "executor": self.executor.note,
             "threads": torch.get_num_threads(),
@@ -332,7 +349,7 @@ class RoundLoop:
         """Std over all N clients of the global model's accuracy on each client's training data."""
         s = self.s
         correct, _ = s.model.per_sample(self.state.x, self.buffers, s.data.train, self.spec.eval.batch_size)
-        per_client = torch.stack([correct[p].float().mean() for p in s.parts])
+        per_client = torch.stack([correct[p].float().mean() for p in self.fed.parts])
         return float(per_client.std(correction=0))
 
     def divergence(self, metrics: dict[str, float | None]) -> str | None:
@@ -353,7 +370,7 @@ class RoundLoop:
             "layout": LAYOUT,
             "state": flatten_state(self.state),
             "buffers": self.buffers,
-            "batcher": self.s.batcher.state_dict(),
+            "batcher": self.fed.batcher.state_dict(),
         }
         for plugin in self.plugins:
             kept = plugin.state_dict()
@@ -362,15 +379,17 @@ class RoundLoop:
         return payload
 
     def restore(self, payload: dict) -> int:
-        """Back to a checkpoint; the plug-ins first (a task stream switches to the checkpointed
-        task's batcher), then that batcher's cursor. Returns the checkpoint's round."""
+        """Back to a checkpoint; the plug-ins first, then the checkpoint round's stage (a task stream's
+        task) and its batcher's cursor. Returns the checkpoint's round."""
         self.state = restore_state(self.s.algorithm.init_state(self.s.x0), payload["state"], self.s.x0.device)
         self.buffers = payload["buffers"]
         for plugin in self.plugins:
             if plugin.name in payload:
                 plugin.load_state_dict(payload[plugin.name])
-        self.s.batcher.load_state_dict(payload["batcher"])
-        return int(payload["round"])
+        done = int(payload["round"])
+        self.enter_stage(done)
+        self.fed.batcher.load_state_dict(payload["batcher"])
+        return done
 
 
 def execute_run(

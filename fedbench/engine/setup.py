@@ -86,20 +86,32 @@ class TaskSetup:
     info: list[dict[str, float | int]]
 
 
+@dataclass(frozen=True)
+class Federation:
+    """The clients' data at one stage of a run (a continual run has one per task): each client's
+    training indices ``parts``, their sample counts n_i ``sizes`` ``[N]`` (the aggregation weights'),
+    the minibatch ``batcher`` over them, the partition's ``info`` (logged) and the logit mask of the
+    stage's heads (``label_mask``, continual; None: every class). The round loop holds the current one;
+    a round plug-in that changes it returns a new one (:meth:`~fedbench.engine.plugins.RoundPlugin.stage`)."""
+
+    parts: tuple[torch.Tensor, ...]
+    sizes: torch.Tensor
+    batcher: ClientBatcher
+    info: dict[str, float | int]
+    label_mask: torch.Tensor | None = None
+
+
 @dataclass
 class RunSetup:
-    """The pieces of one run, ready for the round loop (in a continual run, ``parts``,
-    ``client_sizes``, ``batcher`` and ``partition_info`` are those of the current task)."""
+    """The pieces of one run, ready for the round loop: its first :class:`Federation` (a continual
+    run's task 0) and, for a continual run, every task's partition (``tasks``)."""
 
     data: DatasetSplits
-    parts: list[torch.Tensor]
-    client_sizes: torch.Tensor
+    federation: Federation
     model: FlatModel
     x0: torch.Tensor
     buffers0: Buffers
     algorithm: Algorithm
-    batcher: ClientBatcher
-    partition_info: dict[str, float | int]
     tasks: TaskSetup | None = None
     validation: list[torch.Tensor] | None = None  # each client's held-out samples (spec.validation)
 
@@ -203,6 +215,5 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: boo
     task0 = None if tasks is None else 0
     batcher = ClientBatcher(parts, local.batch_size, seed, local.drop_singleton_batch, task0)
     info = partition_info(data, parts) if tasks is None else tasks.info[0]
-    return RunSetup(
-        data, parts, sizes, model, model.flatten(), model.buffers(), algorithm, batcher, info, tasks, validation
-    )
+    federation = Federation(tuple(parts), sizes, batcher, info)
+    return RunSetup(data, federation, model, model.flatten(), model.buffers(), algorithm, tasks, validation)

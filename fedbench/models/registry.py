@@ -33,10 +33,7 @@ MODELS: Registry[ModelBuilder] = Registry("model")
 
 
 def build_model(
-    name: str,
-    params: dict[str, Any] | BaseModel | None,
-    input_shape: Sequence[int],
-    num_classes: int,
+    name: str, params: dict[str, Any] | BaseModel | None, input_shape: Sequence[int], num_classes: int
 ) -> nn.Module:
     """Build model ``name`` after validating ``params`` with its pydantic model.
 

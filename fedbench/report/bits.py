@@ -34,12 +34,7 @@ from fedbench.strict import strict_params
 
 # The payload b(d) of each compressor kind as a formula (FedCAMS prints them as its Table 1; the
 # paper's rows and model live in its room, fedbench/papers/fedcams/room.py).
-PAYLOAD_FORMULAS = {
-    "none": "32d",
-    "sign": "(32 + d)",
-    "topk": "32 × 2k",
-    "stochastic": "(d(B+1) + 64L)",
-}
+PAYLOAD_FORMULAS = {"none": "32d", "sign": "(32 + d)", "topk": "32 × 2k", "stochastic": "(d(B+1) + 64L)"}
 
 
 def parse_compressor(text: str) -> tuple[str, dict[str, float]]:

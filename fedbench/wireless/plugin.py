@@ -78,11 +78,11 @@ class WirelessUplink(RoundPlugin):
         ctx, uploads = received.ctx.select(rows), received.uploads.rows(rows)
         buffers = [received.buffers[i] for i in rows.tolist()]
         if zero_fill:
-            radio, sizes = self.current(), self.s.client_sizes
+            radio, sizes = self.current(), ctx.client_sizes()
             sampled, kept = torch.as_tensor(radio.clients, device=device), torch.as_tensor(radio.kept, device=device)
             weights = aggregation_weights(self.spec, sizes[sampled])[kept][rows]
             return Received(ctx, uploads, buffers, weights, weights / weights.sum())
-        weights = aggregation_weights(self.spec, self.s.client_sizes[ctx.clients])
+        weights = aggregation_weights(self.spec, ctx.client_sizes()[ctx.clients])
         return Received(ctx, uploads, buffers, weights, weights)
 
     def round_logs(self, t: int) -> dict[str, Any]:

@@ -108,7 +108,8 @@ def round_ctx(algo, state, toy: Toy, clients: list[int], t: int, lr: float, on: 
     if "memory_grad" in algo.caps.inputs:
         rows = [toy.memory_np(i, x_t) if on else np.zeros(toy.dim) for i in clients]
         inputs["memory_grad"] = torch.tensor(np.stack(rows))
-    return RoundContext(idx, lr, steps, broadcast, algo.client_state(state, idx), t, inputs)
+    sizes = torch.tensor([float(n) for n in toy.sizes], dtype=torch.float64)
+    return RoundContext(idx, lr, steps, broadcast, algo.client_state(state, idx), t, inputs, sizes)
 
 
 def drive(algo, toy: Toy, batched: bool = False, schedule=SCHEDULE, memory_on=MEMORY_ON, steps_of=STEPS, lr=LR):

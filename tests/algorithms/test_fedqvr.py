@@ -93,7 +93,10 @@ def drive(algo, fed, schedule, steps, lr=LR, bits=None, x0=X0, received=None, ou
         index = torch.tensor(clients)
         k = torch.tensor([float(steps[i]) for i in clients], dtype=torch.float64)
         inputs = {} if bits is None else {"bits": torch.tensor([bits[t - 1][i] for i in clients])}
-        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t, inputs)
+        sizes = torch.tensor(fed.sizes)
+        ctx = RoundContext(
+            index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t, inputs, sizes
+        )
         parts = []
         for row, i in enumerate(clients):
             sub = ctx.select(slice(row, row + 1))
@@ -275,7 +278,12 @@ def test_constant_gradient_gives_the_ema_control_variate_of_eq_40():
     G = torch.tensor([[0.3, 0.7, -1.1]], dtype=torch.float64)
     clients = torch.tensor([1])
     ctx = RoundContext(
-        clients, LR, torch.tensor([9.0]), algo.broadcast(state, clients), algo.client_state(state, clients)
+        clients,
+        LR,
+        torch.tensor([9.0]),
+        algo.broadcast(state, clients),
+        algo.client_state(state, clients),
+        sizes=torch.tensor(fed.sizes),
     )
     x, carry = ctx.start, algo.local_init(ctx, ctx.start)
     for _ in range(9):

@@ -109,13 +109,15 @@ def test_engine_momentum_is_built_from_full_local_gradients(tmp_path):
     loop = RoundLoop(spec, 0, setup, "sequential")
     loop.round(1)
     clients = sample_clients(8, 3, 0, 1, torch.device("cpu")).tolist()
-    assert any(len(setup.parts[c]) > 16 for c in clients)  # the engine's batching of the full gradient is exercised
+    assert any(
+        len(setup.federation.parts[c]) > 16 for c in clients
+    )  # the engine's batching of the full gradient is exercised
     module = copy.deepcopy(setup.model.module)
     torch.nn.utils.vector_to_parameters(x0, module.parameters())
-    sizes = torch.tensor([float(len(setup.parts[c])) for c in clients])
+    sizes = torch.tensor([float(len(setup.federation.parts[c])) for c in clients])
     expected = torch.zeros_like(x0)
     for c, w in zip(clients, sizes / sizes.sum()):
-        idx = setup.parts[c]
+        idx = setup.federation.parts[c]
         module.zero_grad()
         F.cross_entropy(module(setup.data.train.x[idx]), setup.data.train.y[idx]).backward()
         expected += w * torch.cat([p.grad.reshape(-1) for p in module.parameters()])

@@ -128,7 +128,7 @@ def test_the_engine_draws_the_replay_batch_apart_for_nccl(tmp_path):
     assert loop.local_cfg.replay_apart and loop.local_cfg.replay is not None
     for t in (1, 2, 3):
         loop.round(t)  # task 1: the memory holds task 0
-    train, batcher = loop.s.data.train, loop.s.batcher
+    train, batcher = loop.s.data.train, loop.fed.batcher
     position = int(batcher.cursor[0])
     idx = batcher.next(0)
     batcher.cursor[0] = position

@@ -93,7 +93,10 @@ def iterate_rounds(
         if "full_grad" in algo.caps.inputs:  # the exact ∇f_i(x_t), as the engine's full_local_gradients
             x_t = algo.broadcast(state, index)["x"].unsqueeze(0)
             inputs["full_grad"] = torch.cat([fed.oracle(i)(x_t) for i in clients])
-        ctx = RoundContext(index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t, inputs)
+        sizes = torch.tensor(fed.sizes)  # n_i of every client
+        ctx = RoundContext(
+            index, lr, k, algo.broadcast(state, index), algo.client_state(state, index), t, inputs, sizes
+        )
         sizes = torch.tensor(fed.sizes[clients])
         w = (
             sizes / sizes.sum()

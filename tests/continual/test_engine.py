@@ -62,14 +62,14 @@ def test_per_step_replay_joins_a_memory_draw_to_each_minibatch(tmp_path):
     loop = loop_of(tmp_path, spec_of(raw_with(), "er_fl"))
     train = loop.s.data.train
     loop.round(1)
-    xb, yb = loop.local_cfg.batch(train, loop.s.batcher, 0)
+    xb, yb = loop.local_cfg.batch(train, loop.fed.batcher, 0)
     assert len(yb) == 16  # task 0: empty memory, plain minibatch
     loop.round(2)
     loop.round(3)  # now in task 1, memory holds client 0's task-0 slot
-    position = int(loop.s.batcher.cursor[0])
-    idx = loop.s.batcher.next(0)
-    loop.s.batcher.cursor[0] = position  # draw the same minibatch again through the config
-    xb, yb = loop.local_cfg.batch(train, loop.s.batcher, 0)
+    position = int(loop.fed.batcher.cursor[0])
+    idx = loop.fed.batcher.next(0)
+    loop.fed.batcher.cursor[0] = position  # draw the same minibatch again through the config
+    xb, yb = loop.local_cfg.batch(train, loop.fed.batcher, 0)
     memory = set(loop.plugin(ContinualStream).memory.indices(0).tolist())
     b = len(idx)
     assert len(yb) == b + 5 and torch.equal(yb[:b], train.y[idx])
@@ -193,3 +193,23 @@ def test_fine_fl_is_fedavg_under_another_label(tmp_path):
     pd.testing.assert_frame_equal(avg[COLS], fine[COLS])
     assert resolve_runs(parse_scenario({**raw_with(), "algorithms": [{"name": "fine_fl"}]}))[0].label == "Fine-FL"
     assert json.loads(spec_of(raw_with(), "er_fl").to_json())["algorithm"]["label"] == "Ering"
+
+
+def test_the_task_stream_returns_each_tasks_federation_and_mutates_no_shared_setup(tmp_path):
+    """Issue 25: the plug-in hands the loop a new Federation per task (parts, n_i, batcher, mask) and
+    leaves the run's setup and the algorithm's context as they were built (no aliased tensor)."""
+    loop = loop_of(tmp_path, spec_of(RAW, "fine_fl"))
+    first, sizes0 = loop.s.federation, loop.s.algorithm.ctx.client_sizes.clone()
+    seen = []
+    for t in range(1, 7):  # 3 tasks of 2 rounds
+        loop.round(t)
+        seen.append(loop.fed)
+    assert seen[0] is seen[1] and seen[1] is not seen[2] and seen[3] is not seen[4]  # one per task
+    for task, fed in enumerate(seen[::2]):
+        parts = loop.s.tasks.parts[task]
+        assert all(torch.equal(a, b) for a, b in zip(fed.parts, parts))
+        assert fed.sizes.tolist() == [float(len(p)) for p in parts] and torch.equal(
+            fed.label_mask, loop.plugin(ContinualStream).masks[task]
+        )
+    assert loop.s.federation is first and first.label_mask is None
+    assert torch.equal(loop.s.algorithm.ctx.client_sizes, sizes0) and torch.equal(first.sizes, sizes0)

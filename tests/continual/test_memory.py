@@ -67,7 +67,7 @@ def test_the_memory_is_frozen_during_a_task_and_holds_the_clients_own_task_sampl
         loop.round(t)
         snapshots.append([loop.plugin(ContinualStream).memory.indices(c).copy() for c in range(3)])
         if t == 2:
-            task0_parts = [p.numpy() for p in loop.s.parts]
+            task0_parts = [p.numpy() for p in loop.fed.parts]
     same = lambda a, b: all(np.array_equal(x, y_) for x, y_ in zip(a, b))  # noqa: E731
     assert same(snapshots[2], snapshots[1]) and not same(snapshots[3], snapshots[2])  # task 1: rounds 3–4
     sizes = [[len(m) for m in snap] for snap in snapshots]

@@ -65,7 +65,8 @@ def test_the_partition_is_applied_per_task_and_covers_each_tasks_indices_once(tm
         joined = torch.cat(parts).tolist()
         assert sorted(joined) == stream.train[j].tolist()  # every index of task j exactly once
         assert set(y[torch.cat(parts)].tolist()) == set(stream.classes[j])
-    assert setup.parts is setup.tasks.parts[0] and setup.client_sizes.tolist() == [len(p) for p in setup.parts]
+    fed = setup.federation
+    assert list(fed.parts) == list(setup.tasks.parts[0]) and fed.sizes.tolist() == [len(p) for p in fed.parts]
     # Dirichlet ω = 0.5 draws different client shares per task (the ("partition", task) streams)
     shares = [[len(p) for p in parts] for parts in setup.tasks.parts]
     assert len({tuple(s) for s in shares}) == 3

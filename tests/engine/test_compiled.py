@@ -127,6 +127,6 @@ def test_a_runs_local_steps_are_rounds_times_the_largest_k(tmp_path, local, expe
     spec = resolve_runs(parse_scenario(raw))[0]
     setup = build_run(spec, 0, DataCache(tmp_path, False, torch.device("cpu")))
     epochs = local.get("epochs") or max(local.get("random_epochs", [0]))
-    n_max = max(len(p) for p in setup.parts)
+    n_max = max(len(p) for p in setup.federation.parts)
     want = expected if expected is not None else 3 * -(-int(epochs * n_max) // 10)
-    assert local_steps(spec, setup.batcher) == want
+    assert local_steps(spec, setup.federation.batcher) == want

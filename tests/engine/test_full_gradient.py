@@ -19,16 +19,7 @@ from fedbench.models.flat import FlatModel
 
 @pytest.mark.parametrize(
     "n, expected",
-    [
-        (100, [50, 50]),
-        (101, [50, 51]),
-        (151, [50, 50, 51]),
-        (52, [50, 2]),
-        (51, [51]),
-        (49, [49]),
-        (2, [2]),
-        (1, [1]),
-    ],
+    [(100, [50, 50]), (101, [50, 51]), (151, [50, 50, 51]), (52, [50, 2]), (51, [51]), (49, [49]), (2, [2]), (1, [1])],
 )
 def test_a_one_sample_tail_joins_the_chunk_before_it(n: int, expected: list[int]):
     assert chunk_sizes(n, 50) == expected

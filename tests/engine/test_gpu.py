@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from fedbench.algorithms.client_table import HostTable
+from fedbench.algorithms.state import state_leaves
 from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.options import RunOptions
@@ -105,7 +106,7 @@ def test_pinned_host_tables_give_identical_numbers_and_resume_on_cuda(tmp_path, 
     raw = with_algorithm(tiny_scenario(name="host", rounds=4, checkpoint_every=2), name)
     spec = resolve_runs(parse_scenario(raw))[0]
     setup = build_run(spec, 0, DataCache(tmp_path / "data", False, CUDA), host_client_state=True)
-    tables = [v for v in RoundLoop(spec, 0, setup).state.values() if isinstance(v, HostTable)]
+    tables = [v for v in state_leaves(RoundLoop(spec, 0, setup).state) if isinstance(v, HostTable)]
     assert tables and all(t.data.is_pinned() for t in tables)
     cols = ["round", *COLS]
     device = run(tmp_path, raw, "device", client_state="device")[cols]

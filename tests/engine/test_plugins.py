@@ -154,7 +154,7 @@ assert "cvxpy" in sys.modules
 def test_axes_are_a_registry_of_blocks_with_entry_points(monkeypatch):
     """Each block once, in registration order; an entry point's module is imported on first use only."""
     assert [(a.block, a.build if isinstance(a.build, str) else a.build.__name__) for a in axes.AXES] == [
-        ("continual", "ContinualStream"),
+        ("continual", "fedbench.continual.stream:ContinualStream"),
         ("wireless", "fedbench.wireless.plugin:WirelessUplink"),
         ("validation", "ValidationScore"),
     ]

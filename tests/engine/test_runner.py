@@ -219,11 +219,11 @@ def test_data_fraction_keeps_a_seeded_subset_of_each_client(tmp_path):
     sc = scenario(local={"iterations": 1, "batch_size": 16, "lr": 0.1, "data_fraction": 0.8})
     spec = resolve_runs(sc)[0]
     cache = DataCache(tmp_path, False, torch.device("cpu"))
-    full = build_run(resolve_runs(scenario())[0], 0, cache).parts
-    part = build_run(spec, 0, cache).parts
+    full = build_run(resolve_runs(scenario())[0], 0, cache).federation.parts
+    part = build_run(spec, 0, cache).federation.parts
     for f, p in zip(full, part):
         assert len(p) == -(-len(f) * 8 // 10) and set(p.tolist()) <= set(f.tolist())
-    assert all(torch.equal(a, b) for a, b in zip(part, build_run(spec, 0, cache).parts))
+    assert all(torch.equal(a, b) for a, b in zip(part, build_run(spec, 0, cache).federation.parts))
 
 
 def test_only_the_first_gradient_of_a_step_moves_batchnorm_statistics():

@@ -5,15 +5,7 @@ import pytest
 
 from fedbench.papers.fedcams.room import TABLE2_COMPRESSORS
 from fedbench.registry import UnknownNameError
-from fedbench.report.bits import (
-    bits_report,
-    bits_table,
-    format_bits,
-    formula_table,
-    parse_compressor,
-    sig3,
-    write_bits,
-)
+from fedbench.report.bits import bits_report, bits_table, format_bits, formula_table, parse_compressor, sig3, write_bits
 from fedbench.report.reference import reference_frame
 
 TABLE2 = ["sign", "topk:ratio=1/64", "topk:ratio=1/128", "topk:ratio=1/256"]

@@ -46,13 +46,15 @@ def test_split_is_disjoint_from_training_and_the_same_for_every_trial(tmp_path):
     first = setups[0]
     assert first.validation is not None
     for setup in setups:
-        for i, (train, val, all_of_i) in enumerate(zip(setup.parts, setup.validation, whole.parts)):
+        for i, (train, val, all_of_i) in enumerate(
+            zip(setup.federation.parts, setup.validation, whole.federation.parts)
+        ):
             assert not set(train.tolist()) & set(val.tolist()), f"client {i} trains on validation samples"
             assert sorted(train.tolist() + val.tolist()) == sorted(all_of_i.tolist())
-            assert torch.equal(val, first.validation[i]) and torch.equal(train, first.parts[i])
-        assert torch.equal(setup.client_sizes, torch.tensor([float(len(p)) for p in setup.parts]))
+            assert torch.equal(val, first.validation[i]) and torch.equal(train, first.federation.parts[i])
+        assert torch.equal(setup.federation.sizes, torch.tensor([float(len(p)) for p in setup.federation.parts]))
     held = sum(len(v) for v in first.validation)
-    assert abs(held - 0.2 * sum(len(p) for p in whole.parts)) <= len(whole.parts)
+    assert abs(held - 0.2 * sum(len(p) for p in whole.federation.parts)) <= len(whole.federation.parts)
 
 
 def test_split_depends_on_the_seed(tmp_path):

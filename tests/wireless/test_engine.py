@@ -118,7 +118,7 @@ def test_a_lost_upload_is_left_out_of_the_aggregate(tmp_path, partial, mode):
     calls = spy(ideal)
     ideal.round(1)
     clients, uploads, _ = calls[0]
-    sizes = ideal.s.client_sizes[clients]
+    sizes = ideal.fed.sizes[clients]
     loop = loop_of(tmp_path, spec_of({"tau_s": tau, "outage_aggregation": mode}))
     _, extra = loop.round(1)
     assert extra["wireless"]["lost"] == lost
@@ -145,7 +145,7 @@ def test_fedqvr_eq_12_with_a_lost_upload(tmp_path, partial, mode, aggregation):
     _, extra = loop.round(1)
     assert extra["wireless"]["lost"] == lost
     keep = torch.tensor([c not in lost for c in clients])
-    sizes = loop.s.client_sizes
+    sizes = loop.fed.sizes
     assert sizes.unique().numel() > 1
     n = sizes[clients][keep]
     m = 3 if mode == "zero_fill" else 2
