@@ -39,17 +39,37 @@ class GradMAWState(ServerState):
     last_local: ClientTable | None  # x_{t,−1}^(i): each worker's last local model [N, P] (``prev_anchor: last_local``)
 
 
+class WorkerMemory(NamedTuple):
+    """mem_red's buffer (Alg. 4) of m slots: the worker in each, D_j = exp(``log_scale``_j)·``U``_j."""
+
+    U: torch.Tensor  # [m, P]
+    log_scale: torch.Tensor  # [m] float64
+    client: torch.Tensor  # the worker in each slot [m] int64, −1: empty
+    taken: torch.Tensor  # c(j), the participations counted [m] int64
+    inserted: torch.Tensor  # insertion stamp (tie-break) [m] int64
+    clock: torch.Tensor  # the next stamp, int64 scalar
+
+    @classmethod
+    def empty(cls, slots: int, like: torch.Tensor) -> WorkerMemory:
+        """m empty slots for rows like ``like`` ``[P]``."""
+        dev = like.device
+        zeros = torch.zeros(slots, dtype=torch.int64, device=dev)
+        return cls(
+            like.new_zeros((slots, like.numel())),
+            torch.zeros(slots, dtype=torch.float64, device=dev),
+            torch.full((slots,), -1, dtype=torch.int64, device=dev),
+            zeros,
+            zeros.clone(),
+            torch.zeros((), dtype=torch.int64, device=dev),
+        )
+
+
 @state
 class GradMASState(ServerState):
-    """The server momentum m~ and the worker memory of mem_red (Alg. 4): D_j = exp(``memory_log_scale``_j)·U_j."""
+    """The server momentum m~ and the worker memory of mem_red (Alg. 4)."""
 
     momentum: torch.Tensor  # m~ [P]
-    memory: torch.Tensor  # U_j [m, P]
-    memory_log_scale: torch.Tensor  # [m] float64
-    memory_client: torch.Tensor  # the worker in each slot [m] int64, −1: empty
-    memory_count: torch.Tensor  # c(j) [m] int64
-    memory_inserted: torch.Tensor  # insertion stamp (tie-break) [m] int64
-    memory_clock: torch.Tensor  # the next stamp, int64 scalar
+    memory: WorkerMemory
 
 
 @state
@@ -175,7 +195,7 @@ class GradMAS(Algorithm):
     mem_red (Alg. 4): at most m workers are buffered, with participation counters c(j); a
     participant not yet buffered evicts, when the buffer is full, the non-participating buffered
     worker with the least c (ties: the earliest inserted), whose D and c are dropped. D is an
-    ``[m, P]`` table of slots (state ``memory``), stored as D_j = exp(``memory_log_scale``_j)·U_j
+    ``[m, P]`` table of slots (:class:`WorkerMemory`), stored as D_j = exp(``log_scale``_j)·U_j
     so that β2^k decay never underflows (QP_g is invariant to a column's positive scale; β2 = 0
     zeroes absent workers' memory, as Eq. 7 says, and a zero D_j constrains nothing: it is left out of
     QP_g). m = 0 skips memory and QP_g: FedAvgM exactly.
@@ -194,30 +214,18 @@ class GradMAS(Algorithm):
         self.blocks = ctx.blocks if self.params.projection == "per_tensor" else (ctx.dim,)
         self.slots = min(self.params.memory_size, ctx.num_clients)
 
-    def memory_fields(self, x0: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The fields of :class:`GradMASState` at round 0 beyond ``x`` and ``opt``."""
-        m, dev = self.slots, x0.device
-        return {
-            "momentum": torch.zeros_like(x0),  # m~_0 = 0
-            "memory": x0.new_zeros((m, x0.numel())),  # U_j; D_j = exp(log_scale_j)·U_j
-            "memory_log_scale": torch.zeros(m, dtype=torch.float64, device=dev),
-            "memory_client": torch.full((m,), -1, dtype=torch.int64, device=dev),  # −1: empty slot
-            "memory_count": torch.zeros(m, dtype=torch.int64, device=dev),  # c(j)
-            "memory_inserted": torch.zeros(m, dtype=torch.int64, device=dev),  # insertion stamp (tie-break)
-            "memory_clock": torch.zeros((), dtype=torch.int64, device=dev),
-        }
-
     def init_state(self, x0: torch.Tensor) -> Any:
-        return extend(Algorithm.init_state(self, x0), GradMASState, **self.memory_fields(x0))
+        memory = WorkerMemory.empty(self.slots, x0)
+        return extend(Algorithm.init_state(self, x0), GradMASState, momentum=torch.zeros_like(x0), memory=memory)
 
-    def mem_red(self, state: Any, clients: list[int]) -> tuple[dict[str, torch.Tensor], list[int], list[bool]]:
-        """Alg. 4: buffer the round's workers, evicting as needed. Returns the new slot bookkeeping
-        (``memory_client``/``_count``/``_inserted``/``_clock``), each participant's slot and whether it
-        entered the buffer this round (a fresh entry)."""
-        owner = state.memory_client.tolist()
-        count = state.memory_count.tolist()
-        stamp = state.memory_inserted.tolist()
-        clock = int(state.memory_clock)
+    def mem_red(self, memory: WorkerMemory, clients: list[int]) -> tuple[WorkerMemory, list[int], list[bool]]:
+        """Alg. 4: buffer the round's workers, evicting as needed. Returns the memory with the new slot
+        bookkeeping (``client``, ``taken``, ``inserted``, ``clock``; ``U`` as it was), each participant's
+        slot and whether it entered the buffer this round (a fresh entry)."""
+        owner = memory.client.tolist()
+        count = memory.taken.tolist()
+        stamp = memory.inserted.tolist()
+        clock = int(memory.clock)
         slot_of = {c: j for j, c in enumerate(owner) if c >= 0}
         active = set(clients)
         fresh = []
@@ -241,21 +249,21 @@ class GradMAS(Algorithm):
             clock += 1
             slot_of[i] = j
             fresh.append(True)
-        dev = state.memory_client.device
-        books = {
-            "memory_client": torch.tensor(owner, dtype=torch.int64, device=dev),
-            "memory_count": torch.tensor(count, dtype=torch.int64, device=dev),
-            "memory_inserted": torch.tensor(stamp, dtype=torch.int64, device=dev),
-            "memory_clock": torch.tensor(clock, dtype=torch.int64, device=dev),
-        }
+        dev = memory.client.device
+        books = memory._replace(
+            client=torch.tensor(owner, dtype=torch.int64, device=dev),
+            taken=torch.tensor(count, dtype=torch.int64, device=dev),
+            inserted=torch.tensor(stamp, dtype=torch.int64, device=dev),
+            clock=torch.tensor(clock, dtype=torch.int64, device=dev),
+        )
         return books, [slot_of[i] for i in clients], fresh
 
     def update_memory(
-        self, state: Any, used: int, slots: list[int], fresh: list[bool], d_rows: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, memory: WorkerMemory, used: int, slots: list[int], fresh: list[bool], d_rows: torch.Tensor
+    ) -> WorkerMemory:
         """Eq. 7 on the slots: fresh D_j = d_j, participant D_j = β2·D_j + d_j, others D_j = β2·D_j;
-        ``used`` slots are filled. Returns the new U and log scales."""
-        U, log_scale = state.memory.clone(), state.memory_log_scale.clone()
+        ``used`` slots are filled. Returns the memory with the new U and log scales."""
+        U, log_scale = memory.U.clone(), memory.log_scale.clone()
         beta2 = self.params.beta2
         log_beta2 = math.log(beta2) if beta2 > 0 else -math.inf
         keep = torch.tensor([0.0 if f else beta2 for f in fresh], dtype=torch.float64, device=U.device)
@@ -271,27 +279,29 @@ class GradMAS(Algorithm):
         if bool(dead.any()):  # β2 = 0: D_j = 0, no constraint
             U[:used][dead] = 0.0
             log_scale[:used][dead] = 0.0
-        return U, log_scale
+        return memory._replace(U=U, log_scale=log_scale)
 
     def memory_round(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         """Alg. 4 then Alg. 3 (Eqs. 6–8)."""
         d_rows = -up.sent["delta"]  # d_i = x_t − x_{t+1}^(i)
         d = -weighted_mean(up.sent["delta"], weights)  # Eq. 6
         m = state.momentum * self.params.beta1 + d  # Eq. 6
-        fallbacks, used, changes = 0, 0, {}
+        fallbacks, used, memory = 0, 0, state.memory
         if self.slots > 0:
-            books, slots, fresh = self.mem_red(state, ctx.clients.tolist())
-            used = int((books["memory_client"] >= 0).sum())
-            U, log_scale = self.update_memory(state, used, slots, fresh, d_rows)  # Eq. 7
-            changes = {**books, "memory": U, "memory_log_scale": log_scale}
-            D = U[:used]
+            memory, slots, fresh = self.mem_red(memory, ctx.clients.tolist())
+            used = int((memory.client >= 0).sum())
+            memory = self.update_memory(memory, used, slots, fresh, d_rows)  # Eq. 7
+            D = memory.U[:used]
             live = D.any(1)
             if not bool(live.all()):  # β2 = 0 zeroes absent workers' D_j: ⟨m~, 0⟩ ≥ 0 holds, not a constraint
                 D = D[live]
             m_tilde, failed = project(m.unsqueeze(0), D.unsqueeze(0), self.blocks)  # Eq. 8
             m, fallbacks = m_tilde.squeeze(0), int(failed.sum())
         x = state.x - self.server.spec.lr * m
-        return dataclasses.replace(state, x=x, momentum=m, **changes), {"qp_fallbacks": fallbacks, "memory_slots": used}
+        return dataclasses.replace(state, x=x, momentum=m, memory=memory), {
+            "qp_fallbacks": fallbacks,
+            "memory_slots": used,
+        }
 
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         return self.memory_round(state, ctx, up, weights)
@@ -305,8 +315,9 @@ class GradMA(GradMAW, GradMAS):
     params: GradMAParams
 
     def init_state(self, x0: torch.Tensor) -> GradMAState:
+        memory = WorkerMemory.empty(self.slots, x0)
         base = Algorithm.init_state(self, x0)
-        return extend(base, GradMAState, **self.memory_fields(x0), last_local=self.worker_table(x0))
+        return extend(base, GradMAState, momentum=torch.zeros_like(x0), memory=memory, last_local=self.worker_table(x0))
 
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         table, worker_fallbacks = self.worker_round(state, ctx, up.kept)

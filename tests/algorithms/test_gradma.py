@@ -109,9 +109,9 @@ def server_reference(fed, x0, schedule, steps, lr, beta1, beta2, m, eta_g, block
 def memory_of(state) -> dict[int, np.ndarray]:
     """client → D_j = exp(log_scale_j)·U_j from the slot table."""
     out = {}
-    for j, c in enumerate(state.memory_client.tolist()):
+    for j, c in enumerate(state.memory.client.tolist()):
         if c >= 0:
-            out[c] = (state.memory_log_scale[j].exp() * state.memory[j]).numpy()
+            out[c] = (state.memory.log_scale[j].exp() * state.memory.U[j]).numpy()
     return out
 
 
@@ -147,7 +147,7 @@ def test_gradma_s_server_update_matches_algorithms_3_and_4(projection, blocks, m
         assert set(ours) == set(D) and logs == {"qp_fallbacks": 0, "memory_slots": len(D)}
         for k in D:
             np.testing.assert_allclose(ours[k], D[k], rtol=1e-7, atol=1e-9)  # d_i inherits x_t's cvxpy error
-        counts = dict(zip(state.memory_client.tolist(), state.memory_count.tolist()))
+        counts = dict(zip(state.memory.client.tolist(), state.memory.taken.tolist()))
         assert all(counts[k] == c for k, c in buf.items())
         projected += 1
     assert projected == len(SCHEDULE)
@@ -172,7 +172,7 @@ def _server_only(algo, fed, schedule, deltas):
         )
         uniform = torch.full((len(clients),), 1 / len(clients), dtype=torch.float64)
         state, _ = algo.server_update(state, ctx, Upload({"delta": torch.tensor(delta)}), uniform)
-        seen.append(sorted(c for c in state.memory_client.tolist() if c >= 0))
+        seen.append(sorted(c for c in state.memory.client.tolist() if c >= 0))
     return state, seen
 
 
@@ -196,7 +196,7 @@ def test_eviction_least_count_non_active_then_earliest_inserted():
         [0, 3],
         [0, 4],  # 4 evicts 3 (count 1; 0 has 4)
     ]
-    assert dict(zip(state.memory_client.tolist(), state.memory_count.tolist())) == {0: 4, 4: 1}
+    assert dict(zip(state.memory.client.tolist(), state.memory.taken.tolist())) == {0: 4, 4: 1}
     # the tie-break: equal counts → earliest inserted goes, even after a count update of the other
     algo, _ = make_algorithm("gradma_s", fed, memory_size=2)
     _, seen = _server_only(algo, fed, [[0], [1], [0], [1], [2], [3]], deltas)
