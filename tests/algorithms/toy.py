@@ -60,6 +60,10 @@ class ToyOracle:
     def __call__(self, z: torch.Tensor, objective=None) -> torch.Tensor:
         return self.grad(z)
 
+    def memory(self, z: torch.Tensor) -> torch.Tensor:
+        """No replay draw: zero rows."""
+        return torch.zeros_like(z)
+
 
 def run_rounds(
     algo,
