@@ -15,7 +15,7 @@ The engine runs every round the same way (see ``fedbench/engine/runner.py``)::
     state, logs = algo.server_update(state, ctx, up, weights)   # aggregate, move the global model
 
 Every hook is a function of its arguments that returns new values: the server state is the
-algorithm's own typed :class:`~fedbench.algorithms.state.ServerState` (``state_type``), the
+algorithm's own typed :class:`~fedbench.algorithms.state.ServerState` (a frozen dataclass), the
 clients' held rows and carry are ``NamedTuple`` s of ``[S, ...]`` rows, and nothing handed to a hook
 is mutated by it (``[N, P]`` client tables are donated, :mod:`~fedbench.algorithms.client_table`).
 Everything is a flat parameter vector: ``[P]`` for server quantities, ``[S, P]`` for the round's
