@@ -38,15 +38,14 @@ import torch
 from fedbench.algorithms.base import Algorithm, Logs, TaskData
 from fedbench.continual.memory import ReplayMemory
 from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.federation import Federation, InputRequest
 from fedbench.engine.full_gradient import client_gradients, full_local_gradients
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.plugins import RoundPlugin
-from fedbench.engine.setup import Federation
 from fedbench.models.flat import Buffers
 from fedbench.seeding import numpy_stream
 
 if TYPE_CHECKING:
-    from fedbench.engine.inputs import InputRequest
     from fedbench.engine.setup import RunSetup
     from fedbench.scenario import RunSpec
 

@@ -14,47 +14,22 @@ plug-in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from fedbench.engine.batched import dropout_keys
+from fedbench.engine.federation import InputRequest
 from fedbench.engine.full_gradient import full_local_gradients
-from fedbench.engine.local import LocalConfig
-from fedbench.models.flat import Buffers
-
-if TYPE_CHECKING:
-    from fedbench.engine.setup import Federation, RunSetup
-
-
-@dataclass(frozen=True)
-class InputRequest:
-    """What a provider may read: the round, its clients ``[S]``, the broadcast model x_t ``[P]``,
-    the global buffers, the run's local-work settings (and seed) and minibatch size, the run's setup,
-    the clients' data at this stage and the input names wanted."""
-
-    round: int
-    clients: torch.Tensor
-    point: torch.Tensor
-    buffers: Buffers
-    cfg: LocalConfig
-    batch_size: int
-    setup: RunSetup
-    fed: Federation
-    wanted: frozenset[str]
-
 
 Provider = Callable[[InputRequest], torch.Tensor]
 
 
 def full_gradients(req: InputRequest) -> torch.Tensor:
     """∇f_i(x_t) ``[S, P]`` over each client's whole local data (:mod:`fedbench.engine.full_gradient`)."""
-    s, ids = req.setup, req.clients.tolist()
-    keys = dropout_keys(req.cfg.seed, req.round, ids, s.x0.device)
-    return full_local_gradients(
-        s.model, req.buffers, s.data.train, [req.fed.parts[c] for c in ids], req.point, req.batch_size, req.cfg, keys
-    )
+    ids = req.clients.tolist()
+    keys = dropout_keys(req.cfg.seed, req.round, ids, req.point.device)
+    parts = [req.fed.parts[c] for c in ids]
+    return full_local_gradients(req.model, req.buffers, req.train, parts, req.point, req.batch_size, req.cfg, keys)
 
 
 def empty_memory_gradients(req: InputRequest) -> torch.Tensor:

@@ -24,17 +24,14 @@ changes of the round it returns — a new federation, inputs, received uploads, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from fedbench.algorithms.base import Logs, RoundContext, Upload
+from fedbench.engine.federation import Federation, InputRequest
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.models.flat import Buffers
-
-if TYPE_CHECKING:
-    from fedbench.engine.inputs import InputRequest
-    from fedbench.engine.setup import Federation
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ from fedbench.engine.batched import probe_client_bytes, run_clients_batched
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import LAYOUT, resume_point, run_identity, save_checkpoint
 from fedbench.engine.executor import ClientExecutor, choose_executor
-from fedbench.engine.inputs import PROVIDERS, InputRequest
+from fedbench.engine.federation import InputRequest
+from fedbench.engine.inputs import PROVIDERS
 from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
 from fedbench.engine.plugins import Received, RoundPlugin
@@ -250,8 +251,18 @@ class RoundLoop:
         wanted = frozenset(self.s.algorithm.caps.inputs)
         if not wanted:
             return MappingProxyType({})
+        s = self.s
         req = InputRequest(
-            t, clients, point, self.buffers, self.local_cfg, self.spec.local.batch_size, self.s, self.fed, wanted
+            t,
+            clients,
+            point,
+            self.buffers,
+            self.local_cfg,
+            self.spec.local.batch_size,
+            s.model,
+            s.data.train,
+            self.fed,
+            wanted,
         )
         given: dict[str, torch.Tensor] = {}
         for plugin in self.plugins:

@@ -16,11 +16,12 @@ from fedbench.algorithms import ALGORITHMS, Algorithm, AlgorithmContext
 from fedbench.compress import build_compressor
 from fedbench.continual.tasks import TaskStream, split_tasks
 from fedbench.data import DatasetSplits, load_dataset
+from fedbench.data.holdout import split_clients
 from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
 from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.federation import Federation
 from fedbench.engine.precision import default_dtype, train_dtype
-from fedbench.engine.validation import split_clients
 from fedbench.models import build_model
 from fedbench.models.flat import Buffers, FlatModel
 from fedbench.optim.client import build_local_optimizer
@@ -84,21 +85,6 @@ class TaskSetup:
     stream: TaskStream
     parts: list[list[torch.Tensor]]
     info: list[dict[str, float | int]]
-
-
-@dataclass(frozen=True)
-class Federation:
-    """The clients' data at one stage of a run (a continual run has one per task): each client's
-    training indices ``parts``, their sample counts n_i ``sizes`` ``[N]`` (the aggregation weights'),
-    the minibatch ``batcher`` over them, the partition's ``info`` (logged) and the logit mask of the
-    stage's heads (``label_mask``, continual; None: every class). The round loop holds the current one;
-    a round plug-in that changes it returns a new one (:meth:`~fedbench.engine.plugins.RoundPlugin.stage`)."""
-
-    parts: tuple[torch.Tensor, ...]
-    sizes: torch.Tensor
-    batcher: ClientBatcher
-    info: dict[str, float | int]
-    label_mask: torch.Tensor | None = None
 
 
 @dataclass

@@ -16,13 +16,13 @@ import numpy as np
 import torch
 
 from fedbench.compress import BITS_PER_FLOAT, bound_bits
+from fedbench.engine.federation import InputRequest
 from fedbench.engine.local import LocalResult
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.uploads import aggregation_weights, client_upload_bits
 from fedbench.wireless.uplink import RoundRadio, Uplink
 
 if TYPE_CHECKING:
-    from fedbench.engine.inputs import InputRequest
     from fedbench.engine.setup import RunSetup
     from fedbench.scenario import RunSpec
 

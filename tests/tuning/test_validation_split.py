@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedbench.data.holdout import hold_out, stratified_counts
 from fedbench.engine.setup import DataCache, build_run
-from fedbench.engine.validation import hold_out, stratified_counts
 from fedbench.scenario import parse_scenario
 from fedbench.sweeps.tuning import plan
 from tests.factories import tiny_scenario

@@ -1,0 +1,50 @@
+"""What the round loop hands its plug-ins and input providers: the clients' data at a stage of the run
+(:class:`Federation`) and a request for engine inputs (:class:`InputRequest`). Both are plain values
+below the loop, the plug-ins and the run's setup, so that none of them imports another to name them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedbench.data.base import ArraySplit
+from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.local import LocalConfig
+from fedbench.models.flat import Buffers, FlatModel
+
+
+@dataclass(frozen=True)
+class Federation:
+    """The clients' data at one stage of a run (a continual run has one per task): each client's
+    training indices ``parts``, their sample counts n_i ``sizes`` ``[N]`` (the aggregation weights'),
+    the minibatch ``batcher`` over them, the partition's ``info`` (logged) and the logit mask of the
+    stage's heads (``label_mask``, continual; None: every class). The round loop holds the current one;
+    a round plug-in that changes it returns a new one (:meth:`~fedbench.engine.plugins.RoundPlugin.stage`)."""
+
+    parts: tuple[torch.Tensor, ...]
+    sizes: torch.Tensor
+    batcher: ClientBatcher
+    info: dict[str, float | int]
+    label_mask: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class InputRequest:
+    """What an input provider (:mod:`fedbench.engine.inputs`, :meth:`RoundPlugin.provide
+    <fedbench.engine.plugins.RoundPlugin.provide>`) may read: the round, its clients ``[S]``, the
+    broadcast model x_t ``[P]``, the global buffers, the run's local-work settings (and seed) and
+    minibatch size, the model and training data, the clients' data at this stage and the input names
+    wanted."""
+
+    round: int
+    clients: torch.Tensor
+    point: torch.Tensor
+    buffers: Buffers
+    cfg: LocalConfig
+    batch_size: int
+    model: FlatModel
+    train: ArraySplit
+    fed: Federation
+    wanted: frozenset[str]
