@@ -14,7 +14,7 @@ DATA_PATH = [
     ROOT / "fedbench/engine/runner.py",
     ROOT / "fedbench/engine/plugins.py",
     ROOT / "fedbench/engine/axes.py",
-    ROOT / "fedbench/continual/stream.py",
+    ROOT / "fedbench/engine/task_stream.py",
     ROOT / "fedbench/wireless/plugin.py",
     ROOT / "fedbench/engine/probe.py",
     ROOT / "fedbench/estimate.py",

@@ -1,6 +1,6 @@
 """The continual-learning axis: task streams, replay memories and the Acc / Forgetting metrics.
 
-The engine side (the task stream as a round plug-in) is :mod:`fedbench.continual.stream`;
+The engine side (the task stream as a round plug-in) is :mod:`fedbench.engine.task_stream`;
 the tables and heat maps are :mod:`fedbench.report.forgetting`.
 """
 

@@ -1,14 +1,15 @@
 """The axes a scenario adds to plain FL: a registry of the round plug-in each spec block attaches.
 
 A run gets, in registration order, the plug-in of every registered block present in its spec
-(``continual``: a stream of tasks with replay memories, :mod:`fedbench.continual.stream`;
+(``continual``: a stream of tasks with replay memories, :mod:`fedbench.engine.task_stream`;
 ``wireless``: a deadline-constrained uplink with a bandwidth allocation, :mod:`fedbench.wireless.plugin`;
 ``validation``: the held-out validation score of a tuning trial, docs/tuning.md). A new axis is a
 block in the schema, a :class:`~fedbench.engine.plugins.RoundPlugin` and one :func:`register_axis`
 line; the round loop does not change. An axis outside the engine registers its plug-in by entry
 point, ``"package.module:Name"``, imported only when a spec has the block: the wireless plug-in's
 module (and cvxpy, its allocation's solver) loads for wireless runs only, and the engine imports no
-axis package (tests/test_layout.py).
+axis package (tests/test_layout.py). The task stream and the validation score are engine modules on
+packages below the engine (:mod:`fedbench.continual`'s tasks and memories).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedbench.engine.plugins import RoundPlugin
+from fedbench.engine.task_stream import ContinualStream
 from fedbench.engine.validation import ValidationScore
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ def register_axis(block: str, build: PluginFactory | str) -> None:
     AXES = (*AXES, Axis(block, build))
 
 
-register_axis("continual", "fedbench.continual.stream:ContinualStream")
+register_axis("continual", ContinualStream)
 register_axis("wireless", "fedbench.wireless.plugin:WirelessUplink")
 register_axis("validation", ValidationScore)
 

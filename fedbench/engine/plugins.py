@@ -54,7 +54,7 @@ class RoundPlugin:
 
     def stage(self, t: int, fed: Federation) -> Federation:
         """The clients' data for round t, given the current one: ``fed`` itself, or a new
-        :class:`~fedbench.engine.setup.Federation` (the loop then trains on it from this round on)."""
+        :class:`~fedbench.engine.federation.Federation` (the loop then trains on it from this round on)."""
         return fed
 
     def begin_round(self, t: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ flagged in the tables (:mod:`fedbench.report.health`).
 
 Every other axis is a round plug-in attached by its scenario block (:mod:`fedbench.engine.axes`):
 a wireless uplink (:mod:`fedbench.wireless.plugin`), a continual task stream
-(:mod:`fedbench.continual.stream`). Their hooks (:mod:`fedbench.engine.plugins`) run around sampling,
+(:mod:`fedbench.engine.task_stream`). Their hooks (:mod:`fedbench.engine.plugins`) run around sampling,
 local work, aggregation and evaluation; the loop itself has no branch for either. What an algorithm
 needs beyond the minibatch gradient comes from the providers of :mod:`fedbench.engine.inputs`, and
 what it reports beyond the metrics from its declared diagnostics; the loop names no algorithm.
@@ -236,7 +236,7 @@ class RoundLoop:
         return ctx, steps
 
     def enter_stage(self, t: int) -> None:
-        """The clients' data for round t: the current :class:`~fedbench.engine.setup.Federation`, or the
+        """The clients' data for round t: the current :class:`~fedbench.engine.federation.Federation`, or the
         one a plug-in moves on to (a continual run's next task); its logit mask goes to the model."""
         fed = self.fed
         for plugin in self.plugins:

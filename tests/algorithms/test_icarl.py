@@ -19,9 +19,9 @@ from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.base import TaskData
 from fedbench.algorithms.icarl import ICaRLObjective, herding
 from fedbench.continual.memory import ReplayMemory
-from fedbench.continual.stream import ContinualStream
 from fedbench.continual.tasks import TaskStream
 from fedbench.engine.local import GradientOracle, LocalConfig
+from fedbench.engine.task_stream import ContinualStream
 from fedbench.models import build_model
 from fedbench.models.flat import FlatModel
 from fedbench.scenario import AugmentSpec, parse_scenario, resolve_runs, run_id_of

@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedbench.continual.stream import ContinualStream
 from fedbench.engine.batched import BatchedOracle
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.local import GradientOracle, LocalConfig
+from fedbench.engine.task_stream import ContinualStream
 from fedbench.models import build_model
 from fedbench.models.flat import FlatModel
 from fedbench.scenario import AugmentSpec

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms import ALGORITHMS, Algorithm
-from fedbench.continual.stream import ContinualStream
 from fedbench.data import load_dataset
+from fedbench.engine.task_stream import ContinualStream
 from fedbench.registry import Entry, NoParams
 from fedbench.scenario import parse_scenario, resolve_runs, run_id_of
 from fedbench.store import ResultsStore

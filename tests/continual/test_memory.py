@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedbench.continual.memory import ReplayMemory, balanced_quota, select_memory
-from fedbench.continual.stream import ContinualStream
+from fedbench.engine.task_stream import ContinualStream
 from tests.continual.common import loop_of, raw_with, spec_of
 
 

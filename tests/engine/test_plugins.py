@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbench.continual.stream import ContinualStream
 from fedbench.engine import axes
 from fedbench.engine.axes import Axis, build_plugins
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.engine.task_stream import ContinualStream
 from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
@@ -154,7 +154,7 @@ assert "cvxpy" in sys.modules
 def test_axes_are_a_registry_of_blocks_with_entry_points(monkeypatch):
     """Each block once, in registration order; an entry point's module is imported on first use only."""
     assert [(a.block, a.build if isinstance(a.build, str) else a.build.__name__) for a in axes.AXES] == [
-        ("continual", "fedbench.continual.stream:ContinualStream"),
+        ("continual", "ContinualStream"),
         ("wireless", "fedbench.wireless.plugin:WirelessUplink"),
         ("validation", "ValidationScore"),
     ]

@@ -1,7 +1,7 @@
-"""The continual axis as a round plug-in (scenario block ``continual``; C-FLAG Sec. 7).
+"""The continual axis as a round plug-in (scenario block ``continual``; docs/scenarios.md).
 
 Round t (1-based) belongs to task ⌊(t−1)/R⌋, R = ``rounds_per_task``. On a task's first round the
-plug-in hands the loop that task's :class:`~fedbench.engine.setup.Federation` (:meth:`ContinualStream.stage`):
+plug-in hands the loop that task's :class:`~fedbench.engine.federation.Federation` (:meth:`ContinualStream.stage`):
 its per-task partition (``("partition", task)`` stream), a fresh
 :class:`~fedbench.engine.batches.ClientBatcher` (``("task_batches", task, i, e)``), the clients'
 sample counts n_i of the task (the aggregation weights and ``RoundContext.sizes``) and
@@ -14,7 +14,7 @@ After the last round of a task: the global model is scored on every task's test 
 ``task_acc`` of the accuracy matrix, in that round's ``extra``), every client's memory gets the
 task's slot (:class:`~fedbench.continual.memory.ReplayMemory`), and ``Algorithm.end_task`` runs with a
 :class:`~fedbench.algorithms.base.TaskData` (gradients on the task's data, the stream, the clients' task
-indices, features/logits at any point, the memories); its logs may replace the ``task_acc`` row (iCaRL's NME).
+indices, features/logits at any point, the memories); its logs may replace the ``task_acc`` row (an algorithm's own classifier).
 ``test_acc``/``test_loss`` of a continual run are over the test samples of the tasks seen so far.
 
 Memory use: the engine inputs ``memory_grad`` = ∇f_i†(x_t) on ``replay_batch`` memory samples drawn
@@ -22,7 +22,7 @@ from the ``("replay", t, i)`` stream (or the whole memory, ``memory.gradient: fu
 for algorithms that declare them (:meth:`ContinualStream.provide`); per-step replay (ER) joins ``replay_batch`` samples drawn from the
 ``("replay_step", task, i, position)`` stream to every local minibatch.
 
-Hooks (:class:`~fedbench.engine.plugins.RoundPlugin`): ``begin_round`` (task switch, logs ``task``),
+Hooks (:class:`~fedbench.engine.plugins.RoundPlugin`): ``stage`` (task switch), ``begin_round`` (logs ``task``),
 ``learning_rate``, ``local_config`` (per-step replay), ``provide`` (memory gradients),
 ``evaluate`` (seen tasks; the matrix row), ``after_evaluation`` (task end: the algorithm's state after
 its ``end_task``), checkpoint entry ``continual``.
