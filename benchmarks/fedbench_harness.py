@@ -57,7 +57,7 @@ def fedavg_rounds(
         clients, model.dim, torch.ones(clients, device=device), device, 0, Compressor(NoParams(), ())
     )
     algo = ALGORITHMS.get("fedavg").obj(NoParams(), ServerOptimizer(ServerSpec()), ctx)
-    state = algo.init_state(model.flatten())
+    state = [algo.init_state(model.flatten())]  # the server state after the last round (hooks return it new)
     batcher = ClientBatcher(index, case.batch, 0)
     cfg = LocalConfig(0.0, None, AugmentSpec(), 0)
     chosen = torch.arange(clients, device=device)
@@ -69,17 +69,17 @@ def fedavg_rounds(
         chunk = batched_chunk(model, data, case, device, cfg)
 
     def one_round(t: int) -> None:
-        rc = RoundContext(chosen, LR, steps, algo.broadcast(state, chosen), {}, t)
+        rc = RoundContext(chosen, LR, steps, algo.broadcast(state[0], chosen), None, t)
         if batched:
             res = run_clients_batched(
                 algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg, chunk, executor == "compiled"
             )
         else:
             res = run_clients_sequential(algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg)
-        algo.server_update(state, rc, decoded(res.uploads), weights)
+        state[0], _ = algo.server_update(state[0], rc, decoded(res.uploads), weights)
         buffers[0] = average_buffers(res.buffers, weights)
 
-    return one_round, lambda: state["x"]
+    return one_round, lambda: state[0].x
 
 
 def time_fedbench(
