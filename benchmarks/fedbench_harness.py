@@ -53,9 +53,7 @@ def fedavg_rounds(
     n = case.samples_per_client
     index = [torch.arange(i * n, (i + 1) * n, device=device) for i in range(clients)]
     model = FlatModel(initial_model(case).to(device))
-    ctx = AlgorithmContext(
-        clients, model.dim, torch.ones(clients, device=device), device, 0, Compressor(NoParams(), ())
-    )
+    ctx = AlgorithmContext(clients, model.dim, device, 0, Compressor(NoParams(), ()))
     algo = ALGORITHMS.get("fedavg").obj(NoParams(), ServerOptimizer(ServerSpec()), ctx)
     state = [algo.init_state(model.flatten())]  # the server state after the last round (hooks return it new)
     batcher = ClientBatcher(index, case.batch, 0)

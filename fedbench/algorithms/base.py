@@ -209,13 +209,12 @@ class TaskData:
 
 @dataclass(frozen=True)
 class AlgorithmContext:
-    """Facts about the federation an algorithm may use: N, P, each client's sample count n_i at the
-    run's start (a round's current ones are ``RoundContext.sizes``), the run's seed and the configured
-    uplink compressor."""
+    """Facts about the federation an algorithm may use: N, P, the run's device and seed and the
+    configured uplink compressor. The clients' sample counts n_i change with a continual run's task,
+    so they come with each round (``RoundContext.sizes``), not from here."""
 
     num_clients: int
     dim: int
-    client_sizes: torch.Tensor  # [N] float
     device: torch.device
     seed: int = 0
     compressor: Compressor = field(default_factory=lambda: Compressor(NoParams(), ()))

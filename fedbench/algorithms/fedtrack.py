@@ -90,8 +90,8 @@ class FedTrack(Algorithm):
         """Alg. 1 lines 2–3: the server aggregates ∇g(x_t) = Σ p_i ∇g_i(x_t) and broadcasts it."""
         return ctx.sending(grad_g=weighted_mean(ctx.input("full_grad"), weights))
 
-    def slots(self, ctx: RoundContext, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """n_i ``[S]`` and min(B, n_i) per client."""
+    def sizes_and_batches(self, ctx: RoundContext, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """n_i ``[S]`` and min(B, n_i) per client (n_b = ⌈n_i / min(B, n_i)⌉ slots)."""
         sizes = ctx.client_sizes()[ctx.clients].to(dtype)
         return sizes, torch.clamp(sizes, max=float(self.batch_size()))
 
@@ -100,7 +100,7 @@ class FedTrack(Algorithm):
         table = mean = total = None
         if self.iag == "batch_table":
             full = ctx.input("full_grad")
-            sizes, batch = self.slots(ctx, x.dtype)
+            sizes, batch = self.sizes_and_batches(ctx, x.dtype)
             table = full.unsqueeze(1).repeat(1, int(torch.ceil(sizes / batch).max()), 1)
             mean = full.clone()
         elif self.iag == "sample":
@@ -124,7 +124,7 @@ class FedTrack(Algorithm):
         if self.iag == "off":
             return g, carry
         full = ctx.input("full_grad")
-        sizes, batch = self.slots(ctx, x.dtype)
+        sizes, batch = self.sizes_and_batches(ctx, x.dtype)
         if self.iag == "sample":
             assert carry.sum is not None
             total = carry.sum

@@ -315,9 +315,8 @@ class GradMA(GradMAW, GradMAS):
     params: GradMAParams
 
     def init_state(self, x0: torch.Tensor) -> GradMAState:
-        memory = WorkerMemory.empty(self.slots, x0)
-        base = Algorithm.init_state(self, x0)
-        return extend(base, GradMAState, momentum=torch.zeros_like(x0), memory=memory, last_local=self.worker_table(x0))
+        """GradMA-S's state (momentum, memory) with GradMA-W's last local models."""
+        return extend(GradMAS.init_state(self, x0), GradMAState, last_local=self.worker_table(x0))
 
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         table, worker_fallbacks = self.worker_round(state, ctx, up.kept)

@@ -129,7 +129,7 @@ def train_rows(
     K_i keeps its iterate, carry and buffers."""
     x = ctx.start
     carry = algo.local_init(ctx, x)
-    k_of = torch.tensor(steps, device=x.device)
+    k_of, shortest = torch.tensor(steps, device=x.device), min(steps)
     loss_sum = x.new_zeros(len(ctx.clients))
     for k in range(max(steps)):
         xb, yb, mask, memory = plan.batch(k, train)
@@ -138,7 +138,7 @@ def train_rows(
         moved, moved_carry = algo.local_step(ctx, x, carry, oracle)
         on = k_of > k
         x = where_rows(on, moved, x)
-        carry = moved_carry if k < min(steps) else where_rows(on, moved_carry, carry)
+        carry = moved_carry if k < shortest else where_rows(on, moved_carry, carry)  # every row still on: as moved
         loss_sum += torch.where(on, oracle.first_loss, 0.0)
         if oracle.updated:
             buffers = {n: where_rows(on, oracle.updated[n], v) for n, v in buffers.items()}

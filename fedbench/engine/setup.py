@@ -188,7 +188,6 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: boo
     ctx = AlgorithmContext(
         spec.clients.num,
         model.dim,
-        sizes,
         device,
         seed,
         compressor,

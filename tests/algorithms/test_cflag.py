@@ -85,14 +85,7 @@ def build(name: str, toy: Toy, batch_size: int = 1, adam: bool = False, **params
     entry = ALGORITHMS.get(name)
     spec = ServerSpec.model_validate(dict(entry.obj.caps.server))
     local = LocalAdam(*ADAM) if adam else LocalOptimizer()
-    ctx = AlgorithmContext(
-        len(toy.sizes),
-        toy.dim,
-        torch.tensor(toy.sizes, dtype=torch.float64),
-        torch.device("cpu"),
-        local_optimizer=local,
-        batch_size=batch_size,
-    )
+    ctx = AlgorithmContext(len(toy.sizes), toy.dim, torch.device("cpu"), local_optimizer=local, batch_size=batch_size)
     return entry.obj(entry.params.model_validate(params), ServerOptimizer(spec), ctx)
 
 

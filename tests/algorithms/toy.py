@@ -45,9 +45,7 @@ def make_algorithm(
     spec = ServerSpec.model_validate({**dict(entry.obj.caps.server), **(server or {})})
     comp = dict(compression or {"kind": "none"})
     compressor = build_compressor(comp.pop("kind"), comp, layout or (fed.dim,))
-    ctx = AlgorithmContext(
-        fed.num_clients, fed.dim, torch.tensor(fed.sizes), torch.device("cpu"), 0, compressor, layout
-    )
+    ctx = AlgorithmContext(fed.num_clients, fed.dim, torch.device("cpu"), 0, compressor, layout)
     return entry.obj(entry.params.model_validate(params), ServerOptimizer(spec), ctx), spec
 
 
