@@ -82,13 +82,14 @@ def run(
     threads: int = DEFAULT_THREADS,
     chunk: int | None = None,
     compile_step: str = "auto",
+    population: str | int = "auto",
     console: Console | None = None,
 ) -> Results:
     """Run every (algorithm, seed) of ``scenario`` (a :class:`Scenario` or a file, read at ``scale`` with
     ``overrides``) into the store at ``out``, exactly as ``fedbench run`` does with the same options:
     same run ids, finished runs skipped, interrupted ones resumed from their checkpoint. ``seeds``
     replaces the scenario's seeds; ``only`` keeps these algorithm labels or names (a list or
-    ``"a,b"``). The run options (``device`` ... ``compile_step``) are those of
+    ``"a,b"``). The run options (``device`` ... ``population``) are those of
     :class:`~fedbench.options.RunOptions`, checked as the CLI checks them (ValueError naming the
     option); a dataset not under ``data_dir`` (that ``download`` would not fetch) raises
     FileNotFoundError before the store is touched. A failed or diverged run is recorded with its
@@ -98,7 +99,9 @@ def run(
     from fedbench.options import RunOptions
     from fedbench.runs import check_out, run_scenario, selected  # the CLI's own checks: both refuse the same input
 
-    options = RunOptions(device, Path(data_dir), download, executor, chunk, compile_step, client_state, threads)
+    options = RunOptions(
+        device, Path(data_dir), download, executor, chunk, compile_step, client_state, threads, str(population)
+    )
     sc = _as_scenario(scenario, scale, overrides)
     seed_list = None if seeds is None else _seed_list(seeds)
     labels = only.split(",") if isinstance(only, str) else (list(only) if only is not None else None)

@@ -115,6 +115,19 @@ DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one 
             ),
         ),
     ),
+    "population": (
+        str,
+        typer.Option(
+            "auto",
+            "--population",
+            rich_help_panel=PANEL,
+            help=(
+                "train compatible runs (seeds, trials, server settings) together as one batched computation: N runs "
+                "at most, off, or auto (on a GPU; one run at a time on a CPU, where it measured no faster); same "
+                "numbers as each run on the batched executor"
+            ),
+        ),
+    ),
 }
 RENAMED = {"client_executor": ("--client-executor", "--executor")}  # old spelling → the option it became
 BACKEND = typer.Option(

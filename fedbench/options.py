@@ -12,6 +12,7 @@ trains, and how the S clients of a round are executed. The vocabulary:
     --compile       auto | on | off                        batched: the step through torch.compile
     --client-state  device | host                          per-client [N, P] tables on the device or in host memory
     --threads       N                                      torch CPU threads per run
+    --population    auto | off | N                         runs trained together as one batched computation
 
 Process placement is a different word: ``--backend local|ray`` (``sweep``, ``tune``, ``reproduce``).
 A :class:`RunOptions` is checked when built, so every one that exists is valid; the check names the
@@ -56,6 +57,7 @@ class RunOptions:
     compile_step: str = "auto"
     client_state: str = "device"
     threads: int = DEFAULT_THREADS
+    population: str = "auto"  # auto | off | N (runs per population; fedbench.engine.population)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -72,6 +74,10 @@ class RunOptions:
         for option, value in (("--chunk", self.chunk), ("--threads", self.threads)):
             if (value is not None or option == "--threads") and not _positive(value):
                 raise ValueError(f"{option}: expected a positive integer, got {value!r}")
+        population = str(self.population)
+        if population not in ("auto", "off") and not (population.isdigit() and int(population) >= 1):
+            raise ValueError(f"--population: expected auto, off or a positive number of runs, got {self.population!r}")
+        object.__setattr__(self, "population", population)
         if not isinstance(self.download, bool):
             raise ValueError(f"--download: expected true or false, got {self.download!r}")
 

@@ -7,10 +7,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fedbench.engine.population import PopulationRun, execute_population, group_runs, population_size
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, check_device, resolve_device  # noqa: F401 (check_device: the CLI's)
 from fedbench.options import RunOptions
@@ -122,14 +124,24 @@ def run_scenario(
         TextColumn("acc {task.fields[acc]}"),
         TimeElapsedColumn(),
     ]
+    pairs = [(spec, seed) for spec in specs for seed in scenario.seeds]
+    size, why = population_size(options, cache.device)
+    groups = group_runs([spec for spec, _ in pairs], size)
+    if size > 1 and len(groups) < len(pairs):
+        console.print(f"{scenario.name}: {len(pairs)} runs in {len(groups)} populations: {why}", soft_wrap=True)
+    outcomes: list[RunOutcome | None] = [None] * len(pairs)
     with Progress(*columns, console=console, transient=False, disable=lines) as progress:
-        outcomes = [
-            _one_run(scenario.name, spec, seed, (store, cache, shash), settings, progress, console)
-            for spec in specs
-            for seed in scenario.seeds
-        ]
+        for group in groups:
+            members = [pairs[i] for i in group]
+            if len(group) == 1:
+                spec, seed = members[0]
+                done = [_one_run(scenario.name, spec, seed, (store, cache, shash), settings, progress, console)]
+            else:
+                done = _population(scenario.name, members, (store, cache, shash), settings, progress, console)
+            for i, outcome in zip(group, done):
+                outcomes[i] = outcome
     console.print(f"device: {cache.device}; results in {out}/", soft_wrap=True)
-    return outcomes
+    return [o for o in outcomes if o is not None]
 
 
 def _one_run(
@@ -161,6 +173,55 @@ def _one_run(
         outcome = execute_run(spec, seed, store, cache, shash, on_round, settings.options)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as fedbench.signals.Terminated
         raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1, exit_code(exc)) from None
+    _report(name, spec, seed, outcome, settings, progress, task, console)
+    return outcome
+
+
+def _population(
+    name: str,
+    members: list[tuple[RunSpec, int]],
+    where: tuple[ResultsStore, DataCache, str],
+    settings: RunSettings,
+    progress: Progress,
+    console: Console,
+) -> list[RunOutcome]:
+    """Execute (or skip) ``members`` as one population (:mod:`fedbench.engine.population`), a
+    progress bar each; Ctrl-C becomes :class:`RunInterrupted` (every member keeps its rows and checkpoint)."""
+    store, cache, shash = where
+    tasks = [progress.add_task(f"{spec.label:<12} seed {seed}", total=spec.rounds, acc="—") for spec, seed in members]
+    last = [0]
+    last_line = [time.monotonic()]
+
+    def on_round(i: int, t: int, metrics: dict) -> None:
+        last[0] = max(last[0], t)
+        acc = metrics.get("test_acc")
+        progress.update(tasks[i], completed=t, **({"acc": f"{100 * acc:.2f}%"} if acc is not None else {}))
+        if settings.lines and time.monotonic() - last_line[0] >= settings.heartbeat_s:
+            last_line[0] = time.monotonic()
+            console.print(f"{name}: population of {len(members)} runs, round {t}", soft_wrap=True, highlight=False)
+
+    runs = [PopulationRun(spec, seed, shash) for spec, seed in members]
+    try:
+        outcomes = execute_population(runs, store, cache, settings.options, on_round)
+    except KeyboardInterrupt as exc:
+        labels = ", ".join(f"{spec.label} seed {seed}" for spec, seed in members)
+        raise RunInterrupted(f"{name} / population ({labels})", last[0] + 1, exit_code(exc)) from None
+    for (spec, seed), task, outcome in zip(members, tasks, outcomes):
+        _report(name, spec, seed, outcome, settings, progress, task, console)
+    return outcomes
+
+
+def _report(
+    name: str,
+    spec: RunSpec,
+    seed: int,
+    outcome: RunOutcome,
+    settings: RunSettings,
+    progress: Progress,
+    task: Any,
+    console: Console,
+) -> None:
+    """A finished run's progress bar and line."""
     if outcome.status == "skipped":
         progress.update(task, completed=spec.rounds, acc="(done before)")
     elif outcome.status == "busy":
@@ -173,4 +234,3 @@ def _one_run(
         note = f" ({outcome.error})" if outcome.status == "busy" else ""
         status = "(done before)" if outcome.status == "skipped" else outcome.status
         console.print(f"{name}: {spec.label} seed {seed} {status}{note}", soft_wrap=True, highlight=False)
-    return outcome

@@ -119,7 +119,8 @@ class RoundContext:
 
     ``lr`` is the round's local learning rate η_l, ``steps`` ``[S]`` the local steps K_i each
     client takes (float, for divisions); ``broadcast`` holds the server's message (``[P]``
-    tensors, identical for every client); ``held`` the rows the clients already own (the
+    tensors, identical for every client; in a population of runs, :mod:`fedbench.engine.population_rows`,
+    each is ``[S, P]``, its run's message on each of its rows, so local hooks use it as a row against ``[S, P]``); ``held`` the rows the clients already own (the
     algorithm's ``client_state``, a ``NamedTuple`` of ``[S, ...]`` rows, or None), so they cost no
     communication; ``inputs`` the engine inputs the algorithm declared (``Capabilities.inputs``),
     each ``[S, ...]``: ``full_grad`` = ∇f_i(x) over client i's whole data; ``memory_grad`` =
@@ -143,8 +144,7 @@ class RoundContext:
     @property
     def start(self) -> torch.Tensor:
         """Initial local iterates ``[S, P]``: the broadcast global model for every client."""
-        x = self.broadcast["x"]
-        return x.unsqueeze(0).expand(len(self.clients), -1).clone()
+        return self.broadcast["x"].expand(len(self.clients), -1).clone()
 
     def select(self, rows: torch.Tensor | slice) -> RoundContext:
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
@@ -152,7 +152,7 @@ class RoundContext:
             self.clients[rows],
             self.lr,
             self.steps[rows],
-            self.broadcast,
+            {k: v[rows] if v.dim() == 2 else v for k, v in self.broadcast.items()},
             select_rows(self.held, rows),
             self.round,
             MappingProxyType({k: v[rows] for k, v in self.inputs.items()}),

@@ -161,7 +161,7 @@ class GradMAW(Algorithm):
         self, ctx: RoundContext, x: torch.Tensor, carry: WorkerCarry, grad: GradFn
     ) -> tuple[torch.Tensor, WorkerCarry]:
         """Alg. 2 lines 3–6 (Eq. 5); x_{τ−1} and the QP failure count ride in the carry."""
-        x_t = ctx.broadcast["x"].unsqueeze(0).expand_as(x)
+        x_t = ctx.broadcast["x"].expand_as(x)
         g = grad(x)
         G = torch.stack([grad(carry.x_prev), grad(x_t), x - x_t], dim=1)
         g_tilde, failed = project(g, G, self.blocks)

@@ -129,6 +129,20 @@ def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:
     return spec.rounds * max(batcher.steps_for_epochs(c, epochs) for c in range(spec.clients.num))
 
 
+@dataclass(frozen=True)
+class OpenRound:
+    """A round opened up to its local work (:meth:`RoundLoop.open_round`): its number, start time,
+    learning rate, the plug-ins' ``begin_round`` logs, and the clients' context and local steps
+    (``ctx`` None: no sampled client trains)."""
+
+    t: int
+    start: float
+    lr: float
+    begun: dict
+    ctx: RoundContext | None = None
+    steps: list[int] = dataclasses.field(default_factory=list)
+
+
 class RoundLoop:
     """Executes the rounds of one run on a prepared :class:`RunSetup`, with the round plug-ins of
     the spec's blocks (:func:`~fedbench.engine.axes.build_plugins`) around the plain round."""
@@ -197,6 +211,14 @@ class RoundLoop:
 
     def _round(self, t: int) -> tuple[dict[str, float | None], dict]:
         """Sample, train, aggregate, evaluate; the plug-ins' hooks in between (:mod:`fedbench.engine.plugins`)."""
+        opened = self.open_round(t)
+        if opened.ctx is None:
+            return self.close_round(opened, None)
+        return self.close_round(opened, self.local_work(opened.ctx, opened.steps))
+
+    def open_round(self, t: int) -> OpenRound:
+        """Round t up to its local work: sampling, the learning rate, the plug-ins' hooks and the
+        algorithm's ``prepare_round``; ``ctx`` is None when no sampled client trains."""
         spec, s = self.spec, self.s
         start = time.perf_counter()
         self.enter_stage(t)
@@ -208,14 +230,22 @@ class RoundLoop:
         for plugin in self.plugins:
             clients = plugin.after_sampling(t, clients)
         if len(clients) == 0:  # nothing trains or is sent
-            return self._finish(t, start, lr, idle_metrics(), self.logs(lambda p: p.round_logs(t)), begun)
+            return OpenRound(t, start, lr, begun)
         ctx, steps = self.context(t, clients, lr)
         ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, self.fed.sizes[clients]))
-        result = self.local_work(ctx, steps)
-        extra = self.aggregate(ctx, result)
+        return OpenRound(t, start, lr, begun, ctx, steps)
+
+    def close_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, float | None], dict]:
+        """Round t after its local work (``result``; None when nobody trained): aggregation, the
+        plug-ins' logs, evaluation; returns (metrics, extra logs)."""
+        t = opened.t
+        if opened.ctx is None or result is None:
+            extra = self.logs(lambda p: p.round_logs(t))
+            return self._finish(t, opened.start, opened.lr, idle_metrics(), extra, opened.begun)
+        extra = self.aggregate(opened.ctx, result)
         extra = {**extra, **self.logs(lambda p: p.round_logs(t))}
-        metrics = round_metrics(ctx, result, s.model.buffer_numel())
-        return self._finish(t, start, lr, metrics, extra, begun)
+        metrics = round_metrics(opened.ctx, result, self.s.model.buffer_numel())
+        return self._finish(t, opened.start, opened.lr, metrics, extra, opened.begun)
 
     def context(self, t: int, clients: torch.Tensor, lr: float) -> tuple[RoundContext, list[int]]:
         """The clients' :class:`RoundContext` (with the engine inputs their algorithm declared)

@@ -1,6 +1,7 @@
 """The local executor: a pool of worker processes on this machine, each writing its own runs.
 
-Workers run whole runs through :func:`~fedbench.sweeps.worker.execute` against the output
+Workers run whole runs, or populations of runs trained together (``--population``,
+:mod:`fedbench.engine.population`), through :func:`~fedbench.sweeps.worker.execute_group` against the output
 folder's SQLite store (WAL mode; every call its own short connection, safe across processes), so
 each round is committed as it finishes and an interrupted sweep resumes every run from its
 checkpoint. Workers are spawned (not forked: CUDA and OpenMP state do not survive a fork); on a
@@ -25,12 +26,14 @@ from typing import Any
 
 import torch
 
+from fedbench.engine.population import group_runs, population_size
 from fedbench.engine.runner import RunOutcome
+from fedbench.engine.setup import resolve_device
 from fedbench.options import RunOptions
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, die_with_parent, exit_code
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepRun
-from fedbench.sweeps.worker import execute, record_failure
+from fedbench.sweeps.worker import execute_group, record_failure
 
 MAX_JOBS = 16
 OnDone = Callable[[SweepRun, RunOutcome], None]
@@ -72,13 +75,14 @@ def _init_worker(slots: Any, options: RunOptions, out: Path, parent: int) -> Non
     _WORKER.update(store=ResultsStore(out), options=options, device=device)
 
 
-def _task(run: SweepRun) -> RunOutcome:
-    """One run in a worker; an interrupted one (its lease released on the way out) ends the worker."""
+def _task(runs: list[SweepRun]) -> list[RunOutcome]:
+    """One run, or one population of runs, in a worker; an interrupted one (its leases released on the
+    way out) ends the worker."""
     try:
         _WORKER["state"] = "training"
-        outcome = execute(run, _WORKER["store"], _WORKER["options"], _WORKER["device"])
+        outcomes = execute_group(runs, _WORKER["store"], _WORKER["options"], _WORKER["device"])
         _WORKER["state"] = "idle"
-        return outcome
+        return outcomes
     except KeyboardInterrupt as exc:
         os._exit(exit_code(exc))
 
@@ -101,11 +105,14 @@ def run_local(runs: list[SweepRun], out: Path, options: RunOptions, jobs: int, o
     the pool breaks, the runs still queued), which the next sweep resumes."""
     store = ResultsStore(out)
     outcomes = []
-    jobs = min(jobs, len(runs))
+    size, _ = population_size(options, resolve_device(options.device))
+    groups = [[runs[i] for i in group] for group in group_runs([r.spec for r in runs], size)]
+    jobs = min(jobs, len(groups))
     if jobs <= 1:
-        for run in runs:
-            outcomes.append(execute(run, store, options))
-            on_done(run, outcomes[-1])
+        for group in groups:
+            for run, outcome in zip(group, execute_group(group, store, options)):
+                outcomes.append(outcome)
+                on_done(run, outcome)
         return outcomes
     ctx = mp.get_context("spawn")
     slots = ctx.Queue()
@@ -115,17 +122,19 @@ def run_local(runs: list[SweepRun], out: Path, options: RunOptions, jobs: int, o
     with ProcessPoolExecutor(
         jobs, mp_context=ctx, initializer=_init_worker, initargs=(slots, options, out, os.getpid())
     ) as pool:
-        futures = {pool.submit(_task, run): run for run in runs}
+        futures = {pool.submit(_task, group): group for group in groups}
         workers = [p for p in mp.active_children() if p not in before]
         try:
             for future in as_completed(futures):
-                run = futures[future]
+                group = futures[future]
                 try:
-                    outcome = future.result()
+                    done = future.result()
                 except Exception as exc:  # the worker process died: BrokenProcessPool
-                    outcome = record_failure(store, run, f"worker process lost: {type(exc).__name__}: {exc}")
-                outcomes.append(outcome)
-                on_done(run, outcome)
+                    lost = f"worker process lost: {type(exc).__name__}: {exc}"
+                    done = [record_failure(store, run, lost) for run in group]
+                for run, outcome in zip(group, done):
+                    outcomes.append(outcome)
+                    on_done(run, outcome)
         except KeyboardInterrupt:
             pool.shutdown(wait=False, cancel_futures=True)
             _stop(workers)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.options import RunOptions
@@ -38,6 +39,16 @@ def execute(run: SweepRun, store: Any, options: RunOptions, device: str | None =
     holding one GPU passes its own); never raises for a failing run."""
     cache = data_cache(options, device or options.device)
     return execute_run(run.spec, run.seed, store, cache, run.scenario_hash, None, options)
+
+
+def execute_group(runs: list[SweepRun], store: Any, options: RunOptions, device: str | None = None) -> list[RunOutcome]:
+    """:func:`execute` for each of ``runs``, trained together as one population when there are several
+    (:func:`~fedbench.engine.population.execute_population`); the outcomes in order."""
+    if len(runs) == 1:
+        return [execute(runs[0], store, options, device)]
+    cache = data_cache(options, device or options.device)
+    members = [PopulationRun(r.spec, r.seed, r.scenario_hash) for r in runs]
+    return execute_population(members, store, cache, options)
 
 
 @dataclass

@@ -1,0 +1,293 @@
+"""A population: R runs trained together, round by round, as one batched computation.
+
+Runs that differ only in their seed, their partition, their sampled clients per round, their
+round count or their server side (``server.*``: η_g, momentum, the adaptive optimizer) and the
+algorithm's uplink compression share everything their clients' local work reads
+(:func:`population_key`). Such runs go through their rounds in lockstep: each run opens its round
+alone (sampling, plug-ins, ``prepare_round``: :meth:`~fedbench.engine.runner.RoundLoop.open_round`),
+the clients of every run train as one ``[R·S, P]`` batched computation
+(:mod:`fedbench.engine.population_rows`), and each run closes its round alone (upload, server update,
+evaluation, :meth:`~fedbench.engine.runner.RoundLoop.close_round`). A run of a population is the run
+it would be alone on the batched executor: its own streams, its own store record, checkpoint and
+status. A run that diverges is recorded as diverged and leaves the population; the others go on.
+Runs resume from their own checkpoints, so a population killed mid-round resumes exactly, in a
+population or alone. Should the population itself fail, its unfinished runs are trained again one by
+one (each from its last checkpoint), so a crash is recorded against the run that crashes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import traceback
+import warnings
+from collections.abc import Callable
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
+from fedbench.engine.executor import ClientExecutor
+from fedbench.engine.lease import leased
+from fedbench.engine.population_rows import MemberRound, run_population_clients
+from fedbench.engine.precision import run_precision
+from fedbench.engine.runner import RoundLoop, RunOutcome, execute_run, warn_diagnostics
+from fedbench.engine.setup import DataCache, build_run
+from fedbench.engine.threads import pinned_threads
+from fedbench.options import RunOptions
+from fedbench.scenario import RunSpec, run_id_of, run_record
+from fedbench.seeding import torch_seed
+from fedbench.store import DONE
+from fedbench.versions import versions
+
+if TYPE_CHECKING:
+    from fedbench.store import ResultsStore
+
+PopulationCallback = Callable[[int, int, dict[str, float | None]], None]  # (member index, round, metrics)
+
+ALL_ROWS = 2**31 - 1  # a chunk size meaning every row of the population at once
+UNGROUPED_BLOCKS = ("continual", "wireless")  # axes whose plug-ins move the clients' data or local work per run
+
+
+def population_key(spec: RunSpec) -> str | None:
+    """What the runs of one population must share (canonical JSON): the dataset, the model, the
+    ``local`` block and the algorithm with its parameters (not its label). None for a run that trains
+    alone: a non-batchable algorithm (its own local loss) or an axis of :data:`UNGROUPED_BLOCKS`."""
+    from fedbench.algorithms import ALGORITHMS
+
+    if any(getattr(spec, block) is not None for block in UNGROUPED_BLOCKS):
+        return None
+    if not ALGORITHMS.get(spec.algorithm["name"]).obj.caps.batchable:
+        return None
+    algorithm = {k: v for k, v in spec.algorithm.items() if k != "label"}
+    payload = {
+        "dataset": spec.dataset,
+        "model": spec.model,
+        "local": spec.local.model_dump(mode="json"),
+        "algorithm": algorithm,
+    }
+    return json.dumps(payload, sort_keys=True, default=str)
+
+
+GPU_POPULATION = 32  # runs per population under --population auto on a GPU (rows are chunked to free memory)
+
+
+def population_size(options: RunOptions, device: torch.device) -> tuple[int, str]:
+    """The most runs per population for ``--population`` on ``device``, and why (one line for the log):
+    N as asked, one with ``off`` or ``--executor sequential``, and under ``auto``
+    :data:`GPU_POPULATION` on a GPU and one on a CPU, where the vmapped step measured no faster per
+    FLOP than the per-client loop (benchmarks/population-2026-11-26.md)."""
+    if options.population == "off":
+        return 1, "one run at a time (--population off)"
+    if options.executor == "sequential":
+        return 1, "one run at a time (--executor sequential: populations train on the batched executor)"
+    if options.population != "auto":
+        n = int(options.population)
+        return n, f"populations of up to {n} runs (--population {n})"
+    if device.type == "cuda":
+        return GPU_POPULATION, f"populations of up to {GPU_POPULATION} runs (auto on cuda)"
+    return 1, f"one run at a time (auto on {device.type}: a population measured no faster there; --population N)"
+
+
+def group_runs(specs: list[RunSpec], size: int) -> list[list[int]]:
+    """Indices of ``specs`` in populations of at most ``size`` runs, each of one
+    :func:`population_key`, in the order of their first run; a run without a key is alone."""
+    groups: dict[str, list[list[int]]] = {}
+    order: list[list[int]] = []
+    for i, spec in enumerate(specs):
+        key = population_key(spec) if size > 1 else None
+        if key is None:
+            order.append([i])
+            continue
+        open_groups = groups.setdefault(key, [])
+        if not open_groups or len(open_groups[-1]) >= size:
+            open_groups.append([])
+            order.append(open_groups[-1])
+        open_groups[-1].append(i)
+    return order
+
+
+@dataclass(frozen=True)
+class PopulationRun:
+    """One run of a population: its spec, seed and scenario hash."""
+
+    spec: RunSpec
+    seed: int
+    scenario_hash: str
+
+
+@dataclass
+class Member:
+    """A run of a population while it trains: its round loop, checkpoint, last recorded round and status."""
+
+    index: int
+    run: PopulationRun
+    run_id: str
+    identity: dict[str, Any]
+    loop: RoundLoop
+    done: int
+    warned: set[str] = field(default_factory=set)
+    status: str | None = None  # finished | diverged once it ends
+
+    def due(self, t: int) -> bool:
+        """Whether the member trains round t."""
+        return self.status is None and self.done < t <= self.run.spec.rounds
+
+
+@contextmanager
+def round_streams(loop: RoundLoop, t: int):
+    """Torch's global generators seeded from the run's ``("dropout", t)`` stream and restored after,
+    as :meth:`RoundLoop.round` does."""
+    device = loop.s.x0.device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(torch_seed(loop.seed, "dropout", t))
+        yield
+
+
+def execute_population(
+    runs: list[PopulationRun],
+    store: ResultsStore,
+    cache: DataCache,
+    options: RunOptions = RunOptions(),
+    on_round: PopulationCallback | None = None,
+) -> list[RunOutcome]:
+    """Run (or resume, or skip) ``runs`` as one population (their :func:`population_key` must be
+    equal); never raises for a failing run. Returns each run's outcome, in order. One run is
+    :func:`~fedbench.engine.runner.execute_run`."""
+    if len(runs) == 1:
+        r = runs[0]
+        alone = (lambda t, m: on_round(0, t, m)) if on_round else None
+        return [execute_run(r.spec, r.seed, store, cache, r.scenario_hash, alone, options)]
+    outcomes: dict[int, RunOutcome] = {}
+    retry: list[int] = []
+    with ExitStack() as stack:
+        stack.enter_context(pinned_threads(options.threads))
+        stack.enter_context(run_precision(runs[0].spec.local, cache.device))
+        members = []
+        for i, run in enumerate(runs):
+            member = _join(i, run, store, cache, options, stack, outcomes)
+            if member is not None:
+                members.append(member)
+        try:
+            _train(members, store, options, on_round)
+        except Exception as exc:  # the population failed: its unfinished runs train again one by one
+            retry = [m.index for m in members if m.status is None]
+            warnings.warn(
+                f"a population of {len(members)} runs failed ({type(exc).__name__}: {exc}); "
+                f"its {len(retry)} unfinished runs train one by one from their last checkpoints",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+        for m in members:
+            if m.status is not None:
+                outcomes[m.index] = RunOutcome(m.run_id, m.status)
+    for i in retry:  # leases released: each run resumes alone from its last checkpoint
+        r = runs[i]
+        alone = (lambda t, m, i=i: on_round(i, t, m)) if on_round else None
+        outcomes[i] = execute_run(r.spec, r.seed, store, cache, r.scenario_hash, alone, options)
+    return [outcomes[i] for i in range(len(runs))]
+
+
+def _join(
+    i: int,
+    run: PopulationRun,
+    store: ResultsStore,
+    cache: DataCache,
+    options: RunOptions,
+    stack: ExitStack,
+    outcomes: dict[int, RunOutcome],
+) -> Member | None:
+    """Lease, record and set up run ``i`` (resumed from its checkpoint); None with its outcome in
+    ``outcomes`` when it is done, busy elsewhere or fails to set up."""
+    spec, seed = run.spec, run.seed
+    run_id = run_id_of(spec, seed)
+    if store.status(run_id) in DONE:
+        outcomes[i] = RunOutcome(run_id, "skipped")
+        return None
+    other = stack.enter_context(leased(store, run_id))
+    if other is not None:
+        outcomes[i] = RunOutcome(run_id, "busy", f"being trained by {other}")
+        return None
+    if store.status(run_id) in DONE:
+        outcomes[i] = RunOutcome(run_id, "skipped")
+        return None
+    record = dataclasses.replace(
+        run_record(spec, seed, run.scenario_hash), versions=json.dumps(versions(), sort_keys=True)
+    )
+    identity = run_identity(run_id, record.spec_hash, seed)
+    store.start_run(record)
+    try:
+        setup = build_run(spec, seed, cache, options.client_state == "host")
+        probe = i == 0 and options.chunk is None and cache.device.type == "cuda"  # rows per chunk: one probe
+        loop = RoundLoop(spec, seed, setup, "batched", None if probe else options.chunk or ALL_ROWS, "off")
+        payload = resume_point(store.checkpoint_path(run_id), cache.device, store, run_id, identity)
+        done = loop.restore(payload) if payload else 0
+        store.truncate_after(run_id, done)
+    except Exception as exc:
+        store.finish_run(run_id, "failed", "".join(traceback.format_exception(exc)))
+        outcomes[i] = RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
+        return None
+    return Member(i, run, run_id, identity, loop, done)
+
+
+def _train(
+    members: list[Member], store: ResultsStore, options: RunOptions, on_round: PopulationCallback | None
+) -> None:
+    """The members' rounds in lockstep until each has finished or diverged."""
+    if not members:
+        return
+    chunk = members[0].loop.executor.chunk
+    chunk = None if chunk == ALL_ROWS else chunk
+    rows = f"chunks of {chunk} rows" if chunk else "all rows at once"
+    note = f"population of {len(members)} runs, their clients as one batched computation ({rows})"
+    for m in members:
+        m.loop.executor = ClientExecutor(True, chunk, note)
+    first = members[0].loop.s
+    t = min(m.done for m in members) + 1
+    while any(m.status is None for m in members):
+        active = [m for m in members if m.due(t)]
+        opened = []
+        for m in active:
+            with round_streams(m.loop, t):
+                opened.append(m.loop.open_round(t))
+        training = [(m, o) for m, o in zip(active, opened) if o.ctx is not None]
+        rounds = [
+            MemberRound(m.loop.s.algorithm, o.ctx, o.steps, m.loop.buffers, m.loop.fed.batcher, m.loop.local_cfg)
+            for m, o in training
+            if o.ctx is not None
+        ]
+        results = run_population_clients(rounds, first.model, first.data.train, chunk) if rounds else []
+        by_member = {m.index: r for (m, _), r in zip(training, results)}
+        for m, o in zip(active, opened):
+            with round_streams(m.loop, t):
+                metrics, extra = m.loop.close_round(o, by_member.get(m.index))
+            _record(m, t, metrics, extra, store, on_round)
+        for m in members:
+            if m.status is None and m.done >= m.run.spec.rounds:
+                m.status = "finished"
+                store.finish_run(m.run_id, "finished")
+                store.checkpoint_path(m.run_id).unlink(missing_ok=True)
+        t += 1
+
+
+def _record(
+    m: Member, t: int, metrics: dict, extra: dict, store: ResultsStore, on_round: PopulationCallback | None
+) -> None:
+    """Commit member m's round t, as :func:`~fedbench.engine.runner.execute_run` does: the round,
+    its diagnostics warning, divergence (the member leaves) and the checkpoint."""
+    spec = m.run.spec
+    store.record_round(m.run_id, t, metrics, extra)
+    m.done = t
+    caps = m.loop.s.algorithm.caps
+    warn_diagnostics(f"{spec.scenario} / {spec.label} seed {m.run.seed}", caps.diagnostics, extra, t, m.warned)
+    if on_round:
+        on_round(m.index, t, metrics)
+    why = m.loop.divergence(metrics)
+    if why is not None:
+        m.status = "diverged"
+        store.finish_run(m.run_id, "diverged", f"{why} at round {t}")
+        store.checkpoint_path(m.run_id).unlink(missing_ok=True)
+    elif t % spec.checkpoint_every == 0 and t < spec.rounds:
+        save_checkpoint(store.checkpoint_path(m.run_id), {**m.loop.checkpoint(t), "identity": m.identity})

@@ -1,0 +1,158 @@
+"""Local work of the sampled clients of R runs as one batched computation over ``[R·S, P]`` rows.
+
+The runs of a population (:mod:`fedbench.engine.population`) share their dataset, model and every
+setting their clients' local work reads: the algorithm and its parameters, the ``local`` block
+(learning rate, batch size, weight decay, clipping) and the round's η_l. Each run keeps its own
+partition, sampled clients, minibatch plan, dropout keys, BatchNorm buffers, held rows and engine
+inputs; its server broadcast becomes per-row (every broadcast tensor is a ``[P]`` row,
+:class:`~fedbench.algorithms.base.RoundContext`), so one ``local_step`` moves the clients of every
+run at once. The rows are those of the batched executor (:mod:`fedbench.engine.batched`), whose
+numbers do not depend on the other rows of a step: run r's rows of the population are its rows
+alone, and each run's ``upload`` is then made by its own algorithm (its seed keys the compressor's
+draws) from its slice of the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from fedbench.algorithms.base import Algorithm, RoundContext, select_rows
+from fedbench.data.base import ArraySplit
+from fedbench.engine.batched import chunks, dropout_keys, train_rows
+from fedbench.engine.batched_layers import RowLayers
+from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.local import LocalConfig, LocalResult
+from fedbench.engine.plan import RoundPlan, draw_plan
+from fedbench.models.flat import Buffers, FlatModel
+
+
+@dataclass(frozen=True)
+class MemberRound:
+    """One run's part of a population round: its algorithm, its clients' context after
+    ``prepare_round``, their local steps K_i, its global BatchNorm buffers, its batcher and its
+    local configuration (its seed: minibatch, augmentation and dropout streams)."""
+
+    algorithm: Algorithm
+    ctx: RoundContext
+    steps: list[int]
+    buffers: Buffers
+    batcher: ClientBatcher
+    cfg: LocalConfig
+
+
+def cat_rows(trees: list[Any]) -> Any:
+    """Pytrees of ``[S_r, ...]`` row blocks of one structure, concatenated along the rows (None stays None)."""
+    return pytree.tree_map(lambda *leaves: None if leaves[0] is None else torch.cat(leaves), *trees)
+
+
+def joint_context(ctxs: list[RoundContext]) -> RoundContext:
+    """One context over the rows of every run: clients, steps, held rows and inputs concatenated,
+    each broadcast ``[P]`` tensor repeated over its run's rows (``[R·S, P]``). The runs' η_l must
+    be equal. The joint context is a federation of ΣN_r clients: run r's client i is client
+    Σ_{q<r} N_q + i, and ``sizes`` are the runs' sizes one after another."""
+    first = ctxs[0]
+    if any(c.lr != first.lr for c in ctxs):
+        raise ValueError(f"a population trains one η_l per round, got {sorted({c.lr for c in ctxs})}")
+    keys = first.broadcast.keys()
+    if any(c.broadcast.keys() != keys for c in ctxs):
+        raise ValueError("the runs of a population broadcast different messages")
+    for c in ctxs:
+        for name, v in c.broadcast.items():
+            if v.dim() != 1:
+                raise ValueError(f"broadcast {name!r} of shape {tuple(v.shape)} is not a [P] row")
+    broadcast = {name: torch.cat([c.broadcast[name].expand(len(c.clients), -1) for c in ctxs]) for name in keys}
+    inputs = {name: torch.cat([c.inputs[name] for c in ctxs]) for name in first.inputs}
+    sizes, clients = None, torch.cat([c.clients for c in ctxs])
+    if all(c.sizes is not None for c in ctxs):  # run r's client i is joint client offset_r + i
+        run_sizes = [c.sizes for c in ctxs if c.sizes is not None]
+        offsets = torch.tensor([0, *[len(v) for v in run_sizes[:-1]]], device=clients.device).cumsum(0)
+        clients = torch.cat([c.clients + o for c, o in zip(ctxs, offsets)])
+        sizes = torch.cat(run_sizes)
+    return RoundContext(
+        clients,
+        first.lr,
+        torch.cat([c.steps for c in ctxs]),
+        broadcast,
+        cat_rows([c.held for c in ctxs]),
+        first.round,
+        MappingProxyType(inputs),
+        sizes,
+    )
+
+
+def joint_plan(plans: list[RoundPlan]) -> RoundPlan:
+    """The runs' round plans side by side: ``[K, ΣS_r, B]`` with K and B the largest of any run;
+    the widths are each step's largest (padding has mask 0, so a row's numbers do not change)."""
+    k_max = max(p.steps for p in plans)
+    b_max = max(p.index.shape[2] for p in plans)
+
+    def pad(t: torch.Tensor, steps: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (0, b_max - t.shape[2], 0, 0, 0, k_max - steps))
+
+    widths = tuple(max(p.width[k] if k < p.steps else 0 for p in plans) for k in range(k_max))
+    memory = None
+    if any(p.memory is not None for p in plans):
+        memory = torch.cat(
+            [pad(p.memory if p.memory is not None else torch.zeros_like(p.mask), p.steps) for p in plans], 1
+        )
+    crops = None
+    if any(p.crops is not None for p in plans):
+        if not all(p.crops is not None for p in plans) or len({p.crop_padding for p in plans}) > 1:
+            raise ValueError("the runs of a population augment differently")
+        crops = tuple(torch.cat([pad(p.crops[i], p.steps) for p in plans if p.crops is not None], 1) for i in range(3))
+    return RoundPlan(
+        torch.cat([pad(p.index, p.steps) for p in plans], 1),
+        torch.cat([pad(p.mask, p.steps) for p in plans], 1),
+        widths,
+        memory,
+        crops,  # type: ignore[arg-type]
+        plans[0].crop_padding,
+    )
+
+
+def run_population_clients(
+    members: list[MemberRound], model: FlatModel, train: ArraySplit, chunk: int | None = None, compiled: bool = False
+) -> list[LocalResult]:
+    """Train the sampled clients of every member together, ``chunk`` rows at a time (all when None),
+    with the first member's local hooks (the population shares them); each member's upload is
+    made by its own algorithm. Returns each member's :class:`LocalResult`."""
+    algo = members[0].algorithm
+    ctx = joint_context([m.ctx for m in members])
+    steps = [k for m in members for k in m.steps]
+    plan = joint_plan([draw_plan(train, m.batcher, m.ctx.clients.tolist(), m.steps, m.cfg) for m in members])
+    layers = RowLayers.of(model)
+    device = ctx.clients.device
+    if layers.has_dropout:
+        keys = torch.cat([dropout_keys(m.cfg.seed, m.ctx.round, m.ctx.clients.tolist(), device) for m in members])
+    else:
+        keys = torch.zeros_like(ctx.clients)
+    global_buffers = [
+        {n: v.unsqueeze(0).expand(len(m.ctx.clients), *v.shape) for n, v in m.buffers.items()} for m in members
+    ]
+    finals, carries, buffers_out, losses = [], [], [], []
+    for rows in chunks(len(steps), chunk):
+        sub = ctx.select(rows)
+        buffers = {n: torch.cat([b[n] for b in global_buffers])[rows].clone() for n in members[0].buffers}
+        x, carry, buffers, loss = train_rows(
+            algo, sub, steps[rows], plan.rows(rows), layers, buffers, train, members[0].cfg, keys[rows], compiled
+        )
+        finals.append(x)
+        carries.append(carry)
+        buffers_out.append(buffers)
+        losses.append(loss)
+    x, carry, loss = torch.cat(finals), cat_rows(carries), torch.cat(losses)
+    buffers = {n: torch.cat([b[n] for b in buffers_out]) for n in members[0].buffers}
+    results, at = [], 0
+    for m in members:
+        rows = slice(at, at + len(m.ctx.clients))
+        at = rows.stop
+        own = x[rows]
+        upload = m.algorithm.upload(m.ctx, own, select_rows(carry, rows))
+        per_client = [{n: v[i] for n, v in buffers.items()} for i in range(rows.start, rows.stop)]
+        results.append(LocalResult(upload, own, per_client, loss[rows]))
+    return results

@@ -1,0 +1,188 @@
+"""A population of runs (fedbench/engine/population.py) gives each run the numbers it has alone on the batched
+executor: every batchable algorithm, mixed seeds, partitions, S, round counts and server settings in one
+population, in float64 to 1e-10; BatchNorm and dropout models; a diverging member; a population killed
+mid-run and resumed; a failing population; the grouping and the option."""
+
+import pandas as pd
+import pytest
+import torch
+
+import fedbench.engine.population as population
+from fedbench.algorithms import ALGORITHMS
+from fedbench.engine.population import PopulationRun, execute_population, group_runs, population_key, population_size
+from fedbench.engine.runner import execute_run
+from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
+from fedbench.scenario import parse_scenario, resolve_runs
+from fedbench.store import ResultsStore
+from tests.continual.common import RAW as continual_raw
+from tests.engine.test_batched import BATCHABLE, COLS, ImageCache, with_algorithm
+from tests.factories import tiny_scenario, tiny_spec
+
+RTOL, ATOL = 1e-10, 1e-12
+LOCAL = {"epochs": 0.5, "batch_size": 16, "lr": 0.05, "weight_decay": 1e-3, "clip_grad_norm": 2.0, "precision": "fp64"}
+PLAIN_SERVER = {"fedqvr", "fedqvr_e"}  # their server has no optimizer of its own (server.lr must be 1)
+
+
+def spec_of(raw):
+    return resolve_runs(parse_scenario(raw))[0]
+
+
+def mixed_runs(name, model=None, local=LOCAL):
+    """Three runs of one population: seeds 0 and 1 of one scenario, and seed 2 of another with other clients
+    (N = 10, S = 4), partition, round count and (where the algorithm has one) server learning rate."""
+    extra = {"model": model} if model else {}
+    a = spec_of(with_algorithm(tiny_scenario({"clients.num": 8, "clients.per_round": 3}, local=local, **extra), name))
+    changes = {"clients.num": 10, "clients.per_round": 4, "partition.omega": 0.2}
+    if name not in PLAIN_SERVER:
+        changes["server.lr"] = 0.7
+    b = spec_of(with_algorithm(tiny_scenario(changes, local=local, rounds=4, **extra), name))
+    assert population_key(a) == population_key(b) is not None
+    return [PopulationRun(a, 0, "h"), PopulationRun(a, 1, "h"), PopulationRun(b, 2, "h")]
+
+
+def alone(tmp_path, runs, cache):
+    """Each run by itself on the batched executor."""
+    store = ResultsStore(tmp_path / "alone")
+    outs = [execute_run(r.spec, r.seed, store, cache, "h", options=RunOptions(executor="batched")) for r in runs]
+    assert all(o.status == "finished" for o in outs), outs
+    return store, outs
+
+
+def assert_same(pop_store, pop_outs, alone_store, alone_outs):
+    for p, a in zip(pop_outs, alone_outs):
+        assert p.run_id == a.run_id
+        got, want = pop_store.metrics([p.run_id])[COLS], alone_store.metrics([a.run_id])[COLS]
+        pd.testing.assert_frame_equal(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a population that falls back to one-by-one fails the test
+@pytest.mark.parametrize("name", BATCHABLE)
+def test_population_equals_each_run_alone(tmp_path, name):
+    runs = mixed_runs(name)
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert [o.status for o in outs] == ["finished"] * 3
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("name", ["fedavg", "fedsam", "scaffold"])
+def test_population_with_batchnorm_and_dropout(tmp_path, name):
+    """LeNet-5 with BatchNorm and dropout: per-run BatchNorm buffers and per-client dropout keys."""
+    local = {**LOCAL, "batch_size": 8, "drop_singleton_batch": True}
+    runs = mixed_runs(name, {"name": "lenet5_bn", "dropout": 0.3}, local)
+    cache = ImageCache(tmp_path, (1, 16, 16))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_population_in_chunks_equals_one_chunk(tmp_path):
+    runs = mixed_runs("scaffold")
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    whole, chunked = ResultsStore(tmp_path / "whole"), ResultsStore(tmp_path / "chunked")
+    a = execute_population(runs, whole, cache, RunOptions(population="3"))
+    b = execute_population(runs, chunked, cache, RunOptions(population="3", chunk=2))
+    assert_same(chunked, b, whole, a)
+
+
+def test_a_diverging_member_leaves_its_neighbours_alone(tmp_path):
+    """Run 1's server steps 1e6 times too far: it diverges and is recorded so; runs 0 and 2 are as alone."""
+    runs = mixed_runs("fedavg")
+    wild = spec_of(with_algorithm(tiny_scenario({"server.lr": 1e6}, local=LOCAL, rounds=6), "fedavg"))
+    runs[1] = PopulationRun(wild, 1, "h")
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert [o.status for o in outs] == ["finished", "diverged", "finished"]
+    assert store.status(outs[1].run_id) == "diverged"
+    keep = [runs[0], runs[2]]
+    assert_same(store, [outs[0], outs[2]], *alone(tmp_path, keep, cache))
+
+
+def test_a_population_killed_mid_run_resumes_exactly(tmp_path):
+    runs = [
+        PopulationRun(
+            spec_of(with_algorithm(tiny_scenario(local=LOCAL, rounds=5, checkpoint_every=2), "scaffold")), s, "h"
+        )
+        for s in range(3)
+    ]
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+
+    def stop(i, t, metrics):
+        if (i, t) == (1, 3):  # run 1 has recorded round 3, runs 0 and 2 too or not yet: a mid-round kill
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute_population(runs, store, cache, RunOptions(population="3"), stop)
+    assert all(store.status(r) == "running" for r in [o.run_id for o in alone(tmp_path / "x", runs, cache)[1]])
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert [o.status for o in outs] == ["finished"] * 3
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+def test_a_failing_population_trains_its_runs_one_by_one(tmp_path, monkeypatch):
+    runs = mixed_runs("fedavg")
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(population, "run_population_clients", broken)
+    store = ResultsStore(tmp_path / "pop")
+    with pytest.warns(RuntimeWarning, match="population of 3 runs failed .*out of memory"):
+        outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert [o.status for o in outs] == ["finished"] * 3
+
+
+def test_done_runs_are_skipped(tmp_path):
+    runs = mixed_runs("fedavg")
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    execute_population(runs, store, cache, RunOptions(population="3"))
+    assert [o.status for o in execute_population(runs, store, cache)] == ["skipped"] * 3
+
+
+def test_grouping():
+    a = tiny_spec(algorithm="fedavg")
+    seeds_and_servers = [a, tiny_spec({"server.lr": 0.5}, algorithm="fedavg"), tiny_spec({"clients.per_round": 5})]
+    other_lr = tiny_spec({"local.lr": 0.01}, algorithm="fedavg")
+    other_algo = tiny_spec(algorithm={"name": "fedprox", "mu": 0.1})
+    other_mu = tiny_spec(algorithm={"name": "fedprox", "mu": 0.01})
+    moon = tiny_spec(algorithm="moon")  # its own local loss: not batchable
+    specs = [*seeds_and_servers, other_lr, other_algo, moon, other_mu, a]
+    assert population_key(moon) is None
+    assert group_runs(specs, 8) == [[0, 1, 2, 7], [3], [4], [5], [6]]
+    assert group_runs(specs, 2) == [[0, 1], [2, 7], [3], [4], [5], [6]]
+    assert group_runs(specs, 1) == [[i] for i in range(8)]
+    assert population_key(spec_of(continual_raw)) is None  # a task stream moves each run's data and labels
+
+
+def test_every_batchable_algorithm_can_join_a_population():
+    for name in BATCHABLE:
+        assert population_key(tiny_spec(algorithm=name)) is not None, name
+    for name in set(ALGORITHMS.names()) - set(BATCHABLE):
+        assert population_key(tiny_spec(algorithm=name)) is None, name
+
+
+@pytest.mark.parametrize(
+    "option, device, size",
+    [("auto", "cpu", 1), ("auto", "cuda", population.GPU_POPULATION), ("off", "cuda", 1), ("5", "cpu", 5)],
+)
+def test_population_size(option, device, size):
+    got, why = population_size(RunOptions(population=option), torch.device(device))
+    assert got == size and why
+
+
+def test_sequential_executor_turns_populations_off():
+    assert population_size(RunOptions(population="4", executor="sequential"), torch.device("cpu"))[0] == 1
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "2.5"])
+def test_population_option_refuses_bad_values(bad):
+    with pytest.raises(ValueError, match="--population"):
+        RunOptions(population=bad)
