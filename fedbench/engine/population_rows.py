@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fedbench.algorithms.base import Algorithm, RoundContext, select_rows
+from fedbench.algorithms.base import Algorithm, RoundContext, map_rows
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched import chunks, dropout_keys, train_rows
 from fedbench.engine.batched_layers import RowLayers
@@ -151,8 +151,8 @@ def run_population_clients(
     for m in members:
         rows = slice(at, at + len(m.ctx.clients))
         at = rows.stop
-        own = x[rows]
-        upload = m.algorithm.upload(m.ctx, own, select_rows(carry, rows))
-        per_client = [{n: v[i] for n, v in buffers.items()} for i in range(rows.start, rows.stop)]
-        results.append(LocalResult(upload, own, per_client, loss[rows]))
+        own = x[rows].clone()  # fresh, aligned storage: reductions over a run's rows sum as they do alone
+        upload = m.algorithm.upload(m.ctx, own, map_rows(lambda v: v[rows].clone(), carry))
+        per_client = [{n: v[i].clone() for n, v in buffers.items()} for i in range(rows.start, rows.stop)]
+        results.append(LocalResult(upload, own, per_client, loss[rows].clone()))
     return results

@@ -186,3 +186,22 @@ def test_sequential_executor_turns_populations_off():
 def test_population_option_refuses_bad_values(bad):
     with pytest.raises(ValueError, match="--population"):
         RunOptions(population=bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "gradma", "fedcams", "fedmim"])
+def test_population_equals_each_run_alone_on_cuda(tmp_path, name):
+    """On CUDA, in float32 with TF32 as runs use it: within the batched-vs-sequential tolerance of test_gpu.py."""
+    runs = mixed_runs(name, local={**LOCAL, "precision": "fp32"})
+    cache = DataCache(tmp_path, False, torch.device("cuda"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(device="cuda", population="3"))
+    assert [o.status for o in outs] == ["finished"] * 3
+    alone_store = ResultsStore(tmp_path / "alone")
+    alone_outs = [
+        execute_run(r.spec, r.seed, alone_store, cache, "h", options=RunOptions(device="cuda", executor="batched"))
+        for r in runs
+    ]
+    for p, a in zip(outs, alone_outs):
+        got, want = store.metrics([p.run_id])[COLS], alone_store.metrics([a.run_id])[COLS]
+        pd.testing.assert_frame_equal(got, want, rtol=1e-3, atol=1e-5)

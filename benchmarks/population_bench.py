@@ -1,0 +1,84 @@
+"""A population of R runs vs the same runs one at a time: one algorithm of a scenario file at a scale, R seeds.
+
+    python -m benchmarks.population_bench gradma 3 [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny]
+        [--device cpu|cuda] [--modes sequential,batched,population] [--alone K] [--set key=value]
+
+Times, in one process (one torch thread on a CPU), the runs one by one on the sequential and the batched
+executors (the first ``--alone`` K of them, default all R; per-run times are compared) and as one population
+of all R (after one untimed warm-up run on the batched executor), and says whether the population's metrics
+equal the batched runs' bit for bit (float32, as the committed tiny outputs are made)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from fedbench.engine.population import PopulationRun, execute_population
+from fedbench.engine.runner import execute_run
+from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
+from fedbench.scenario import load_scenario, resolve_runs
+from fedbench.store import ResultsStore
+
+COLS = ["test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("algorithm")
+    ap.add_argument("runs", type=int)
+    ap.add_argument("--config", default="configs/gradma/mnist_s10_w0.01.yaml")
+    ap.add_argument("--scale", default="tiny")
+    ap.add_argument("--modes", default="sequential,batched,population")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--set", action="append", default=[], help="a scenario override, e.g. local.precision=fp32")
+    ap.add_argument("--alone", type=int, default=None, help="runs timed one by one (default: all R)")
+    args = ap.parse_args()
+    spec = next(
+        s
+        for s in resolve_runs(load_scenario(Path(args.config), args.set, scale=args.scale), args.scale)
+        if s.algorithm["name"] == args.algorithm
+    )
+    cache = DataCache(Path("data"), False, torch.device(args.device))
+    alone = args.alone or args.runs
+    runs = [PopulationRun(spec, seed, "bench") for seed in range(args.runs)]
+    tmp = Path(tempfile.mkdtemp(prefix="fedbench-population-"))
+    execute_run(spec, 10_000, ResultsStore(tmp / "warm"), cache, "bench", options=RunOptions(executor="batched"))
+    print(f"{args.algorithm} of {args.config} at {args.scale} on {args.device}", flush=True)
+    stores, seconds, counts = {}, {}, {}
+    for mode in args.modes.split(","):
+        store = stores[mode] = ResultsStore(tmp / mode)
+        counts[mode] = args.runs if mode == "population" else alone
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        if mode == "population":
+            outs = execute_population(runs, store, cache, RunOptions(population=str(args.runs)))
+        else:
+            outs = [
+                execute_run(r.spec, r.seed, store, cache, "bench", options=RunOptions(executor=mode))
+                for r in runs[:alone]
+            ]
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        seconds[mode] = time.perf_counter() - start
+        assert all(o.status == "finished" for o in outs), outs
+        print(f"{args.algorithm} {mode}: {counts[mode]} runs in {seconds[mode]:.2f} s", flush=True)
+    if "population" in stores and "batched" in stores:
+        ids = [o.run_id for o in outs][:alone]
+        same = all(stores["population"].metrics([i])[COLS].equals(stores["batched"].metrics([i])[COLS]) for i in ids)
+        print(f"population == batched bit for bit: {same}")
+    first = next(iter(seconds))
+    for mode in seconds:
+        per_run = seconds[mode] / counts[mode]
+        print(f"{mode}: {per_run:.3f} s a run; {seconds[first] / counts[first] / per_run:.2f}x {first}'s speed")
+
+
+if __name__ == "__main__":
+    pd.set_option("display.width", 200)
+    main()
