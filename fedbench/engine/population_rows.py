@@ -152,7 +152,7 @@ def run_population_clients(
         rows = slice(at, at + len(m.ctx.clients))
         at = rows.stop
         own = x[rows].clone()  # fresh, aligned storage: reductions over a run's rows sum as they do alone
-        upload = m.algorithm.upload(m.ctx, own, map_rows(lambda v: v[rows].clone(), carry))
+        upload = m.algorithm.upload(m.ctx, own, map_rows(lambda v, rows=rows: v[rows].clone(), carry))
         per_client = [{n: v[i].clone() for n, v in buffers.items()} for i in range(rows.start, rows.stop)]
         results.append(LocalResult(upload, own, per_client, loss[rows].clone()))
     return results
