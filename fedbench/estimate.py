@@ -10,7 +10,10 @@ not probed borrows the probe of its workload (its algorithm's if probed, else an
 scaled by S and, from another algorithm, by the two algorithms' ratio where a workload has both; a
 workload never probed leaves its runs out of the total, which is then a lower bound.
 
-A class's run of T rounds with E evaluations costs ``T·round_s + E·eval_s``. The hours are those
+A class's run of T rounds with E evaluations costs ``T·round_s + E·eval_s``. Where ``--population``
+trains runs together on this device (:mod:`fedbench.engine.population`), a class of several runs is
+probed as one population of up to :data:`POPULATION_PROBE` of its runs, and ``round_s`` is each run's
+share of a population round. The hours are those
 of one run after another; with J parallel jobs the wall time is about hours/J. Datasets are read
 offline only: the runs of a dataset not on disk (:func:`fedbench.data.missing`) are left out of the
 total, each such dataset named with how to get it, and the rest is priced.
@@ -32,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedbench.data import DatasetNotFoundError, MissingDataset, missing
 from fedbench.engine import probe
+from fedbench.engine.population import population_key, population_size
 from fedbench.engine.probe import RoundCost, evaluations
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.options import RunOptions
@@ -42,6 +46,7 @@ from fedbench.sweeps.grid import SweepRun
 MAX_PROBES = 24  # cost classes probed at most per command
 BUDGET_S = 60.0  # seconds of probing at most per command (a probe begun is finished)
 PROBE_ROUNDS = 2  # steady-state rounds timed per class, after one warm-up round
+POPULATION_PROBE = 16  # runs a probe trains as one population at most (their share of a round is the class's cost)
 
 
 def workload(spec: RunSpec) -> str:
@@ -309,8 +314,13 @@ class Estimator:
         if name in self.missing or len(self.costs) >= self.max_probes or self.spent >= self.budget_s:
             return
         start = probe.CLOCK()
+        options = options or self.options
+        together = self.population(c, options)
         try:
-            c.cost = probe.probe_run(run.spec, run.seed, self.cache, options or self.options, self.rounds)
+            if together > 1:
+                c.cost = probe.probe_population(run.spec, together, self.cache, options, self.rounds)
+            else:
+                c.cost = probe.probe_run(run.spec, run.seed, self.cache, options, self.rounds)
         except DatasetNotFoundError as exc:  # present but unreadable (a checksum, a truncated file)
             self.missing[name] = MissingDataset(name, self.data_dir, (), str(exc))
         except Exception as exc:  # a probe never stops the command: the class is left unestimated
@@ -319,6 +329,15 @@ class Estimator:
         if c.cost is not None:
             self.costs[c.key], c.source = c.cost, "probed"
             self.probed.append(c)
+
+    def population(self, c: CostClass, options: RunOptions) -> int:
+        """How many of the class's runs a probe trains together: as many as ``--population`` lets one
+        population hold on this device (:func:`~fedbench.engine.population.population_size`), at most
+        :data:`POPULATION_PROBE`; one for runs that train alone."""
+        size, _ = population_size(options, self.cache.device)
+        if size <= 1 or len(c.runs) <= 1 or population_key(c.runs[0].spec) is None:
+            return 1
+        return min(size, len(c.runs), POPULATION_PROBE)
 
 
 def duration(seconds: float) -> str:

@@ -352,3 +352,24 @@ def test_a_tuned_scenario_counts_its_trials_then_its_final_runs(
     # the lr changes no round's cost; the trials' validation split does: two classes
     assert result.seconds == 4 * 2 + 2 * 5 and [len(c.runs) for c in result.classes] == [4, 2]
     assert estimate.lines(result, est)[0].startswith("estimate on cpu: 6 run(s) to do (0 done) × 18 rounds in all ≈ ")
+
+
+def test_a_population_probe_prices_each_run_by_its_share_of_a_round(tmp_path: Path, fake_clock: None) -> None:
+    """With --population 2, a class of three seeds is probed as a population of two: each timed round (1 s on the
+    fake clock) is shared by two runs; alone (the default on a CPU) it costs a run 1 s."""
+    sc = parse_scenario(tiny_scenario(rounds=4, seeds=[0, 1, 2]))
+    runs = estimate.scenario_runs(sc)
+    together = estimate.Estimator(RunOptions(device="cpu", data_dir=tmp_path / "data", population="2"))
+    est = together.estimate(runs)
+    [c] = est.classes
+    assert c.cost is not None and c.cost.round_s == 0.5 and c.cost.executor.startswith("population of 2 runs")
+    assert est.seconds == 3 * (4 * 0.5 + 4 * 1.0)
+    alone = estimator(tmp_path).estimate(runs)
+    assert alone.seconds == 3 * (4 * 1.0 + 4 * 1.0)
+
+
+def test_a_run_that_trains_alone_is_probed_alone(tmp_path: Path, fake_clock: None) -> None:
+    sc = parse_scenario(tiny_scenario(rounds=4, seeds=[0, 1], algorithms=[{"name": "moon"}]))
+    est = estimate.Estimator(RunOptions(device="cpu", data_dir=tmp_path / "data", population="4"))
+    [c] = est.estimate(estimate.scenario_runs(sc)).classes
+    assert c.cost is not None and c.cost.round_s == 1.0 and not c.cost.executor.startswith("population")

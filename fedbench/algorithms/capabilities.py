@@ -32,7 +32,10 @@ class Capabilities:
     ``replay_apart`` (``grad.memory(z)``); ``batchable = False`` (a custom local loss) always takes
     the sequential client executor; ``diagnostics`` maps a log key of ``server_update`` to what a
     non-zero count of it means, which the round loop warns about once per run (e.g. QP blocks left
-    unprojected).
+    unprojected); ``row_lr`` says that its ``local_init`` and ``local_step`` use ``ctx.lr`` only
+    against ``[S, P]`` rows, so that a population (:mod:`fedbench.engine.population`) may hand each
+    run's rows its own η_l as an ``[R·S, 1]`` column (tests/engine/test_population.py checks it);
+    with ``row_lr = False`` only runs of one η_l train together.
     """
 
     label: str
@@ -43,6 +46,7 @@ class Capabilities:
     replay_per_step: bool = False
     replay_apart: bool = False
     batchable: bool = True
+    row_lr: bool = True
     diagnostics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

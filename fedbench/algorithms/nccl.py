@@ -63,6 +63,7 @@ class NCCLParams(BaseModel):
     local_optimizer=True,
     replay_per_step=True,
     replay_apart=True,
+    row_lr=False,  # adaptive_rates mixes the step size α = η_l with [S] vectors
 )
 class NCCLFL(Algorithm):
     """NCCL local steps (module docstring), FedAvg server; logs the share of interfering steps."""

@@ -53,21 +53,21 @@ UNGROUPED_BLOCKS = ("continual", "wireless")  # axes whose plug-ins move the cli
 
 def population_key(spec: RunSpec) -> str | None:
     """What the runs of one population must share (canonical JSON): the dataset, the model, the
-    ``local`` block and the algorithm with its parameters (not its label). None for a run that trains
+    ``local`` block (but η_l and its decay for an algorithm with ``Capabilities.row_lr``) and the
+    algorithm with its parameters (not its label). None for a run that trains
     alone: a non-batchable algorithm (its own local loss) or an axis of :data:`UNGROUPED_BLOCKS`."""
     from fedbench.algorithms import ALGORITHMS
 
     if any(getattr(spec, block) is not None for block in UNGROUPED_BLOCKS):
         return None
-    if not ALGORITHMS.get(spec.algorithm["name"]).obj.caps.batchable:
+    caps = ALGORITHMS.get(spec.algorithm["name"]).obj.caps
+    if not caps.batchable:
         return None
     algorithm = {k: v for k, v in spec.algorithm.items() if k != "label"}
-    payload = {
-        "dataset": spec.dataset,
-        "model": spec.model,
-        "local": spec.local.model_dump(mode="json"),
-        "algorithm": algorithm,
-    }
+    local = spec.local.model_dump(mode="json")
+    if caps.row_lr:  # each run's η_l rides on its rows
+        local = {k: v for k, v in local.items() if k not in ("lr", "lr_decay")}
+    payload = {"dataset": spec.dataset, "model": spec.model, "local": local, "algorithm": algorithm}
     return json.dumps(payload, sort_keys=True, default=str)
 
 
@@ -244,25 +244,10 @@ def _train(
     note = f"population of {len(members)} runs, their clients as one batched computation ({rows})"
     for m in members:
         m.loop.executor = ClientExecutor(True, chunk, note)
-    first = members[0].loop.s
     t = min(m.done for m in members) + 1
     while any(m.status is None for m in members):
         active = [m for m in members if m.due(t)]
-        opened = []
-        for m in active:
-            with round_streams(m.loop, t):
-                opened.append(m.loop.open_round(t))
-        training = [(m, o) for m, o in zip(active, opened) if o.ctx is not None]
-        rounds = [
-            MemberRound(m.loop.s.algorithm, o.ctx, o.steps, m.loop.buffers, m.loop.fed.batcher, m.loop.local_cfg)
-            for m, o in training
-            if o.ctx is not None
-        ]
-        results = run_population_clients(rounds, first.model, first.data.train, chunk) if rounds else []
-        by_member = {m.index: r for (m, _), r in zip(training, results)}
-        for m, o in zip(active, opened):
-            with round_streams(m.loop, t):
-                metrics, extra = m.loop.close_round(o, by_member.get(m.index))
+        for m, (metrics, extra) in zip(active, population_round([m.loop for m in active], t, chunk)):
             _record(m, t, metrics, extra, store, on_round)
         for m in members:
             if m.status is None and m.done >= m.run.spec.rounds:
@@ -270,6 +255,30 @@ def _train(
                 store.finish_run(m.run_id, "finished")
                 store.checkpoint_path(m.run_id).unlink(missing_ok=True)
         t += 1
+
+
+def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -> list[tuple[dict, dict]]:
+    """Round t of every run of ``loops`` (one population): each opens its round alone, their clients
+    train together (``chunk`` rows at a time; all when None), each closes its round alone. Returns each
+    run's (metrics, extra logs), as :meth:`RoundLoop.round` would."""
+    opened = []
+    for loop in loops:
+        with round_streams(loop, t):
+            opened.append(loop.open_round(t))
+    training = [(i, o) for i, o in enumerate(opened) if o.ctx is not None]
+    rounds = [
+        MemberRound(loops[i].s.algorithm, o.ctx, o.steps, loops[i].buffers, loops[i].fed.batcher, loops[i].local_cfg)
+        for i, o in training
+        if o.ctx is not None
+    ]
+    first = loops[0].s if loops else None
+    results = run_population_clients(rounds, first.model, first.data.train, chunk) if rounds and first else []
+    by_loop = {i: r for (i, _), r in zip(training, results)}
+    closed = []
+    for i, (loop, o) in enumerate(zip(loops, opened)):
+        with round_streams(loop, t):
+            closed.append(loop.close_round(o, by_loop.get(i)))
+    return closed
 
 
 def _record(

@@ -52,12 +52,10 @@ def cat_rows(trees: list[Any]) -> Any:
 
 def joint_context(ctxs: list[RoundContext]) -> RoundContext:
     """One context over the rows of every run: clients, steps, held rows and inputs concatenated,
-    each broadcast ``[P]`` tensor repeated over its run's rows (``[R·S, P]``). The runs' η_l must
-    be equal. The joint context is a federation of ΣN_r clients: run r's client i is client
+    each broadcast ``[P]`` tensor repeated over its run's rows (``[R·S, P]``), and η_l a float
+    when the runs' are equal, else an ``[R·S, 1]`` column of each run's η_l. The joint context is a federation of ΣN_r clients: run r's client i is client
     Σ_{q<r} N_q + i, and ``sizes`` are the runs' sizes one after another."""
     first = ctxs[0]
-    if any(c.lr != first.lr for c in ctxs):
-        raise ValueError(f"a population trains one η_l per round, got {sorted({c.lr for c in ctxs})}")
     keys = first.broadcast.keys()
     if any(c.broadcast.keys() != keys for c in ctxs):
         raise ValueError("the runs of a population broadcast different messages")
@@ -73,9 +71,13 @@ def joint_context(ctxs: list[RoundContext]) -> RoundContext:
         offsets = torch.tensor([0, *[len(v) for v in run_sizes[:-1]]], device=clients.device).cumsum(0)
         clients = torch.cat([c.clients + o for c, o in zip(ctxs, offsets)])
         sizes = torch.cat(run_sizes)
+    lr: Any = first.lr
+    if any(c.lr != first.lr for c in ctxs):  # each run's η_l on its rows (Capabilities.row_lr)
+        like = first.broadcast["x"]
+        lr = torch.cat([like.new_full((len(c.clients), 1), c.lr) for c in ctxs])
     return RoundContext(
         clients,
-        first.lr,
+        lr,
         torch.cat([c.steps for c in ctxs]),
         broadcast,
         cat_rows([c.held for c in ctxs]),

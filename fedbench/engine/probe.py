@@ -98,3 +98,33 @@ def probe_run(
         evaluate()
         eval_s = timed(evaluate)
     return RoundCost(round_s, eval_s, rounds, loop.executor.note)
+
+
+def probe_population(
+    spec: RunSpec, runs: int, cache: DataCache, options: RunOptions = RunOptions(), rounds: int = 2
+) -> RoundCost:
+    """:func:`probe_run` for ``runs`` seeds of ``spec`` trained as one population
+    (:mod:`fedbench.engine.population`): ``round_s`` is each run's share of a population round (the
+    round's time / ``runs``), ``eval_s`` one run's evaluation (each run evaluates alone)."""
+    from fedbench.engine.population import population_round  # the population module imports the runner, as this
+
+    quiet = _unevaluated(spec)
+    with pinned_threads(options.threads), run_precision(spec.local, cache.device), TemporaryDirectory() as tmp:
+        store = ResultsStore(Path(tmp))
+        loops = []
+        for seed in range(runs):
+            store.start_run(run_record(quiet, seed, "probe"))
+            setup = build_run(quiet, seed, cache, options.client_state == "host")
+            loops.append(RoundLoop(quiet, seed, setup, "batched", None if seed == 0 else options.chunk or NEVER, "off"))
+        chunk = options.chunk or (loops[0].executor.chunk if cache.device.type == "cuda" else None)
+
+        def one_round(t: int) -> None:
+            for seed, (metrics, extra) in enumerate(population_round(loops, t, chunk)):
+                store.record_round(run_id_of(quiet, seed), t, metrics, extra)
+
+        one_round(1)
+        round_s = sum(timed(partial(one_round, t)) for t in range(2, 2 + rounds)) / rounds / runs
+        loops[0].evaluate(1 + rounds, True)
+        eval_s = timed(lambda: loops[0].evaluate(1 + rounds, True))
+    rows = f"chunks of {chunk} rows" if chunk else "all rows at once"
+    return RoundCost(round_s, eval_s, rounds, f"population of {runs} runs ({rows}), each run's share of a round")

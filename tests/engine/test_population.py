@@ -30,12 +30,15 @@ def spec_of(raw):
 
 def mixed_runs(name, model=None, local=LOCAL):
     """Three runs of one population: seeds 0 and 1 of one scenario, and seed 2 of another with other clients
-    (N = 10, S = 4), partition, round count and (where the algorithm has one) server learning rate."""
+    (N = 10, S = 4), partition, round count, (where the algorithm has one) server learning rate and (where its
+    capabilities allow, ``row_lr``) local learning rate and decay."""
     extra = {"model": model} if model else {}
     a = spec_of(with_algorithm(tiny_scenario({"clients.num": 8, "clients.per_round": 3}, local=local, **extra), name))
     changes = {"clients.num": 10, "clients.per_round": 4, "partition.omega": 0.2}
     if name not in PLAIN_SERVER:
         changes["server.lr"] = 0.7
+    if ALGORITHMS.capabilities(name).row_lr:
+        local = {**local, "lr": 0.03, "lr_decay": 0.9}
     b = spec_of(with_algorithm(tiny_scenario(changes, local=local, rounds=4, **extra), name))
     assert population_key(a) == population_key(b) is not None
     return [PopulationRun(a, 0, "h"), PopulationRun(a, 1, "h"), PopulationRun(b, 2, "h")]
@@ -150,14 +153,16 @@ def test_done_runs_are_skipped(tmp_path):
 def test_grouping():
     a = tiny_spec(algorithm="fedavg")
     seeds_and_servers = [a, tiny_spec({"server.lr": 0.5}, algorithm="fedavg"), tiny_spec({"clients.per_round": 5})]
-    other_lr = tiny_spec({"local.lr": 0.01}, algorithm="fedavg")
+    other_lr = tiny_spec({"local.lr": 0.01, "local.lr_decay": 0.9}, algorithm="fedavg")  # η_l rides on the rows
     other_algo = tiny_spec(algorithm={"name": "fedprox", "mu": 0.1})
     other_mu = tiny_spec(algorithm={"name": "fedprox", "mu": 0.01})
     moon = tiny_spec(algorithm="moon")  # its own local loss: not batchable
     specs = [*seeds_and_servers, other_lr, other_algo, moon, other_mu, a]
     assert population_key(moon) is None
-    assert group_runs(specs, 8) == [[0, 1, 2, 7], [3], [4], [5], [6]]
-    assert group_runs(specs, 2) == [[0, 1], [2, 7], [3], [4], [5], [6]]
+    assert group_runs(specs, 8) == [[0, 1, 2, 3, 7], [4], [5], [6]]
+    assert group_runs(specs, 2) == [[0, 1], [2, 3], [4], [5], [6], [7]]
+    nccl = [tiny_spec(algorithm="nccl_fl"), tiny_spec({"local.lr": 0.01}, algorithm="nccl_fl")]  # row_lr = False
+    assert group_runs(nccl, 8) == [[0], [1]]
     assert group_runs(specs, 1) == [[i] for i in range(8)]
     assert population_key(spec_of(continual_raw)) is None  # a task stream moves each run's data and labels
 
