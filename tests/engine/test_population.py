@@ -210,3 +210,35 @@ def test_population_equals_each_run_alone_on_cuda(tmp_path, name):
     for p, a in zip(outs, alone_outs):
         got, want = store.metrics([p.run_id])[COLS], alone_store.metrics([a.run_id])[COLS]
         pd.testing.assert_frame_equal(got, want, rtol=1e-3, atol=1e-5)
+
+
+def test_run_groups_a_scenarios_seeds_and_entries(tmp_path):
+    """fedbench.api.run (as fedbench run) with --population 4: the 3 seeds of FedAvg and of FedAvg with server
+    momentum (same local work, another server) form one population of 4 and one of 2; FedAvgM (another algorithm)
+    one of 3; MOON trains alone; every run is recorded."""
+    import sqlite3
+
+    from fedbench import api
+
+    raw = tiny_scenario(
+        seeds=[0, 1, 2],
+        algorithms=[
+            {"name": "fedavg"},
+            {"name": "fedavg", "label": "FedAvg+m", "server": {"momentum": 0.5}},
+            {"name": "fedavgm"},
+            {"name": "moon"},
+        ],
+    )
+    api.run(parse_scenario(raw), tmp_path / "out", population=4)
+    with sqlite3.connect(tmp_path / "out" / "fedbench.sqlite") as db:
+        notes = db.execute(
+            "select json_extract(extra, '$.executor'), count(*) from metrics where round = 1 group by 1 order by 1"
+        ).fetchall()
+        statuses = db.execute("select status, count(*) from runs group by 1").fetchall()
+    assert statuses == [("finished", 12)]
+    assert [(note.split(",")[0], n) for note, n in notes] == [
+        ("population of 2 runs", 2),
+        ("population of 3 runs", 3),
+        ("population of 4 runs", 4),
+        ("sequential (the algorithm's local loss runs client by client)", 3),
+    ]
