@@ -117,7 +117,8 @@ def where_rows(on: torch.Tensor, new: Any, old: Any) -> Any:
 class RoundContext:
     """What the S sampled clients of one round start from.
 
-    ``lr`` is the round's local learning rate η_l, ``steps`` ``[S]`` the local steps K_i each
+    ``lr`` is the round's local learning rate η_l (in a population of runs of several η_l, an ``[S, 1]``
+    column of each row's), ``steps`` ``[S]`` the local steps K_i each
     client takes (float, for divisions); ``broadcast`` holds the server's message (``[P]``
     tensors, identical for every client; in a population of runs, :mod:`fedbench.engine.population_rows`,
     each is ``[S, P]``, its run's message on each of its rows, so local hooks use it as a row against ``[S, P]``); ``held`` the rows the clients already own (the
@@ -133,7 +134,7 @@ class RoundContext:
     """
 
     clients: torch.Tensor
-    lr: float
+    lr: float | torch.Tensor
     steps: torch.Tensor
     broadcast: Message
     held: Any = None
@@ -150,7 +151,7 @@ class RoundContext:
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
         return RoundContext(
             self.clients[rows],
-            self.lr,
+            self.lr[rows] if isinstance(self.lr, torch.Tensor) else self.lr,
             self.steps[rows],
             {k: v[rows] if v.dim() == 2 else v for k, v in self.broadcast.items()},
             select_rows(self.held, rows),

@@ -35,7 +35,10 @@ class Capabilities:
     unprojected); ``row_lr`` says that its ``local_init`` and ``local_step`` use ``ctx.lr`` only
     against ``[S, P]`` rows, so that a population (:mod:`fedbench.engine.population`) may hand each
     run's rows its own η_l as an ``[R·S, 1]`` column (tests/engine/test_population.py checks it);
-    with ``row_lr = False`` only runs of one η_l train together.
+    with ``row_lr = False`` only runs of one η_l train together. ``row_params`` names the parameters
+    that may differ between the runs of a population: read by the server side only (each run keeps
+    its own algorithm) or by the local hooks only against ``[S, P]`` rows (each run's value on its rows,
+    an ``[R·S, 1]`` column); the same test checks each.
     """
 
     label: str
@@ -47,6 +50,7 @@ class Capabilities:
     replay_apart: bool = False
     batchable: bool = True
     row_lr: bool = True
+    row_params: tuple[str, ...] = ()
     diagnostics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

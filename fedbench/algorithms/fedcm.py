@@ -20,7 +20,11 @@ class FedCMParams(BaseModel):
 
 
 @ALGORITHMS.register(
-    "fedcm", "FedCM: local steps along α·gradient + (1−α)·last global update direction", FedCMParams, label="FedCM"
+    "fedcm",
+    "FedCM: local steps along α·gradient + (1−α)·last global update direction",
+    FedCMParams,
+    label="FedCM",
+    row_params=("alpha",),
 )
 class FedCM(Algorithm):
     """FedCM Alg. 1.

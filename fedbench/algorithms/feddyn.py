@@ -31,6 +31,7 @@ class FedDynParams(BaseModel):
     FedDynParams,
     label="FedDyn",
     server={"weighting": "uniform"},
+    row_params=("alpha",),
 )
 class FedDyn(Algorithm):
     """FedDyn Alg. 1.

@@ -14,7 +14,12 @@ class FedProxParams(BaseModel):
 
 
 @ALGORITHMS.register(
-    "fedprox", "FedProx: local SGD with a proximal term μ/2‖x − x_t‖²", FedProxParams, label="FedProx", compression=True
+    "fedprox",
+    "FedProx: local SGD with a proximal term μ/2‖x − x_t‖²",
+    FedProxParams,
+    label="FedProx",
+    compression=True,
+    row_params=("mu",),
 )
 class FedProx(Algorithm):
     """Local step x ← x − η_l(∇f_i(x; ξ) + μ(x − x_t)) (FedProx Alg. 2, the inexact h_k solver)."""
@@ -32,6 +37,7 @@ class FedProx(Algorithm):
     label="FedProxM",
     server={"momentum": 0.5},
     compression=True,
+    row_params=("mu",),
 )
 class FedProxM(FedProx):
     """FedProx local steps and the FedAvgM server, GradMA Alg. 5: m ← β1·m + Δ, x ← x + η_g·m with

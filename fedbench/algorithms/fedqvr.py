@@ -66,6 +66,7 @@ def effective_steps(steps: torch.Tensor, gamma_eta: float) -> torch.Tensor:
     label="FedQVR",
     server={"weighting": "uniform"},
     compression=True,
+    row_params=("gamma", "a"),
 )
 class FedQVR(Algorithm):
     """FedQVR Alg. 1 (Eqs. 9–12).
@@ -167,6 +168,7 @@ class FedQVR(Algorithm):
     server={"weighting": "uniform"},
     compression=True,
     inputs=("bits",),
+    row_params=("gamma", "a"),
 )
 class FedQVRE(FedQVR):
     """FedQVR-E Alg. 2: FedQVR where received client i quantizes with its own width B_i.

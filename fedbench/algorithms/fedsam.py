@@ -14,7 +14,11 @@ class FedSAMParams(BaseModel):
 
 
 @ALGORITHMS.register(
-    "fedsam", "FedSAM: local SAM steps (gradient at the worst point of a ρ-ball)", FedSAMParams, label="FedSAM"
+    "fedsam",
+    "FedSAM: local SAM steps (gradient at the worst point of a ρ-ball)",
+    FedSAMParams,
+    label="FedSAM",
+    row_params=("rho",),
 )
 class FedSAM(Algorithm):
     """Local SAM step (Foret et al. 2021, Eq. 2 with the first-order ε̂):

@@ -32,6 +32,7 @@ from fedbench.optim.server import ServerOptimizer
 
 SERVER = {"optimizer": "sgd", "lr": 1.0, "momentum": 0.0}
 DIAGNOSTICS = {"qp_fallbacks": "QP projection block(s) fell back (left unprojected)"}
+ROW_PARAMS = ("beta1", "beta2")  # the server's momentum and memory decay: runs that differ in them train together
 
 
 @state
@@ -331,6 +332,7 @@ ALGORITHMS.register(
     label="GradMA",
     server=SERVER,
     diagnostics=DIAGNOSTICS,
+    row_params=ROW_PARAMS,
 )(GradMA)
 ALGORITHMS.register(
     "gradma_w",
@@ -347,4 +349,5 @@ ALGORITHMS.register(
     label="GradMA-S",
     server=SERVER,
     diagnostics=DIAGNOSTICS,
+    row_params=ROW_PARAMS,
 )(GradMAS)

@@ -28,6 +28,7 @@ class MimeLiteParams(BaseModel):
     MimeLiteParams,
     label="MimeLite",
     inputs=("full_grad",),
+    row_params=("beta",),
 )
 class MimeLite(Algorithm):
     """MimeLite (Mime Alg. 1 with the SGDm base optimizer, Mime Eq. 3 / GradMA notes §4.10).

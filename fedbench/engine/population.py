@@ -54,7 +54,7 @@ UNGROUPED_BLOCKS = ("continual", "wireless")  # axes whose plug-ins move the cli
 def population_key(spec: RunSpec) -> str | None:
     """What the runs of one population must share (canonical JSON): the dataset, the model, the
     ``local`` block (but η_l and its decay for an algorithm with ``Capabilities.row_lr``) and the
-    algorithm with its parameters (not its label). None for a run that trains
+    algorithm with its parameters (not its label, nor its ``Capabilities.row_params``). None for a run that trains
     alone: a non-batchable algorithm (its own local loss) or an axis of :data:`UNGROUPED_BLOCKS`."""
     from fedbench.algorithms import ALGORITHMS
 
@@ -63,7 +63,7 @@ def population_key(spec: RunSpec) -> str | None:
     caps = ALGORITHMS.get(spec.algorithm["name"]).obj.caps
     if not caps.batchable:
         return None
-    algorithm = {k: v for k, v in spec.algorithm.items() if k != "label"}
+    algorithm = {k: v for k, v in spec.algorithm.items() if k != "label" and k not in caps.row_params}
     local = spec.local.model_dump(mode="json")
     if caps.row_lr:  # each run's η_l rides on its rows
         local = {k: v for k, v in local.items() if k not in ("lr", "lr_decay")}

@@ -2,7 +2,8 @@
 
 The runs of a population (:mod:`fedbench.engine.population`) share their dataset, model and every
 setting their clients' local work reads: the algorithm and its parameters, the ``local`` block
-(learning rate, batch size, weight decay, clipping) and the round's η_l. Each run keeps its own
+(batch size, weight decay, clipping). η_l and the parameters an algorithm declares in
+``Capabilities.row_params`` may differ: each run's value rides on its rows as an ``[R·S, 1]`` column. Each run keeps its own
 partition, sampled clients, minibatch plan, dropout keys, BatchNorm buffers, held rows and engine
 inputs; its server broadcast becomes per-row (every broadcast tensor is a ``[P]`` row,
 :class:`~fedbench.algorithms.base.RoundContext`), so one ``local_step`` moves the clients of every
@@ -14,6 +15,7 @@ draws) from its slice of the rows.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -87,6 +89,33 @@ def joint_context(ctxs: list[RoundContext]) -> RoundContext:
     )
 
 
+def row_columns(members: list[MemberRound], like: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each parameter of the first member's ``Capabilities.row_params`` on which the members differ, as
+    an ``[R·S, 1]`` column of each run's value (``like``'s dtype and device)."""
+    first = members[0].algorithm
+    column = {}
+    for name in first.caps.row_params:
+        values = [getattr(m.algorithm.params, name) for m in members]
+        if all(v == values[0] for v in values):
+            continue
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            raise ValueError(
+                f"{first.caps.label}'s parameter {name} differs between runs and is not a number: {values}"
+            )
+        column[name] = torch.cat([like.new_full((len(m.ctx.clients), 1), float(v)) for m, v in zip(members, values)])
+    return column
+
+
+def local_algorithm(first: Algorithm, columns: dict[str, torch.Tensor], rows: slice) -> Algorithm:
+    """The algorithm whose local hooks train ``rows`` of the joint rows: ``first``, with its per-row
+    parameters (:func:`row_columns`) restricted to those rows."""
+    if not columns:
+        return first
+    local = copy.copy(first)
+    local.params = first.params.model_copy(update={name: v[rows] for name, v in columns.items()})
+    return local
+
+
 def joint_plan(plans: list[RoundPlan]) -> RoundPlan:
     """The runs' round plans side by side: ``[K, ΣS_r, B]`` with K and B the largest of any run;
     the widths are each step's largest (padding has mask 0, so a row's numbers do not change)."""
@@ -123,8 +152,8 @@ def run_population_clients(
     """Train the sampled clients of every member together, ``chunk`` rows at a time (all when None),
     with the first member's local hooks (the population shares them); each member's upload is
     made by its own algorithm. Returns each member's :class:`LocalResult`."""
-    algo = members[0].algorithm
     ctx = joint_context([m.ctx for m in members])
+    columns = row_columns(members, ctx.broadcast["x"])
     steps = [k for m in members for k in m.steps]
     plan = joint_plan([draw_plan(train, m.batcher, m.ctx.clients.tolist(), m.steps, m.cfg) for m in members])
     layers = RowLayers.of(model)
@@ -141,7 +170,16 @@ def run_population_clients(
         sub = ctx.select(rows)
         buffers = {n: torch.cat([b[n] for b in global_buffers])[rows].clone() for n in members[0].buffers}
         x, carry, buffers, loss = train_rows(
-            algo, sub, steps[rows], plan.rows(rows), layers, buffers, train, members[0].cfg, keys[rows], compiled
+            local_algorithm(members[0].algorithm, columns, rows),
+            sub,
+            steps[rows],
+            plan.rows(rows),
+            layers,
+            buffers,
+            train,
+            members[0].cfg,
+            keys[rows],
+            compiled,
         )
         finals.append(x)
         carries.append(carry)

@@ -31,15 +31,20 @@ def spec_of(raw):
 def mixed_runs(name, model=None, local=LOCAL):
     """Three runs of one population: seeds 0 and 1 of one scenario, and seed 2 of another with other clients
     (N = 10, S = 4), partition, round count, (where the algorithm has one) server learning rate and (where its
-    capabilities allow, ``row_lr``) local learning rate and decay."""
+    capabilities allow: ``row_lr``, ``row_params``) local learning rate and decay and the algorithm's parameters
+    (half their defaults)."""
     extra = {"model": model} if model else {}
     a = spec_of(with_algorithm(tiny_scenario({"clients.num": 8, "clients.per_round": 3}, local=local, **extra), name))
     changes = {"clients.num": 10, "clients.per_round": 4, "partition.omega": 0.2}
     if name not in PLAIN_SERVER:
         changes["server.lr"] = 0.7
-    if ALGORITHMS.capabilities(name).row_lr:
+    caps = ALGORITHMS.capabilities(name)
+    if caps.row_lr:
         local = {**local, "lr": 0.03, "lr_decay": 0.9}
-    b = spec_of(with_algorithm(tiny_scenario(changes, local=local, rounds=4, **extra), name))
+    raw_b = with_algorithm(tiny_scenario(changes, local=local, rounds=4, **extra), name)
+    fields = ALGORITHMS.get(name).params.model_fields
+    raw_b["algorithms"][0].update({p: 0.5 * (fields[p].default or 0.2) for p in caps.row_params})
+    b = spec_of(raw_b)
     assert population_key(a) == population_key(b) is not None
     return [PopulationRun(a, 0, "h"), PopulationRun(a, 1, "h"), PopulationRun(b, 2, "h")]
 
@@ -83,8 +88,9 @@ def test_population_with_batchnorm_and_dropout(tmp_path, name):
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")
-def test_population_in_chunks_equals_one_chunk(tmp_path):
-    runs = mixed_runs("scaffold")
+@pytest.mark.parametrize("name", ["scaffold", "fedprox", "fedqvr"])  # per-row η_l, and per-row μ; γ and a
+def test_population_in_chunks_equals_one_chunk(tmp_path, name):
+    runs = mixed_runs(name)
     cache = DataCache(tmp_path, False, torch.device("cpu"))
     whole, chunked = ResultsStore(tmp_path / "whole"), ResultsStore(tmp_path / "chunked")
     a = execute_population(runs, whole, cache, RunOptions(population="3"))
@@ -159,8 +165,10 @@ def test_grouping():
     moon = tiny_spec(algorithm="moon")  # its own local loss: not batchable
     specs = [*seeds_and_servers, other_lr, other_algo, moon, other_mu, a]
     assert population_key(moon) is None
-    assert group_runs(specs, 8) == [[0, 1, 2, 3, 7], [4], [5], [6]]
-    assert group_runs(specs, 2) == [[0, 1], [2, 3], [4], [5], [6], [7]]
+    assert group_runs(specs, 8) == [[0, 1, 2, 3, 7], [4, 6], [5]]  # FedProx's μ rides on the rows (row_params)
+    assert group_runs(specs, 2) == [[0, 1], [2, 3], [4, 6], [5], [7]]
+    fedmim = [tiny_spec(algorithm="fedmim"), tiny_spec(algorithm={"name": "fedmim", "alpha": [0.1]})]
+    assert group_runs(fedmim, 8) == [[0], [1]]  # a parameter not declared per row keeps runs apart
     nccl = [tiny_spec(algorithm="nccl_fl"), tiny_spec({"local.lr": 0.01}, algorithm="nccl_fl")]  # row_lr = False
     assert group_runs(nccl, 8) == [[0], [1]]
     assert group_runs(specs, 1) == [[i] for i in range(8)]
