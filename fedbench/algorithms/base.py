@@ -55,6 +55,7 @@ from fedbench.algorithms.state import ServerState
 from fedbench.compress import Compressed, Compressor
 from fedbench.optim.client import LocalOptimizer
 from fedbench.optim.server import ServerOptimizer
+from fedbench.optim.transform import Rate
 from fedbench.registry import NoParams, Registry
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class RoundContext:
     """
 
     clients: torch.Tensor
-    lr: float | torch.Tensor
+    lr: Rate
     steps: torch.Tensor
     broadcast: Message
     held: Any = None

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedbench.algorithms.base import ALGORITHMS, Logs, RoundContext, Upload, weighted_mean
 from fedbench.algorithms.fedtrack import IAG, IAG_HELP, FedTrack, TrackCarry
+from fedbench.optim.transform import Rate
 from fedbench.strict import check_order
 
 
@@ -86,8 +87,8 @@ class CFLAGParams(AdapLRParams):
 def adaptive_rates(
     F: torch.Tensor,
     a: torch.Tensor,
-    alpha: float,
-    beta: float,
+    alpha: Rate,
+    beta: Rate,
     L: float,
     kp: torch.Tensor | float,
     adaptive: bool = True,
@@ -124,7 +125,7 @@ class CFLAG(FedTrack):
 
     params: CFLAGParams  # type: ignore[assignment]  # narrows FedTrack.params (C-FLAG extends its fields)
 
-    def alpha(self, ctx: RoundContext) -> float:
+    def alpha(self, ctx: RoundContext) -> Rate:
         """Memory step α: ``alpha`` or, by default, the round's local rate (α_t = β_t, paper Sec. 5)."""
         return ctx.lr if self.params.alpha is None else self.params.alpha
 

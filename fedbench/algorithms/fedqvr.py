@@ -22,6 +22,7 @@ from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.state import ServerState, state
 from fedbench.compress import Compressed, StochasticQuantizer
 from fedbench.optim.server import ServerOptimizer
+from fedbench.optim.transform import Rate
 
 
 @state
@@ -54,7 +55,7 @@ class FedQVRParams(BaseModel):
     )
 
 
-def effective_steps(steps: torch.Tensor, gamma_eta: float) -> torch.Tensor:
+def effective_steps(steps: torch.Tensor, gamma_eta: Rate) -> torch.Tensor:
     """Ẽ_i = (1 − (1+γη)^(−K_i))/(γη) (Alg. 1), evaluated as −expm1(−K·log1p(γη))/(γη) in float64."""
     return -torch.expm1(-steps.double() * math.log1p(gamma_eta)) / gamma_eta
 

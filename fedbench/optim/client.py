@@ -28,6 +28,7 @@ import torch
 from fedbench.optim.transform import (
     Moments,
     OptState,
+    Rate,
     Transform,
     apply,
     chain,
@@ -54,7 +55,7 @@ class RowSecond(NamedTuple):
 def ema_rows(beta1: float) -> Transform:
     """m ← β1·m + (1−β1)·d, first ← m (Kingma & Ba 2015 Alg. 1, first moment)."""
 
-    def update(moments: Moments, state: RowEma, lr: float) -> tuple[Moments, RowEma]:
+    def update(moments: Moments, state: RowEma, lr: Rate) -> tuple[Moments, RowEma]:
         m = beta1 * state.m + (1 - beta1) * moments.first
         return moments._replace(first=m), RowEma(m)
 
@@ -64,7 +65,7 @@ def ema_rows(beta1: float) -> Transform:
 def ema_second_rows(beta2: float) -> Transform:
     """v ← β2·v + (1−β2)·d², second ← v (Kingma & Ba 2015 Alg. 1, second raw moment)."""
 
-    def update(moments: Moments, state: RowSecond, lr: float) -> tuple[Moments, RowSecond]:
+    def update(moments: Moments, state: RowSecond, lr: Rate) -> tuple[Moments, RowSecond]:
         d = moments.direction
         v = beta2 * state.v + (1 - beta2) * d * d
         return moments._replace(second=v), RowSecond(v)
@@ -75,7 +76,7 @@ def ema_second_rows(beta2: float) -> Transform:
 def count_rows() -> Transform:
     """k ← k + 1 per client row (``[S]``, float), handed on in ``Moments.step``; reset with the round."""
 
-    def update(moments: Moments, state: RowCount, lr: float) -> tuple[Moments, RowCount]:
+    def update(moments: Moments, state: RowCount, lr: Rate) -> tuple[Moments, RowCount]:
         k = state.k + 1
         return moments._replace(step=k), RowCount(k)
 
@@ -85,7 +86,7 @@ def count_rows() -> Transform:
 def bias_correction_rows(beta1: float, beta2: float) -> Transform:
     """m̂ = m/(1−β1^k), v̂ = v/(1−β2^k) with each row's own k from :func:`count_rows`."""
 
-    def update(moments: Moments, lr: float) -> Moments:
+    def update(moments: Moments, lr: Rate) -> Moments:
         k, second = step_of(moments, "bias_correction_rows"), second_of(moments, "bias_correction_rows")
         first = moments.first / (1 - beta1**k).unsqueeze(1)
         return moments._replace(first=first, second=second / (1 - beta2**k).unsqueeze(1))
@@ -127,7 +128,7 @@ class LocalOptimizer:
         return self.transform.init(x)
 
     def step(
-        self, x: torch.Tensor, direction: torch.Tensor, state: OptState, lr: float
+        self, x: torch.Tensor, direction: torch.Tensor, state: OptState, lr: Rate
     ) -> tuple[torch.Tensor, OptState]:
         """x − step(d) for the round's rows ``[S, P]`` at η_l = ``lr``, and the new state."""
         step, state = apply(self.transform, direction, state, lr)

@@ -33,6 +33,7 @@ from fedbench.optim.spec import ServerSpec
 from fedbench.optim.transform import (
     Moments,
     OptState,
+    Rate,
     Transform,
     apply,
     chain,
@@ -52,7 +53,7 @@ class Count(NamedTuple):
 def count() -> Transform:
     """t ← t + 1, the round counter that bias correction reads (``Moments.step``)."""
 
-    def update(moments: Moments, state: Count, lr: float) -> tuple[Moments, Count]:
+    def update(moments: Moments, state: Count, lr: Rate) -> tuple[Moments, Count]:
         step = state.step + 1
         return moments._replace(step=step), Count(step)
 
@@ -80,7 +81,7 @@ def trace(beta: float) -> Transform:
     if beta == 0:
         return identity()
 
-    def update(moments: Moments, state: Trace, lr: float) -> tuple[Moments, Trace]:
+    def update(moments: Moments, state: Trace, lr: Rate) -> tuple[Moments, Trace]:
         m = state.m.mul(beta).add(moments.first)
         return moments._replace(first=m), Trace(m)
 
@@ -90,7 +91,7 @@ def trace(beta: float) -> Transform:
 def ema(beta1: float) -> Transform:
     """m ← β1·m + (1−β1)·Δ, first ← m (Reddi et al. 2021 Alg. 2 line 9)."""
 
-    def update(moments: Moments, state: Ema, lr: float) -> tuple[Moments, Ema]:
+    def update(moments: Moments, state: Ema, lr: Rate) -> tuple[Moments, Ema]:
         m = state.m.mul(beta1).add(moments.first, alpha=1 - beta1)
         return moments._replace(first=m), Ema(m)
 
@@ -100,7 +101,7 @@ def ema(beta1: float) -> Transform:
 def ema_second(beta2: float, initial: float) -> Transform:
     """v ← β2·v + (1−β2)·Δ², second ← v, v_0 = ``initial`` (Alg. 2 line 10, FedAdam)."""
 
-    def update(moments: Moments, state: Second, lr: float) -> tuple[Moments, Second]:
+    def update(moments: Moments, state: Second, lr: Rate) -> tuple[Moments, Second]:
         sq = moments.direction * moments.direction
         v = state.v.mul(beta2).add(sq, alpha=1 - beta2)
         return moments._replace(second=v), Second(v)
@@ -111,7 +112,7 @@ def ema_second(beta2: float, initial: float) -> Transform:
 def yogi_second(beta2: float, initial: float) -> Transform:
     """v ← v − (1−β2)·Δ²·sign(v − Δ²), second ← v, v_0 = ``initial`` (Alg. 2 line 10, FedYogi)."""
 
-    def update(moments: Moments, state: Second, lr: float) -> tuple[Moments, Second]:
+    def update(moments: Moments, state: Second, lr: Rate) -> tuple[Moments, Second]:
         sq = moments.direction * moments.direction
         v = state.v.sub((1 - beta2) * sq * torch.sign(state.v - sq))
         return moments._replace(second=v), Second(v)
@@ -123,7 +124,7 @@ def running_max(floor: float) -> Transform:
     """v̂ ← max(v̂, second), second ← v̂, v̂_0 = ``floor`` (FedAMSGrad; FedAMS Alg. 1 line 8 with
     floor ε, which keeps v̂ ≥ ε)."""
 
-    def update(moments: Moments, state: RunningMax, lr: float) -> tuple[Moments, RunningMax]:
+    def update(moments: Moments, state: RunningMax, lr: Rate) -> tuple[Moments, RunningMax]:
         v_max = torch.maximum(state.v_max, second_of(moments, "running_max"))
         return moments._replace(second=v_max), RunningMax(v_max)
 
@@ -133,7 +134,7 @@ def running_max(floor: float) -> Transform:
 def bias_correction(beta1: float, beta2: float) -> Transform:
     """first ← first/(1−β1^t), second ← second/(1−β2^t), with t from :func:`count` (Kingma & Ba 2015)."""
 
-    def update(moments: Moments, lr: float) -> Moments:
+    def update(moments: Moments, lr: Rate) -> Moments:
         t, second = float(step_of(moments, "bias_correction")), second_of(moments, "bias_correction")
         return moments._replace(first=moments.first / (1 - beta1**t), second=second / (1 - beta2**t))
 

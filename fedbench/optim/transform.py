@@ -38,6 +38,11 @@ class Empty(NamedTuple):
 EMPTY = Empty()
 
 
+Rate = float | torch.Tensor
+"""A learning rate: a float, or a column ``[S, 1]`` of per-row rates (the η_l of a population's runs,
+:mod:`fedbench.engine.population_rows`)."""
+
+
 class Moments(NamedTuple):
     """What flows through a chain: ``direction`` d as handed in (untouched), ``first`` the estimate
     being built into the step (d at the start), ``second`` the second-moment estimate (or None),
@@ -53,10 +58,10 @@ class Transform(NamedTuple):
     """``init(x) -> state`` and ``update(moments, state, lr) -> (moments, state)``, both pure."""
 
     init: Callable[[torch.Tensor], OptState]
-    update: Callable[[Moments, OptState, float], tuple[Moments, OptState]]
+    update: Callable[[Moments, OptState, Rate], tuple[Moments, OptState]]
 
 
-def stateless(update: Callable[[Moments, float], Moments]) -> Transform:
+def stateless(update: Callable[[Moments, Rate], Moments]) -> Transform:
     """A transform that keeps no state, from its moments map."""
     return Transform(lambda x: EMPTY, lambda moments, state, lr: (update(moments, lr), state))
 
@@ -75,7 +80,7 @@ def step_of(moments: Moments, who: str) -> torch.Tensor:
     return moments.step
 
 
-def apply(transform: Transform, direction: torch.Tensor, state: OptState, lr: float) -> tuple[torch.Tensor, OptState]:
+def apply(transform: Transform, direction: torch.Tensor, state: OptState, lr: Rate) -> tuple[torch.Tensor, OptState]:
     """The step that ``transform`` makes of ``direction``, and its new state."""
     moments, state = transform.update(Moments(direction, direction), state, lr)
     return moments.first, state
@@ -87,7 +92,7 @@ def chain(*transforms: Transform) -> Transform:
     def init(x: torch.Tensor) -> OptState:
         return tuple(t.init(x) for t in transforms)
 
-    def update(moments: Moments, state: OptState, lr: float) -> tuple[Moments, OptState]:
+    def update(moments: Moments, state: OptState, lr: Rate) -> tuple[Moments, OptState]:
         new = []
         for t, own in zip(transforms, state, strict=True):
             moments, own = t.update(moments, own, lr)
@@ -111,7 +116,7 @@ def precondition(additive: float) -> Transform:
     """first ← first / (√second + τ): Reddi et al. 2021 Alg. 2 (τ = ``eps``), FedAMS Alg. 1 option 1
     (τ = 0, the floor is inside v̂), Kingma & Ba 2015 Alg. 1 (τ = ε on √v̂)."""
 
-    def update(moments: Moments, lr: float) -> Moments:
+    def update(moments: Moments, lr: Rate) -> Moments:
         return moments._replace(first=moments.first / (second_of(moments, "precondition").sqrt() + additive))
 
     return stateless(update)
