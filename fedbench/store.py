@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from datetime import datetime, timezone
@@ -322,6 +322,34 @@ class ResultsStore:
                 )
             except sqlite3.IntegrityError as exc:
                 raise KeyError(f"run {run_id!r} is not in the store; call start_run first") from exc
+
+    def record_rounds(
+        self, rows: Sequence[tuple[str, int, Mapping[str, float | None], Mapping[str, Any] | None]]
+    ) -> None:
+        """:meth:`record_round` for each (run id, round, metrics, extra) of ``rows``, in one transaction
+        (a population's round: one commit for all its runs)."""
+        params = []
+        for run_id, round, metrics, extra in rows:
+            unknown = sorted(set(metrics) - set(METRIC_COLUMNS))
+            if unknown:
+                raise ValueError(
+                    f"unknown metric(s) {unknown} for run {run_id!r}; allowed: {', '.join(METRIC_COLUMNS)}"
+                )
+            if round < 1:
+                raise ValueError(f"round must be >= 1 (rounds are 1-based), got {round} for run {run_id!r}")
+            values = [_as_float(c, metrics.get(c)) for c in METRIC_COLUMNS]
+            params.append((run_id, int(round), *values, extra_to_json(extra)))
+        with self._connect() as conn:
+            try:
+                conn.executemany(
+                    f"INSERT OR REPLACE INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}, extra) "
+                    f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))}, ?)",
+                    params,
+                )
+            except sqlite3.IntegrityError as exc:
+                raise KeyError(
+                    f"a run of {sorted({r[0] for r in rows})} is not in the store; call start_run first"
+                ) from exc
 
     def truncate_after(self, run_id: str, round: int) -> None:
         """Delete the run's rows with round > ``round`` (before resuming from a checkpoint)."""

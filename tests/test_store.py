@@ -349,3 +349,23 @@ def test_an_older_store_gains_the_versions_and_lease_token_columns(tmp_path: Pat
     with sqlite3.connect(tmp_path / DB_NAME) as conn:
         assert "versions" in {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
         assert "token" in {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
+
+
+def test_record_rounds_commits_several_runs_at_once(tmp_path):
+    """A population's round: one transaction, the same rows as one record_round each; an unknown run raises."""
+    from fedbench.scenario import run_id_of, run_record
+    from tests.factories import tiny_spec
+
+    spec = tiny_spec()
+    together, alone = ResultsStore(tmp_path / "a"), ResultsStore(tmp_path / "b")
+    for store in (together, alone):
+        for seed in (0, 1):
+            store.start_run(run_record(spec, seed, "h"))
+    ids = [run_id_of(spec, seed) for seed in (0, 1)]
+    rows = [(ids[0], 1, {"test_acc": 0.5}, {"lr": 0.1}), (ids[1], 1, {"test_acc": 0.25, "train_loss": 2.0}, None)]
+    together.record_rounds(rows)
+    for row in rows:
+        alone.record_round(*row)
+    assert together.metrics(ids).equals(alone.metrics(ids))
+    with pytest.raises(KeyError, match="not in the store"):
+        together.record_rounds([("nobody-s0", 1, {"test_acc": 0.1}, None)])

@@ -247,8 +247,10 @@ def _train(
     t = min(m.done for m in members) + 1
     while any(m.status is None for m in members):
         active = [m for m in members if m.due(t)]
-        for m, (metrics, extra) in zip(active, population_round([m.loop for m in active], t, chunk)):
-            _record(m, t, metrics, extra, store, on_round)
+        closed = population_round([m.loop for m in active], t, chunk)
+        store.record_rounds([(m.run_id, t, metrics, extra) for m, (metrics, extra) in zip(active, closed)])
+        for m, (metrics, extra) in zip(active, closed):
+            _after_round(m, t, metrics, extra, store, on_round)
         for m in members:
             if m.status is None and m.done >= m.run.spec.rounds:
                 m.status = "finished"
@@ -281,13 +283,13 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     return closed
 
 
-def _record(
+def _after_round(
     m: Member, t: int, metrics: dict, extra: dict, store: ResultsStore, on_round: PopulationCallback | None
 ) -> None:
-    """Commit member m's round t, as :func:`~fedbench.engine.runner.execute_run` does: the round,
-    its diagnostics warning, divergence (the member leaves) and the checkpoint."""
+    """Member m's round t after its commit (every member's in one transaction), as
+    :func:`~fedbench.engine.runner.execute_run` does: its diagnostics warning, divergence (the member
+    leaves) and the checkpoint."""
     spec = m.run.spec
-    store.record_round(m.run_id, t, metrics, extra)
     m.done = t
     caps = m.loop.s.algorithm.caps
     warn_diagnostics(f"{spec.scenario} / {spec.label} seed {m.run.seed}", caps.diagnostics, extra, t, m.warned)

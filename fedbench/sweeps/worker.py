@@ -101,6 +101,10 @@ class RecordingStore:
         values = {k: None if v is None else float(v) for k, v in metrics.items()}
         self.rounds[round] = (values, extra_to_json(extra))
 
+    def record_rounds(self, rows: list[tuple[str, int, Mapping[str, Any], Mapping[str, Any] | None]]) -> None:
+        for run_id, round, metrics, extra in rows:
+            self.record_round(run_id, round, metrics, extra)
+
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
         self.error = error
 
