@@ -36,7 +36,10 @@ class ClientBatcher:
         self.seed = seed
         self.drop_singleton = drop_singleton
         self.stream = ("batches",) if task is None else ("task_batches", task)  # continual: one stream per task
-        self.cursor = torch.zeros(len(parts), dtype=torch.int64)
+        self.cursor = [0] * len(
+            parts
+        )  # samples each client has consumed (Python ints: next() is on the host's hot path)
+        self._sizes = [len(p) for p in parts]
         self._perm: dict[int, tuple[int, torch.Tensor]] = {}
 
     def batch_size_of(self, client: int) -> int:
@@ -58,18 +61,42 @@ class ClientBatcher:
 
     def next(self, client: int) -> torch.Tensor:
         """Indices (into the training set) of the client's next minibatch."""
-        n = len(self.parts[client])
-        epoch, pos = divmod(int(self.cursor[client]), n)
-        take = min(self.batch_size_of(client), n - pos)
+        n = self._sizes[client]
+        epoch, pos = divmod(self.cursor[client], n)
+        size = min(self.batch_size, n)
+        take = min(size, n - pos)
         if take == 1 and n > 1 and self.drop_singleton:
             self.cursor[client] += 1  # the epoch's lone last sample is skipped
-            epoch, pos, take = epoch + 1, 0, self.batch_size_of(client)
+            epoch, pos, take = epoch + 1, 0, size
         self.cursor[client] += take
         return self._permutation(client, epoch)[pos : pos + take]
 
+    def draw(self, client: int, steps: int) -> tuple[torch.Tensor, list[int], list[int]]:
+        """The client's next ``steps`` minibatches at once, as ``steps`` :meth:`next` calls draw them: their
+        indices end to end, each batch's length and the cursor before each (the augmentation key)."""
+        n, size = self._sizes[client], min(self.batch_size, self._sizes[client])
+        lengths, positions, segments = [], [], []  # segments: [epoch, start, stop] of the epoch's permutation
+        cursor = self.cursor[client]
+        for _ in range(steps):
+            positions.append(cursor)
+            epoch, pos = divmod(cursor, n)
+            take = min(size, n - pos)
+            if take == 1 and n > 1 and self.drop_singleton:
+                cursor += 1  # the epoch's lone last sample is skipped
+                epoch, pos, take = epoch + 1, 0, size
+            cursor += take
+            lengths.append(take)
+            if segments and segments[-1][0] == epoch and segments[-1][2] == pos:
+                segments[-1][2] = pos + take
+            else:
+                segments.append([epoch, pos, pos + take])
+        self.cursor[client] = cursor
+        pieces = [self._permutation(client, e)[a:b] for e, a, b in segments]
+        return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)), lengths, positions
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"cursor": self.cursor.clone()}
+        return {"cursor": torch.tensor(self.cursor, dtype=torch.int64)}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.cursor = state["cursor"].clone()
+        self.cursor = [int(v) for v in state["cursor"].tolist()]
         self._perm.clear()

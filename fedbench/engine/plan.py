@@ -62,29 +62,55 @@ class RoundPlan:
         return x, y, self.mask[k, :, :w], memory
 
 
+@dataclass(frozen=True)
+class RowDraws:
+    """One client's batches of a round: their indices end to end, each batch's length, count of current
+    samples (the rest is its replay draw) and the batcher position it was drawn at (the augmentation key)."""
+
+    client: int
+    flat: torch.Tensor
+    lengths: list[int]
+    current: list[int]
+    positions: list[int]
+
+
+def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg: LocalConfig) -> list[RowDraws]:
+    """Each client's K_i batches: with a replay memory one ``cfg.batch_indices`` call per batch (its draw
+    joins each batch), else one :meth:`ClientBatcher.draw` per client (the same batches, fewer host calls)."""
+    rows = []
+    for row, c in enumerate(clients):
+        if cfg.replay is None:
+            flat, lengths, positions = batcher.draw(c, steps[row])
+            rows.append(RowDraws(c, flat, lengths, lengths, positions))
+            continue
+        drawn = [cfg.batch_indices(batcher, c) for _ in range(steps[row])]
+        flat = torch.cat([idx for idx, _, _ in drawn])
+        rows.append(RowDraws(c, flat, [len(d[0]) for d in drawn], [d[1] for d in drawn], [d[2] for d in drawn]))
+    return rows
+
+
 def draw_plan(
     train: ArraySplit, batcher: ClientBatcher, clients: list[int], steps: list[int], cfg: LocalConfig
 ) -> RoundPlan:
     """Draw every client's K_i minibatches (advancing the batcher as K_i ``next`` calls would) and
     lay them out as a :class:`RoundPlan`."""
-    drawn = [(k, row, c, *cfg.batch_indices(batcher, c)) for row, c in enumerate(clients) for k in range(steps[row])]
-    lengths = torch.tensor([len(d[3]) for d in drawn])
-    shape = (max(steps), len(clients), int(lengths.max()))
-    widths = [0] * shape[0]
-    for k, _, _, idx, _, _ in drawn:
-        widths[k] = max(widths[k], len(idx))
-    slot = torch.tensor([k * shape[1] + row for k, row, *_ in drawn])
+    rows = row_draws(batcher, clients, steps, cfg)
+    flat_lengths = [n for r in rows for n in r.lengths]
+    shape = (max(steps), len(clients), max(flat_lengths))
+    widths = [max(r.lengths[k] for r in rows if k < len(r.lengths)) for k in range(shape[0])]
+    lengths = torch.tensor(flat_lengths)
+    slot = torch.tensor([k * shape[1] + row for row, r in enumerate(rows) for k in range(len(r.lengths))])
     within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
     dest = torch.repeat_interleave(slot * shape[2], lengths) + within
     device, size = train.y.device, shape[0] * shape[1] * shape[2]
     dest_d = dest.to(device)
     index = torch.zeros(size, dtype=torch.int64, device=device)
-    index[dest_d] = torch.cat([d[3] for d in drawn]).to(device)
+    index[dest_d] = torch.cat([r.flat for r in rows]).to(device)
     mask = train.x.new_zeros(size)
     mask[dest_d] = 1.0
     memory = None
     if cfg.replay_apart:  # the samples after a batch's current ones are its replay draw
-        current = torch.repeat_interleave(torch.tensor([d[4] for d in drawn]), lengths)
+        current = torch.repeat_interleave(torch.tensor([n for r in rows for n in r.current]), lengths)
         memory = train.x.new_zeros(size)
         memory[dest_d[(within >= current).to(device)]] = 1.0
         memory = memory.view(shape)
@@ -92,18 +118,20 @@ def draw_plan(
         raise ValueError(
             f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}"
         )
-    crops = _augment_plan(drawn, dest, shape, cfg, device) if cfg.augments else None
+    crops = _augment_plan(rows, dest, shape, cfg, device) if cfg.augments else None
     return RoundPlan(index.view(shape), mask.view(shape), tuple(widths), memory, crops, cfg.augment.crop_padding)
 
 
 def _augment_plan(
-    drawn: list, dest: torch.Tensor, shape: tuple[int, int, int], cfg: LocalConfig, device: torch.device
+    rows: list[RowDraws], dest: torch.Tensor, shape: tuple[int, int, int], cfg: LocalConfig, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each planned sample's crop offsets and flip from its batch's ``("augment", client, position)``
     stream (padding: no crop shift, no flip)."""
     a = cfg.augment
     draws = [
-        augment_draws(len(idx), a.flip, a.crop_padding, cfg.seed, c, position) for _, _, c, idx, _, position in drawn
+        augment_draws(n, a.flip, a.crop_padding, cfg.seed, r.client, position)
+        for r in rows
+        for n, position in zip(r.lengths, r.positions)
     ]
     out = []
     for part, dtype in zip(zip(*draws), (torch.int64, torch.int64, torch.bool)):
