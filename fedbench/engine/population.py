@@ -31,7 +31,7 @@ import torch
 from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
 from fedbench.engine.executor import ClientExecutor
 from fedbench.engine.lease import leased
-from fedbench.engine.population_rows import MemberRound, run_population_clients
+from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
 from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import RoundLoop, RunOutcome, execute_run, warn_diagnostics
 from fedbench.engine.setup import DataCache, build_run
@@ -283,11 +283,32 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     first = loops[0].s if loops else None
     results = run_population_clients(rounds, first.model, first.data.train, chunk) if rounds and first else []
     by_loop = {i: r for (i, _), r in zip(training, results)}
-    closed = []
+    settled = []
     for i, (loop, o) in enumerate(zip(loops, opened)):
         with round_streams(loop, t):
-            closed.append(loop.close_round(o, by_loop.get(i)))
+            settled.append(loop.settle_round(o, by_loop.get(i)))
+    scores = _test_scores(loops, t)
+    closed = []
+    for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
+        with round_streams(loop, t):
+            closed.append(loop.finish_round(o, metrics, extra, scores.get(i)))
     return closed
+
+
+def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[float, float]]:
+    """The test-set scores of the runs due to evaluate in round t, evaluated together
+    (:func:`~fedbench.engine.population_rows.evaluate_runs`); runs with a plug-in of their own are
+    left to it (it may score the round itself)."""
+    by_batch: dict[int, list[int]] = {}  # eval.batch_size → the runs due that evaluate in batches of it
+    for i, loop in enumerate(loops):
+        if loop.due(t) and not loop.plugins:
+            by_batch.setdefault(loop.spec.eval.batch_size, []).append(i)
+    scores: dict[int, tuple[float, float]] = {}
+    for batch, due in by_batch.items():
+        first = loops[due[0]].s
+        points, buffers = [loops[i].state.x for i in due], [loops[i].buffers for i in due]
+        scores.update(zip(due, evaluate_runs(first.model, points, buffers, first.data.test, batch)))
+    return scores
 
 
 def _after_round(

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 from fedbench.algorithms.base import Algorithm, RoundContext, map_rows
@@ -196,3 +197,45 @@ def run_population_clients(
         per_client = [{n: v[i].clone() for n, v in buffers.items()} for i in range(rows.start, rows.stop)]
         results.append(LocalResult(upload, own, per_client, loss[rows].clone()))
     return results
+
+
+EVAL_RUNS = 16  # runs evaluated together at most (each batch of the test set is [runs, batch, …] at once)
+
+
+@torch.no_grad()
+def evaluate_runs(
+    model: FlatModel, points: list[torch.Tensor], buffers: list[Buffers], split: ArraySplit, batch_size: int
+) -> list[tuple[float, float]]:
+    """(accuracy, mean cross-entropy) of each model ``points[r]`` with its BatchNorm ``buffers[r]`` on a
+    whole split, as :meth:`FlatModel.evaluate` gives them one by one: each test batch goes through up to
+    :data:`EVAL_RUNS` models at once (``torch.func.vmap`` over the runs), and each run's per-sample
+    losses are reduced alone. A model that does not vmap in eval mode is evaluated one run at a time."""
+    scores: list[tuple[float, float]] = []
+    for group in chunks(len(points), EVAL_RUNS):
+        flats = torch.stack(points[group])
+        stacked = {n: torch.stack([b[n] for b in buffers[group]]) for n in buffers[group.start]}
+        try:
+            scores += _evaluate_group(model, flats, stacked, split, batch_size)
+        except RuntimeError:  # a layer without a batching rule in eval mode
+            scores += [model.evaluate(p, b, split, batch_size) for p, b in zip(points[group], buffers[group])]
+    return scores
+
+
+def _evaluate_group(
+    model: FlatModel, flats: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int
+) -> list[tuple[float, float]]:
+    model.module.eval()
+
+    def one(flat: torch.Tensor, own: Buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return model.masked(model.logits(flat, own, x), y)
+
+    forward = torch.func.vmap(one, in_dims=(0, 0, None, None))
+    correct, losses = [], []
+    for start in range(0, len(split), batch_size):
+        x, y = split.x[start : start + batch_size], split.y[start : start + batch_size]
+        out = forward(flats, buffers, x, y)  # [R, n, C]
+        runs, n = out.shape[:2]
+        losses.append(F.cross_entropy(out.flatten(0, 1), y.repeat(runs), reduction="none").view(runs, n))
+        correct.append(out.argmax(2) == y)
+    hits, loss = torch.cat(correct, 1), torch.cat(losses, 1)
+    return [(float(hits[r].float().mean()), float(loss[r].contiguous().mean())) for r in range(len(flats))]

@@ -238,14 +238,31 @@ class RoundLoop:
     def close_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, float | None], dict]:
         """Round t after its local work (``result``; None when nobody trained): aggregation, the
         plug-ins' logs, evaluation; returns (metrics, extra logs)."""
+        return self.finish_round(opened, *self.settle_round(opened, result))
+
+    def settle_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, float | None], dict]:
+        """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs."""
         t = opened.t
         if opened.ctx is None or result is None:
-            extra = self.logs(lambda p: p.round_logs(t))
-            return self._finish(t, opened.start, opened.lr, idle_metrics(), extra, opened.begun)
+            return idle_metrics(), self.logs(lambda p: p.round_logs(t))
         extra = self.aggregate(opened.ctx, result)
         extra = {**extra, **self.logs(lambda p: p.round_logs(t))}
-        metrics = round_metrics(opened.ctx, result, self.s.model.buffer_numel())
-        return self._finish(t, opened.start, opened.lr, metrics, extra, opened.begun)
+        return round_metrics(opened.ctx, result, self.s.model.buffer_numel()), extra
+
+    def finish_round(
+        self,
+        opened: OpenRound,
+        metrics: dict[str, float | None],
+        extra: dict,
+        scores: tuple[float, float] | None = None,
+    ) -> tuple[dict[str, float | None], dict]:
+        """:meth:`close_round` from its evaluation on; ``scores``: the test set's (accuracy, loss) when
+        due, computed elsewhere (a population evaluates its runs together)."""
+        return self._finish(opened.t, opened.start, opened.lr, metrics, extra, opened.begun, scores)
+
+    def due(self, t: int) -> bool:
+        """Whether round t evaluates on the test set (every ``eval.every`` rounds and the last)."""
+        return t % self.spec.eval.every == 0 or t == self.spec.rounds
 
     def context(self, t: int, clients: torch.Tensor, lr: float) -> tuple[RoundContext, list[int]]:
         """The clients' :class:`RoundContext` (with the engine inputs their algorithm declared)
@@ -339,12 +356,20 @@ class RoundLoop:
         return extra
 
     def _finish(
-        self, t: int, start: float, lr: float, metrics: dict[str, float | None], extra: dict, begun: dict
+        self,
+        t: int,
+        start: float,
+        lr: float,
+        metrics: dict[str, float | None],
+        extra: dict,
+        begun: dict,
+        given: tuple[float, float] | None = None,
     ) -> tuple[dict, dict]:
-        """Evaluate on schedule, time the round, add the once-per-run logs."""
+        """Evaluate on schedule (``given``: the test set's scores, computed elsewhere), time the round,
+        add the once-per-run logs."""
         spec = self.spec
-        due = t % spec.eval.every == 0 or t == spec.rounds
-        scores = self.evaluate(t, due)
+        due = self.due(t)
+        scores = self.evaluate(t, due, given)
         if scores is not None:
             metrics["test_acc"], metrics["test_loss"] = scores
         for plugin in self.plugins:
@@ -357,13 +382,15 @@ class RoundLoop:
             extra = {**extra, **self.run_logs()}
         return metrics, {"lr": lr, **extra, **begun}
 
-    def evaluate(self, t: int, due: bool) -> tuple[float, float] | None:
+    def evaluate(self, t: int, due: bool, given: tuple[float, float] | None = None) -> tuple[float, float] | None:
         """(accuracy, loss) of round t: the first plug-in's scores (every plug-in is asked), else
-        the whole test set's when due, else None."""
+        the whole test set's when due (``given``, or evaluated here), else None."""
         x, s = self.state.x, self.s
         scores = [p.evaluate(t, due, x, self.buffers) for p in self.plugins]
         chosen = next((score for score in scores if score is not None), None)
         if chosen is None and due:
+            if given is not None:
+                return given
             return s.model.evaluate(x, self.buffers, s.data.test, self.spec.eval.batch_size)
         return chosen
 

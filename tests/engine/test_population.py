@@ -250,3 +250,29 @@ def test_run_groups_a_scenarios_seeds_and_entries(tmp_path):
         ("population of 4 runs", 4),
         ("sequential (the algorithm's local loss runs client by client)", 3),
     ]
+
+
+@pytest.mark.parametrize(
+    "model, shape", [({"name": "mlp", "hidden": [16]}, None), ({"name": "lenet5_bn"}, (1, 16, 16))]
+)
+def test_runs_are_evaluated_together_as_each_alone(tmp_path, model, shape):
+    """evaluate_runs' vmapped path (no fallback) gives each model's FlatModel.evaluate, in float64; with
+    BatchNorm each run's own running statistics."""
+    from fedbench.engine.population_rows import _evaluate_group
+    from fedbench.engine.setup import build_run
+
+    spec = spec_of(tiny_scenario(model=model, local={**LOCAL, "batch_size": 8}))
+    cache = DataCache(tmp_path, False, torch.device("cpu")) if shape is None else ImageCache(tmp_path, shape)
+    setups = [build_run(spec, seed, cache) for seed in range(3)]
+    points = [s.x0 for s in setups]
+    buffers = [
+        {n: v + 0.1 * seed if v.is_floating_point() else v for n, v in s.buffers0.items()}
+        for seed, s in enumerate(setups)
+    ]
+    model_ = setups[0].model
+    test = setups[0].data.test
+    stacked = {n: torch.stack([b[n] for b in buffers]) for n in buffers[0]}
+    together = _evaluate_group(model_, torch.stack(points), stacked, test, 7)
+    alone = [model_.evaluate(p, b, test, 7) for p, b in zip(points, buffers)]
+    assert [v for pair in together for v in pair] == pytest.approx([v for pair in alone for v in pair], rel=1e-12)
+    assert len({a for a, _ in alone}) > 1 or len({loss for _, loss in alone}) > 1  # the runs differ
