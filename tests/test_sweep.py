@@ -1,5 +1,6 @@
 """Sweeps: grid expansion (names, overrides, errors), the local executor and the Ray executor."""
 
+import json
 import os
 import time
 import warnings
@@ -237,6 +238,24 @@ def test_ray_retries_a_run_whose_worker_died(local_sweep, ray_local, tmp_path):
     _, metrics = comparable(store)
     _, local_metrics = comparable(ResultsStore(folder / "out"))
     assert metrics.equals(local_metrics[local_metrics["run_id"].isin([once, runs[2].run_id])].reset_index(drop=True))
+
+
+def test_ray_trains_populations_as_the_local_executor_does(local_sweep, ray_local, tmp_path):
+    """--population 4: each algorithm's two grid points are one population, one Ray task; the driver's store
+    equals the local pool's, and every run's log names its population."""
+    folder, runs, *_ = local_sweep
+    options = RunOptions(threads=1, population="4")
+    local = run_sweep(runs, tmp_path / "local", "local", jobs=1, options=options)
+    remote = run_sweep(runs, tmp_path / "ray", "ray", options=options)
+    assert (local.finished, remote.finished) == (4, 4)
+    (local_statuses, local_metrics), (statuses, metrics) = (
+        comparable(ResultsStore(tmp_path / "local")),
+        comparable(ResultsStore(tmp_path / "ray")),
+    )
+    assert statuses == local_statuses and metrics.equals(local_metrics)
+    notes = ResultsStore(tmp_path / "ray").metrics()
+    first = notes[notes["round"] == 1]["extra"].map(lambda e: json.loads(e)["executor"])
+    assert first.str.startswith("population of 2 runs").all() and len(first) == 4
 
 
 def test_invalid_points_are_skipped_and_reported_unless_strict(base, tmp_path):

@@ -1,4 +1,5 @@
-"""The Ray executor: each run a Ray task with resource requests; only the driver writes the store.
+"""The Ray executor: each run, or each population of runs (``--population``), a Ray task with resource
+requests; only the driver writes the store.
 
 A task computes its run in memory (:func:`~fedbench.sweeps.worker.compute`) and returns the
 rounds' metrics and extra logs and the final status; the driver commits each result as it
@@ -13,14 +14,18 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
+from fedbench.engine.population import group_runs, population_size
 from fedbench.engine.runner import RunOutcome
 from fedbench.options import RunOptions
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepRun
-from fedbench.sweeps.worker import RunResult, commit, compute, failed_result
+from fedbench.sweeps.worker import RunResult, commit, compute, compute_group, failed_result
 
 OnDone = Callable[[SweepRun, RunOutcome], None]
 Task = Callable[[SweepRun, RunOptions, str], RunResult]
+GroupTask = Callable[[list[SweepRun], RunOptions, str], list[RunResult]]
 
 
 def import_ray():
@@ -42,8 +47,10 @@ def run_ray(
     gpus_per_run: float = 0.0,
     max_retries: int = 2,
     task: Task = compute,
+    group_task: GroupTask = compute_group,
 ) -> list[RunOutcome]:
-    """Submit every run as a task (``num_cpus=cpus_per_run``, ``num_gpus=gpus_per_run``) and commit
+    """Submit every run as a task (``num_cpus=cpus_per_run``, ``num_gpus=gpus_per_run``), or every
+    population of runs (``--population``, :mod:`fedbench.engine.population`) as one task, and commit
     the results in completion order. Uses the running Ray instance if there is one, else connects
     to ``address`` or starts a local instance with ``num_cpus`` CPUs (and shuts down what it started)."""
     ray = import_ray()
@@ -56,21 +63,29 @@ def run_ray(
                 address=address, num_cpus=None if address else num_cpus, include_dashboard=False, log_to_driver=False
             )
     device = options.device if options.device != "auto" else ("cuda" if gpus_per_run > 0 else "cpu")
-    remote = ray.remote(task).options(
-        num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries, retry_exceptions=False
-    )
+    resources = {"num_cpus": cpus_per_run, "num_gpus": gpus_per_run, "max_retries": max_retries}
+    remote = ray.remote(task).options(**resources, retry_exceptions=False)
+    remote_group = ray.remote(group_task).options(**resources, retry_exceptions=False)
+    size, _ = population_size(options, torch.device(device))
+    groups = [[runs[i] for i in group] for group in group_runs([r.spec for r in runs], size)]
     outcomes = []
     try:
-        pending = {remote.remote(run, options, device): run for run in runs}
+        pending = {
+            (remote.remote(g[0], options, device) if len(g) == 1 else remote_group.remote(g, options, device)): g
+            for g in groups
+        }
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
-            run = pending.pop(done[0])
+            group = pending.pop(done[0])
             try:
-                result = ray.get(done[0])
+                returned = ray.get(done[0])
+                results = [returned] if len(group) == 1 else returned
             except Exception as exc:  # ray.exceptions.WorkerCrashedError, NodeDiedError, …: retries spent
-                result = failed_result(run, f"task lost after {max_retries} retries: {type(exc).__name__}: {exc}")
-            outcomes.append(commit(store, result))
-            on_done(run, outcomes[-1])
+                lost = f"task lost after {max_retries} retries: {type(exc).__name__}: {exc}"
+                results = [failed_result(run, lost) for run in group]
+            for run, result in zip(group, results):
+                outcomes.append(commit(store, result))
+                on_done(run, outcomes[-1])
     finally:
         if started:
             ray.shutdown()

@@ -109,6 +109,69 @@ class RecordingStore:
         self.error = error
 
 
+class RecordingStores:
+    """One :class:`RecordingStore` per run, behind the store interface a population uses (every call
+    names its run); checkpoints go to one private folder."""
+
+    def __init__(self, checkpoint_dir: Path):
+        self.checkpoint_dir = checkpoint_dir
+        self.stores: dict[str, RecordingStore] = {}
+
+    def of(self, run_id: str) -> RecordingStore:
+        return self.stores.setdefault(run_id, RecordingStore(self.checkpoint_dir))
+
+    def status(self, run_id: str) -> None:
+        return None
+
+    def claim(self, run_id: str, holder: str, **_: Any) -> None:
+        return None
+
+    def renew(self, run_id: str, holder: str) -> None:
+        pass
+
+    def release(self, run_id: str, holder: str) -> None:
+        pass
+
+    def start_run(self, record: RunRecord) -> None:
+        self.of(record.run_id).start_run(record)
+
+    def checkpoint_path(self, run_id: str) -> Path:
+        return self.checkpoint_dir / f"{run_id}.pt"
+
+    def last_round(self, run_id: str) -> int | None:
+        return self.of(run_id).last_round(run_id)
+
+    def truncate_after(self, run_id: str, round: int) -> None:
+        self.of(run_id).truncate_after(run_id, round)
+
+    def record_round(
+        self, run_id: str, round: int, metrics: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+    ) -> None:
+        self.of(run_id).record_round(run_id, round, metrics, extra)
+
+    def record_rounds(self, rows: list[tuple[str, int, Mapping[str, Any], Mapping[str, Any] | None]]) -> None:
+        for run_id, round, metrics, extra in rows:
+            self.record_round(run_id, round, metrics, extra)
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        self.of(run_id).finish_run(run_id, status, error)
+
+
+def compute_group(runs: list[SweepRun], options: RunOptions, device: str | None = None) -> list[RunResult]:
+    """:func:`compute` for each of ``runs``, trained together as one population (the Ray task of a
+    population, :func:`execute_group`); the results in order."""
+    if len(runs) == 1:
+        return [compute(runs[0], options, device)]
+    with tempfile.TemporaryDirectory(prefix="fedbench-population-") as tmp:
+        stores = RecordingStores(Path(tmp))
+        outcomes = execute_group(runs, stores, options, device)
+    results = []
+    for run, outcome in zip(runs, outcomes):
+        own = stores.of(run.run_id)
+        results.append(RunResult(own.record or record_of(run), outcome, own.error, own.rounds))
+    return results
+
+
 def compute(run: SweepRun, options: RunOptions, device: str | None = None) -> RunResult:
     """Execute a run in memory and return everything the driver records (the Ray task)."""
     with tempfile.TemporaryDirectory(prefix="fedbench-run-") as tmp:
