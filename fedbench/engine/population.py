@@ -33,7 +33,7 @@ from fedbench.engine.executor import ClientExecutor
 from fedbench.engine.lease import leased
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
 from fedbench.engine.precision import run_precision
-from fedbench.engine.runner import RoundLoop, RunOutcome, execute_run, warn_diagnostics
+from fedbench.engine.runner import RoundLoop, RunOutcome, execute_run, read_metrics, warn_diagnostics
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.engine.threads import pinned_threads
 from fedbench.options import RunOptions
@@ -255,9 +255,9 @@ def _train(
     while any(m.status is None for m in members):
         active = [m for m in members if m.due(t)]
         closed = population_round([m.loop for m in active], t, chunk)
-        store.record_rounds([(m.run_id, t, metrics, extra) for m, (metrics, extra) in zip(active, closed)])
-        for m, (metrics, extra) in zip(active, closed):
-            _after_round(m, t, metrics, extra, store, on_round)
+        store.record_rounds([(m.run_id, t, metrics, extra) for m, (metrics, extra, _) in zip(active, closed)])
+        for m, (metrics, extra, finite) in zip(active, closed):
+            _after_round(m, t, metrics, extra, finite, store, on_round)
         for m in members:
             if m.status is None and m.done >= m.run.spec.rounds:
                 m.status = "finished"
@@ -266,10 +266,11 @@ def _train(
         t += 1
 
 
-def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -> list[tuple[dict, dict]]:
+def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -> list[tuple[dict, dict, bool]]:
     """Round t of every run of ``loops`` (one population): each opens its round alone, their clients
     train together (``chunk`` rows at a time; all when None), each closes its round alone. Returns each
-    run's (metrics, extra logs), as :meth:`RoundLoop.round` would."""
+    run's (metrics, extra logs), as :meth:`RoundLoop.round` would, and whether its model is finite
+    (every run's metrics and flag read to the host at once)."""
     opened = []
     for loop in loops:
         with round_streams(loop, t):
@@ -286,13 +287,25 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     settled = []
     for i, (loop, o) in enumerate(zip(loops, opened)):
         with round_streams(loop, t):
-            settled.append(loop.settle_round(o, by_loop.get(i)))
+            settled.append(loop.settle_round(o, by_loop.get(i), lazy=True))
+    finite = _read_round(loops, [metrics for metrics, _ in settled])
     scores = _test_scores(loops, t)
     closed = []
     for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
         with round_streams(loop, t):
-            closed.append(loop.finish_round(o, metrics, extra, scores.get(i)))
+            closed.append((*loop.finish_round(o, metrics, extra, scores.get(i)), finite[i]))
     return closed
+
+
+def _read_round(loops: list[RoundLoop], metrics: list[dict]) -> list[bool]:
+    """Every run's device metrics (replaced by floats in ``metrics``) and whether its model is finite, read
+    to the host in one transfer; returns the finiteness flags."""
+    tensors: list[torch.Tensor] = [torch.isfinite(loop.state.x).all() for loop in loops]
+    places = [(i, k) for i, m in enumerate(metrics) for k, v in m.items() if isinstance(v, torch.Tensor)]
+    values = read_metrics(tensors + [metrics[i][k] for i, k in places])
+    for (i, k), v in zip(places, values[len(loops) :]):
+        metrics[i][k] = v
+    return [bool(v) for v in values[: len(loops)]]
 
 
 def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[float, float]]:
@@ -312,7 +325,13 @@ def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[float, float
 
 
 def _after_round(
-    m: Member, t: int, metrics: dict, extra: dict, store: ResultsStore, on_round: PopulationCallback | None
+    m: Member,
+    t: int,
+    metrics: dict,
+    extra: dict,
+    finite: bool,
+    store: ResultsStore,
+    on_round: PopulationCallback | None,
 ) -> None:
     """Member m's round t after its commit (every member's in one transaction), as
     :func:`~fedbench.engine.runner.execute_run` does: its diagnostics warning, divergence (the member
@@ -323,7 +342,7 @@ def _after_round(
     warn_diagnostics(f"{spec.scenario} / {spec.label} seed {m.run.seed}", caps.diagnostics, extra, t, m.warned)
     if on_round:
         on_round(m.index, t, metrics)
-    why = m.loop.divergence(metrics)
+    why = m.loop.divergence(metrics, finite)
     if why is not None:
         m.status = "diverged"
         store.finish_run(m.run_id, "diverged", f"{why} at round {t}")

@@ -238,4 +238,6 @@ def _evaluate_group(
         losses.append(F.cross_entropy(out.flatten(0, 1), y.repeat(runs), reduction="none").view(runs, n))
         correct.append(out.argmax(2) == y)
     hits, loss = torch.cat(correct, 1), torch.cat(losses, 1)
-    return [(float(hits[r].float().mean()), float(loss[r].contiguous().mean())) for r in range(len(flats))]
+    means = [m for r in range(len(flats)) for m in (hits[r].float().mean(), loss[r].contiguous().mean())]
+    values = torch.stack([m.double() for m in means]).tolist()  # one transfer for every run's scores
+    return [(values[2 * r], values[2 * r + 1]) for r in range(len(flats))]

@@ -119,7 +119,7 @@ def probe_population(
         chunk = options.chunk or (loops[0].executor.chunk if cache.device.type == "cuda" else None)
 
         def one_round(t: int) -> None:
-            for seed, (metrics, extra) in enumerate(population_round(loops, t, chunk)):
+            for seed, (metrics, extra, _) in enumerate(population_round(loops, t, chunk)):
                 store.record_round(run_id_of(quiet, seed), t, metrics, extra)
 
         one_round(1)

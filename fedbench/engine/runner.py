@@ -80,25 +80,41 @@ def sample_clients(num: int, per_round: int, seed: int, round_: int, device: tor
 def local_consistency(final: torch.Tensor) -> float:
     """(1/S)Σ_i ‖x_{i,K} − x̄‖² with x̄ = (1/S)Σ_i x_{i,K}: the dispersion of the clients' final
     local models (lower means more consistent local updates; docs/adding-an-algorithm.md)."""
-    return float(((final - final.mean(0)) ** 2).sum(1).mean())
+    return float(consistency_of(final))
+
+
+def consistency_of(final: torch.Tensor) -> torch.Tensor:
+    """:func:`local_consistency` as a 0-d tensor on the rows' device."""
+    return ((final - final.mean(0)) ** 2).sum(1).mean()
 
 
 T = TypeVar("T", bound=RoundPlugin)
 
 
-def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int) -> dict[str, float | None]:
+def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int, lazy: bool = False) -> dict[str, Any]:
     """A trained round's metrics; ``bits_up`` counts every upload sent (the float BatchNorm buffers
-    travel both ways at 32 bits), ``test_*`` are filled by the evaluation."""
+    travel both ways at 32 bits), ``test_*`` are filled by the evaluation. ``lazy``: the train loss
+    and the consistency stay 0-d tensors on the device (a population reads every run's at once,
+    :func:`read_metrics`)."""
     n = len(ctx.clients)
     buffer_bits = n * buffer_numel * BITS_PER_FLOAT
+    train_loss, consistency = result.losses.mean(), consistency_of(result.final)
     return {
-        "train_loss": float(result.losses.mean()),
+        "train_loss": train_loss if lazy else float(train_loss),
         "bits_up": upload_bits(result.uploads) + buffer_bits,
         "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
-        "consistency": local_consistency(result.final),
+        "consistency": consistency if lazy else float(consistency),
         "test_acc": None,
         "test_loss": None,
     }
+
+
+def read_metrics(tensors: list[torch.Tensor]) -> list[float]:
+    """0-d tensors (metrics, flags) read to the host in one transfer: their values as floats, each equal
+    to ``float(t)``."""
+    if not tensors:
+        return []
+    return torch.stack([t.detach().double().reshape(()) for t in tensors]).tolist()
 
 
 def idle_metrics() -> dict[str, float | None]:
@@ -240,14 +256,15 @@ class RoundLoop:
         plug-ins' logs, evaluation; returns (metrics, extra logs)."""
         return self.finish_round(opened, *self.settle_round(opened, result))
 
-    def settle_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, float | None], dict]:
-        """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs."""
+    def settle_round(self, opened: OpenRound, result: LocalResult | None, lazy: bool = False) -> tuple[dict, dict]:
+        """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs
+        (``lazy``: :func:`round_metrics`' device values left unread)."""
         t = opened.t
         if opened.ctx is None or result is None:
             return idle_metrics(), self.logs(lambda p: p.round_logs(t))
         extra = self.aggregate(opened.ctx, result)
         extra = {**extra, **self.logs(lambda p: p.round_logs(t))}
-        return round_metrics(opened.ctx, result, self.s.model.buffer_numel()), extra
+        return round_metrics(opened.ctx, result, self.s.model.buffer_numel(), lazy), extra
 
     def finish_round(
         self,
@@ -420,10 +437,12 @@ class RoundLoop:
         per_client = torch.stack([correct[p].float().mean() for p in self.fed.parts])
         return float(per_client.std(correction=0))
 
-    def divergence(self, metrics: dict[str, float | None]) -> str | None:
-        """Why the round diverged (see the module docstring), or None."""
+    def divergence(self, metrics: dict[str, float | None], finite: bool | None = None) -> str | None:
+        """Why the round diverged (see the module docstring), or None; ``finite``: whether the model is
+        finite, when already read (a population reads every run's at once)."""
         values = [metrics["train_loss"], metrics["test_loss"]]
-        if any(v is not None and not math.isfinite(v) for v in values) or not bool(torch.isfinite(self.state.x).all()):
+        finite = bool(torch.isfinite(self.state.x).all()) if finite is None else finite
+        if any(v is not None and not math.isfinite(v) for v in values) or not finite:
             return "non-finite loss or model"
         bound = DIVERGED_LOSS_FACTOR * math.log(self.s.data.num_classes)
         train = metrics["train_loss"]
