@@ -2,10 +2,11 @@
 # Issue 26's GPU check, one script inside 8 minutes (each step its own time limit), for the device machine:
 #   bash benchmarks/gpu_population.sh            (writes $OUT/gpu-population.md, or ./gpu-population.md)
 # Needs the wheels of .whl/ (docs/gpu.md) where the machine lacks pydantic, mnist1d or a recent typer.
-# DEVICE=cpu SEEDS=4 GRADMA=2 bash benchmarks/gpu_population.sh  checks the script's steps on a CPU (small numbers).
+# DEVICE=cpu SEEDS=4 GRADMA=2 PYTHON=.venv/bin/python OUT=/tmp bash benchmarks/gpu_population.sh  checks the
+# script's steps on a CPU (small numbers).
 set -u
 out="${OUT:-.}/gpu-population.md"
-device="${DEVICE:-cuda}"; seeds="${SEEDS:-100}"; gradma="${GRADMA:-32}"
+device="${DEVICE:-cuda}"; seeds="${SEEDS:-100}"; gradma="${GRADMA:-32}"; py="${PYTHON:-python3}"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 fi
@@ -18,14 +19,14 @@ step() {  # step SECONDS TITLE COMMAND...
   { echo "(exit $rc, $((SECONDS - start)) s, limit $limit s)"; echo '```'; } >> "$out"
 }
 { echo "# Population executor on $device, $(date -u +%F)"; echo; nvidia-smi --query-gpu=name,memory.total --format=csv;
-  python3 -c "import torch; print('torch', torch.__version__)"; } > "$out" 2>&1
-step 100 "CUDA tests: a population equals each run alone" python3 -m pytest -q -m gpu tests/engine/test_population.py
+  "$py" -c "import torch; print('torch', torch.__version__)"; } > "$out" 2>&1
+step 100 "CUDA tests: a population equals each run alone" "$py" -m pytest -q -m gpu tests/engine/test_population.py
 step 150 "$seeds seeds of the tiny GradMA MNIST column (FedAvg, MLP, S = 10) as one population vs 3 alone" \
-  python3 -m benchmarks.population_bench fedavg "$seeds" --device "$device" --alone 3 --modes batched,population \
+  "$py" -m benchmarks.population_bench fedavg "$seeds" --device "$device" --alone 3 --modes batched,population \
   --set local.precision=fp32
 step 120 "$gradma GradMA runs as one population vs 2 alone" \
-  python3 -m benchmarks.population_bench gradma "$gradma" --device "$device" --alone 2 --modes batched,population \
+  "$py" -m benchmarks.population_bench gradma "$gradma" --device "$device" --alone 2 --modes batched,population \
   --set local.precision=fp32
 step 60 "the peer scenario's round (MLP 784-200-200-10, S = 10), batched" \
-  python3 -m benchmarks.bench_clients --device "$device" --cases mlp --clients 10 --executors batched --rounds 3 --min-seconds 3
+  "$py" -m benchmarks.bench_clients --device "$device" --cases mlp --clients 10 --executors batched --rounds 3 --min-seconds 3
 cat "$out"

@@ -6,7 +6,8 @@
 Times, in one process (one torch thread on a CPU), the runs one by one on the sequential and the batched
 executors (the first ``--alone`` K of them, default all R; per-run times are compared) and as one population
 of all R (after one untimed warm-up run on the batched executor), and says whether the population's metrics
-equal the batched runs' bit for bit (float32, as the committed tiny outputs are made)."""
+equal the batched runs' bit for bit. Without the population mode it also times older code:
+``PYTHONPATH=<worktree of an older commit> python benchmarks/population_bench.py ... --modes batched``."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-import pandas as pd
 import torch
 
-from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.options import RunOptions
@@ -46,7 +46,7 @@ def main() -> None:
     )
     cache = DataCache(Path("data"), False, torch.device(args.device))
     alone = args.alone or args.runs
-    runs = [PopulationRun(spec, seed, "bench") for seed in range(args.runs)]
+    runs = [SimpleNamespace(spec=spec, seed=seed) for seed in range(args.runs)]
     tmp = Path(tempfile.mkdtemp(prefix="fedbench-population-"))
     execute_run(spec, 10_000, ResultsStore(tmp / "warm"), cache, "bench", options=RunOptions(executor="batched"))
     print(f"{args.algorithm} of {args.config} at {args.scale} on {args.device}", flush=True)
@@ -57,8 +57,11 @@ def main() -> None:
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         start = time.perf_counter()
-        if mode == "population":
-            outs = execute_population(runs, store, cache, RunOptions(population=str(args.runs)))
+        if mode == "population":  # imported here: the other modes also time code from before populations
+            from fedbench.engine.population import PopulationRun, execute_population
+
+            members = [PopulationRun(r.spec, r.seed, "bench") for r in runs]
+            outs = execute_population(members, store, cache, RunOptions(population=str(args.runs)))
         else:
             outs = [
                 execute_run(r.spec, r.seed, store, cache, "bench", options=RunOptions(executor=mode))
@@ -80,5 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    pd.set_option("display.width", 200)
     main()
