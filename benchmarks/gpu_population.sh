@@ -29,4 +29,8 @@ step 120 "$gradma GradMA runs as one population vs 2 alone" \
   --set local.precision=fp32
 step 60 "the peer scenario's round (MLP 784-200-200-10, S = 10), batched" \
   "$py" -m benchmarks.bench_clients --device "$device" --cases mlp --clients 10 --executors batched --rounds 3 --min-seconds 3
+step 60 "one round under torch.profiler: one run, batched" \
+  "$py" benchmarks/profile_round.py --device "$device" --set local.precision=fp32 --top 15
+step 60 "one round under torch.profiler: a population of $gradma runs" \
+  "$py" benchmarks/profile_round.py --device "$device" --runs "$gradma" --set local.precision=fp32 --top 15
 cat "$out"
