@@ -174,7 +174,7 @@ def execute_population(
         stack.enter_context(run_precision(runs[0].spec.local, cache.device))
         members = []
         for i, run in enumerate(runs):
-            member = _join(i, run, store, cache, options, stack, outcomes)
+            member = _join(i, run, store, cache, options, stack, outcomes, probe=not members)
             if member is not None:
                 members.append(member)
         try:
@@ -205,9 +205,11 @@ def _join(
     options: RunOptions,
     stack: ExitStack,
     outcomes: dict[int, RunOutcome],
+    probe: bool = False,
 ) -> Member | None:
     """Lease, record and set up run ``i`` (resumed from its checkpoint); None with its outcome in
-    ``outcomes`` when it is done, busy elsewhere or fails to set up."""
+    ``outcomes`` when it is done, busy elsewhere or fails to set up. ``probe``: the first member sizes
+    the population's row chunks (on CUDA, without ``--chunk``: the batched executor's memory probe)."""
     spec, seed = run.spec, run.seed
     run_id = run_id_of(spec, seed)
     if store.status(run_id) in DONE:
@@ -227,7 +229,7 @@ def _join(
     store.start_run(record)
     try:
         setup = build_run(spec, seed, cache, options.client_state == "host")
-        probe = i == 0 and options.chunk is None and cache.device.type == "cuda"  # rows per chunk: one probe
+        probe = probe and options.chunk is None and cache.device.type == "cuda"  # rows per chunk: one probe
         loop = RoundLoop(spec, seed, setup, "batched", None if probe else options.chunk or ALL_ROWS, "off")
         payload = resume_point(store.checkpoint_path(run_id), cache.device, store, run_id, identity)
         done = loop.restore(payload) if payload else 0
