@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
-from fedbench.engine.executor import ClientExecutor
+from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
 from fedbench.engine.lease import leased
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
 from fedbench.engine.precision import run_precision
@@ -244,15 +244,42 @@ def _join(
 def _train(
     members: list[Member], store: ResultsStore, options: RunOptions, on_round: PopulationCallback | None
 ) -> None:
-    """The members' rounds in lockstep until each has finished or diverged."""
+    """The members' rounds in lockstep until each has finished or diverged; on CUDA, in consecutive
+    sub-populations of as many members as :func:`fitting_runs` lets the device hold."""
     if not members:
         return
     chunk = members[0].loop.executor.chunk
     chunk = None if chunk == ALL_ROWS else chunk
     rows = f"chunks of {chunk} rows" if chunk else "all rows at once"
-    note = f"population of {len(members)} runs, their clients as one batched computation ({rows})"
-    for m in members:
-        m.loop.executor = ClientExecutor(True, chunk, note)
+    size = fitting_runs(members)
+    for part in range(0, len(members), size):
+        group = members[part : part + size]
+        note = f"population of {len(group)} runs, their clients as one batched computation ({rows})"
+        for m in group:
+            m.loop.executor = ClientExecutor(True, chunk, note)
+        _lockstep(group, store, chunk, on_round)
+
+
+def fitting_runs(members: list[Member]) -> int:
+    """How many members train at once: all of them, but on CUDA only as many as keep their
+    :data:`~fedbench.engine.executor.STATE_ROWS` ``[P]`` rows per client (iterates, broadcast rows,
+    carries, uploads; the step's activations are chunked apart) within
+    :data:`~fedbench.engine.executor.MEMORY_FRACTION` of the free memory."""
+    device = members[0].loop.s.x0.device
+    if device.type != "cuda":
+        return len(members)
+    first = members[0].loop.s
+    per_run = (
+        first.x0.numel() * first.x0.element_size() * STATE_ROWS * max(m.run.spec.clients.per_round for m in members)
+    )
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, min(len(members), int(MEMORY_FRACTION * free // per_run)))
+
+
+def _lockstep(
+    members: list[Member], store: ResultsStore, chunk: int | None, on_round: PopulationCallback | None
+) -> None:
+    """The members' rounds in lockstep (one population) until each has finished or diverged."""
     t = min(m.done for m in members) + 1
     while any(m.status is None for m in members):
         active = [m for m in members if m.due(t)]

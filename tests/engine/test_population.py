@@ -3,6 +3,8 @@ executor: every batchable algorithm, mixed seeds, partitions, S, round counts an
 population, in float64 to 1e-10; BatchNorm and dropout models; a diverging member; a population killed
 mid-run and resumed; a failing population; the grouping and the option."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -276,3 +278,27 @@ def test_runs_are_evaluated_together_as_each_alone(tmp_path, model, shape):
     alone = [model_.evaluate(p, b, test, 7) for p, b in zip(points, buffers)]
     assert [v for pair in together for v in pair] == pytest.approx([v for pair in alone for v in pair], rel=1e-12)
     assert len({a for a, _ in alone}) > 1 or len({loss for _, loss in alone}) > 1  # the runs differ
+
+
+def test_a_population_too_big_for_the_device_trains_in_parts(tmp_path, monkeypatch):
+    """fitting_runs sizes the parts from the free CUDA memory; a population of 3 split into parts of 2 and 1
+    gives each run its numbers alone, and each run's log names its part."""
+    from types import SimpleNamespace as NS
+
+    def member(per_round):
+        x0 = NS(device=NS(type="cuda"), numel=lambda: 1000, element_size=lambda: 4)
+        return NS(loop=NS(s=NS(x0=x0)), run=NS(spec=NS(clients=NS(per_round=per_round))))
+
+    per_run = 1000 * 4 * 16 * 10  # P floats × STATE_ROWS × the largest S
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(2.5 * per_run / 0.7), 0))
+    assert population.fitting_runs([member(10), member(5), member(10)]) == 2
+
+    monkeypatch.setattr(population, "fitting_runs", lambda members: 2)
+    runs = mixed_runs("scaffold")
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+    notes = store.metrics([o.run_id for o in outs])
+    first = notes[notes["round"] == 1]["extra"].map(lambda e: json.loads(e)["executor"].split(",")[0])
+    assert sorted(first) == ["population of 1 runs", "population of 2 runs", "population of 2 runs"]
