@@ -275,3 +275,16 @@ def test_invalid_points_are_skipped_and_reported_unless_strict(base, tmp_path):
     assert set(ResultsStore(out).runs()["status"]) == {"finished"} and len(ResultsStore(out).runs()) == len(
         sweep_runs(points)
     )
+
+
+def test_the_sweep_says_how_its_runs_train_together(local_sweep):
+    from fedbench.sweeps.driver import populations_line
+
+    _, runs, *_ = local_sweep
+    assert populations_line(runs, RunOptions(population="4"), "local") == (
+        "4 run(s): 2 population(s) of 4, 0 alone; populations of up to 4 runs (--population 4)"
+    )
+    assert populations_line(runs, RunOptions(), "local") == ""  # auto on a CPU: one run at a time
+    assert populations_line(runs[:3], RunOptions(population="2"), "ray").startswith(
+        "3 run(s): 1 population(s) of 2, 1 alone"
+    )

@@ -98,6 +98,9 @@ def run_sweep(
     store.ask([r.run_id for r in runs])  # these specs are now the current ones of their labels
     todo = [r for r in runs if store.status(r.run_id) not in DONE]
     on_done = _progress(store, len(todo), console)
+    line = populations_line(todo, options, backend, gpus_per_run)
+    if line:
+        console.print(line, soft_wrap=True, highlight=False)
     if not todo:
         outcomes = []
     elif backend == "local":
@@ -116,6 +119,29 @@ def run_sweep(
     )
     console.print(summary.line() + f"; results in {out}/")
     return summary
+
+
+def populations_line(runs: list[SweepRun], options: RunOptions, backend: str, gpus_per_run: float = 0.0) -> str:
+    """One line saying how many populations ``runs`` train in, and why (:mod:`fedbench.engine.population`);
+    empty when every run trains alone."""
+    import torch
+
+    from fedbench.engine.population import group_runs, population_size
+    from fedbench.engine.setup import resolve_device
+
+    if backend == "local":
+        device = resolve_device(options.device)
+    else:
+        from fedbench.sweeps.ray_executor import ray_device
+
+        device = torch.device(ray_device(options, gpus_per_run))
+    size, why = population_size(options, device)
+    groups = group_runs([r.spec for r in runs], size)
+    together = [g for g in groups if len(g) > 1]
+    if not together:
+        return ""
+    alone = len(groups) - len(together)
+    return f"{len(runs)} run(s): {len(together)} population(s) of {len(runs) - alone}, {alone} alone; {why}"
 
 
 def run_tuning(

@@ -36,6 +36,11 @@ def import_ray():
     return ray
 
 
+def ray_device(options: RunOptions, gpus_per_run: float) -> str:
+    """The device Ray's tasks train on: ``--device``, or under ``auto`` CUDA when tasks get GPUs."""
+    return options.device if options.device != "auto" else ("cuda" if gpus_per_run > 0 else "cpu")
+
+
 def run_ray(
     runs: list[SweepRun],
     out: Path,
@@ -62,7 +67,7 @@ def run_ray(
             ray.init(
                 address=address, num_cpus=None if address else num_cpus, include_dashboard=False, log_to_driver=False
             )
-    device = options.device if options.device != "auto" else ("cuda" if gpus_per_run > 0 else "cpu")
+    device = ray_device(options, gpus_per_run)
     resources = {"num_cpus": cpus_per_run, "num_gpus": gpus_per_run, "max_retries": max_retries}
     remote = ray.remote(task).options(**resources, retry_exceptions=False)
     remote_group = ray.remote(group_task).options(**resources, retry_exceptions=False)
