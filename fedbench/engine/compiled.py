@@ -17,13 +17,16 @@ a GPU are still to be measured) and pays back a fixed time per local step, so ``
 the batched step of runs of at least :data:`COMPILE_MIN_STEPS` local steps (rounds × the largest
 K_i), where the smallest win measured (benchmarks/README.md) repays it twice over. The rule
 reads the run's spec only, never a timing, so a run and its resume make the same choice. The
-sequential executor is never compiled.
+sequential executor is never compiled. A compiled run keeps its compiled graphs under its results
+folder (:func:`use_compile_cache`): a later process on the same folder loads them instead of compiling.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import torch
 from torch.func import grad_and_value, vmap
@@ -71,6 +74,22 @@ def step_function(layers: RowLayers, compiled: bool) -> StepFunction:
             step = torch.compile(step)
         layers.steps[compiled] = step
     return layers.steps[compiled]
+
+
+COMPILE_CACHE = "compile-cache"  # under the results folder: inductor's graphs and Triton's kernels
+
+
+def use_compile_cache(out: Path) -> Path | None:
+    """Keep this process's compiled graphs (inductor's FX graph cache, Triton's kernels on a GPU) in
+    ``<out>/compile-cache``, so that a second process training into the same results folder loads them
+    instead of compiling again; returns the folder, or None where ``TORCHINDUCTOR_CACHE_DIR`` is
+    already set (by the user, or by an earlier call of this process: the first folder stays)."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return None
+    folder = (Path(out) / COMPILE_CACHE).absolute()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+    return folder
 
 
 def compile_choice(choice: str, batched: bool, steps: int) -> tuple[bool, str]:

@@ -41,6 +41,7 @@ from fedbench.engine.axes import build_plugins
 from fedbench.engine.batched import probe_client_bytes, run_clients_batched
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import LAYOUT, resume_point, run_identity, save_checkpoint
+from fedbench.engine.compiled import use_compile_cache
 from fedbench.engine.executor import ClientExecutor, choose_executor
 from fedbench.engine.federation import InputRequest
 from fedbench.engine.inputs import PROVIDERS
@@ -524,6 +525,8 @@ def _train(
     try:
         setup = build_run(spec, seed, cache, options.client_state == "host")
         loop = RoundLoop(spec, seed, setup, options.executor, options.chunk, options.compile_step)
+        if loop.executor.compiled and isinstance(store, ResultsStore):
+            use_compile_cache(store.out_dir)
         payload = resume_point(ckpt_path, cache.device, store, run_id, identity)
         done = loop.restore(payload) if payload else 0
         store.truncate_after(run_id, done)

@@ -3,6 +3,8 @@ the ways algorithms call the gradient oracle (one evaluation, two, per-client st
 apart) and for BatchNorm and dropout models; chunked equal to unchunked; a resumed compiled run equal
 to an uninterrupted one; and ``auto``'s rule."""
 
+import os
+
 import pandas as pd
 import pytest
 import torch
@@ -130,3 +132,25 @@ def test_a_runs_local_steps_are_rounds_times_the_largest_k(tmp_path, local, expe
     n_max = max(len(p) for p in setup.federation.parts)
     want = expected if expected is not None else 3 * -(-int(epochs * n_max) // 10)
     assert local_steps(spec, setup.federation.batcher) == want
+
+
+def test_compiled_graphs_are_cached_under_the_results_folder(tmp_path, monkeypatch):
+    """A compiled run points inductor's and Triton's caches at <out>/compile-cache (a later process on the
+    folder loads its graphs: benchmarks/README.md), unless TORCHINDUCTOR_CACHE_DIR is set already."""
+    import fedbench.engine.compiled as compiled
+    import fedbench.engine.runner as runner
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    assert compiled.use_compile_cache(tmp_path / "a") == (tmp_path / "a" / "compile-cache").absolute()
+    assert compiled.use_compile_cache(tmp_path / "b") is None  # the first folder stays for the process
+    assert os.environ["TRITON_CACHE_DIR"] == str((tmp_path / "a" / "compile-cache" / "triton").absolute())
+
+    calls = []
+    monkeypatch.setattr(runner, "use_compile_cache", calls.append)
+    monkeypatch.setattr(compiled.torch, "compile", lambda step, **_: step)  # the run's choice, not inductor's work
+    spec = resolve_runs(parse_scenario(with_algorithm(BASE, "fedavg")))[0]
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    for choice, out in (("off", tmp_path / "eager"), ("on", tmp_path / "compiled")):
+        execute_run(spec, 0, ResultsStore(out), cache, "h", options=RunOptions(executor="batched", compile_step=choice))
+    assert calls == [tmp_path / "compiled"]
