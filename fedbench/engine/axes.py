@@ -9,7 +9,8 @@ line; the round loop does not change. An axis outside the engine registers its p
 point, ``"package.module:Name"``, imported only when a spec has the block: the wireless plug-in's
 module (and cvxpy, its allocation's solver) loads for wireless runs only, and the engine imports no
 axis package (tests/test_layout.py). The task stream and the validation score are engine modules on
-packages below the engine (:mod:`fedbench.continual`'s tasks and memories).
+packages below the engine (:mod:`fedbench.continual`'s tasks and memories). A block may be a dotted path
+into a spec field: ``clients.availability`` and ``clients.stragglers`` (:mod:`fedbench.engine.availability`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fedbench.engine.availability import ClientAvailability, Stragglers
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.engine.task_stream import ContinualStream
 from fedbench.engine.validation import ValidationScore
@@ -60,8 +62,18 @@ def register_axis(block: str, build: PluginFactory | str) -> None:
 register_axis("continual", ContinualStream)
 register_axis("wireless", "fedbench.wireless.plugin:WirelessUplink")
 register_axis("validation", ValidationScore)
+register_axis("clients.availability", ClientAvailability)
+register_axis("clients.stragglers", Stragglers)
+
+
+def block_of(spec: RunSpec, block: str) -> object:
+    """The spec's block ``block`` (a field, or a dotted path into one: ``clients.availability``), or None."""
+    value: object = spec
+    for part in block.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 def build_plugins(spec: RunSpec, seed: int, setup: RunSetup) -> list[RoundPlugin]:
     """The plug-ins of the blocks present in ``spec``, in :data:`AXES` order."""
-    return [axis.factory()(spec, seed, setup) for axis in AXES if getattr(spec, axis.block) is not None]
+    return [axis.factory()(spec, seed, setup) for axis in AXES if block_of(spec, axis.block) is not None]

@@ -6,7 +6,9 @@ Where each hook runs in round t (every default is plain FL: no logs, nothing cha
     fed = stage(t, fed)                 → the clients' data for round t (a continual run's task)
     begin_round(t)                      → logs, recorded last in the round's extra
     η_l = learning_rate(t, default)     (each plug-in may replace the default decayed rate)
-    clients = sample S; after_sampling(t, clients) → the clients that train (none: an idle round)
+    clients = choose_clients(t, sample) (the first plug-in's, else S of all N); after_sampling(t, clients)
+                                        → the clients that train (none: an idle round)
+    steps = local_steps(t, clients, steps) → each client's K_i local steps
     provide(request) → engine inputs it owns (``bits``, ``memory_grad``; :mod:`fedbench.engine.inputs`)
     local work (LocalConfig from local_config(cfg), once per run)
     received = select_received(received, result) → which uploads reach server_update (None: none)
@@ -23,9 +25,11 @@ changes of the round it returns — a new federation, inputs, received uploads, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedbench.algorithms.base import Logs, RoundContext, Upload
@@ -68,6 +72,15 @@ class RoundPlugin:
     def local_config(self, cfg: LocalConfig) -> LocalConfig:
         """The run's local-work settings with this plug-in's contribution (once per run)."""
         return cfg
+
+    def choose_clients(self, t: int, sample: Callable[[np.ndarray], torch.Tensor]) -> torch.Tensor | None:
+        """The clients sampled in round t, or None for the loop's S of all N; ``sample(eligible)`` draws the
+        loop's S (fewer when fewer are eligible) from the client ids ``eligible``, on the sampling stream."""
+        return None
+
+    def local_steps(self, t: int, clients: list[int], steps: list[int]) -> list[int]:
+        """Each sampled client's local steps K_i in round t, given the loop's (or an earlier plug-in's)."""
+        return steps
 
     def after_sampling(self, t: int, clients: torch.Tensor) -> torch.Tensor:
         """The sampled clients that train and upload (a subset, in order; empty: an idle round)."""

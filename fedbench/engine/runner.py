@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from fedbench.algorithms.base import RoundContext
@@ -75,6 +76,13 @@ class RunOutcome:
 def sample_clients(num: int, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:
     """S distinct clients, uniformly without replacement, sorted (the ``("sampling", t)`` stream)."""
     chosen = numpy_stream(seed, "sampling", round_).choice(num, size=per_round, replace=False)
+    return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
+
+
+def sample_among(eligible: np.ndarray, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:
+    """min(S, |eligible|) distinct clients of ``eligible``, uniformly without replacement, sorted (the
+    ``("sampling", t)`` stream; all N eligible: :func:`sample_clients`' draw)."""
+    chosen = numpy_stream(seed, "sampling", round_).choice(eligible, size=min(per_round, len(eligible)), replace=False)
     return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
 
 
@@ -240,7 +248,7 @@ class RoundLoop:
         start = time.perf_counter()
         self.enter_stage(t)
         begun = self.logs(lambda p: p.begin_round(t))
-        clients = sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t, s.x0.device)
+        clients = self.choose_clients(t)
         lr = spec.local.lr * spec.local.lr_decay ** (t - 1)
         for plugin in self.plugins:
             lr = plugin.learning_rate(t, lr)
@@ -282,11 +290,27 @@ class RoundLoop:
         """Whether round t evaluates on the test set (every ``eval.every`` rounds and the last)."""
         return t % self.spec.eval.every == 0 or t == self.spec.rounds
 
+    def choose_clients(self, t: int) -> torch.Tensor:
+        """Round t's sampled clients: the first plug-in's choice (e.g. among the available clients), else
+        S of all N (:func:`sample_clients`)."""
+        spec, device = self.spec, self.s.x0.device
+
+        def sample(eligible: np.ndarray) -> torch.Tensor:
+            return sample_among(eligible, spec.clients.per_round, self.seed, t, device)
+
+        for plugin in self.plugins:
+            chosen = plugin.choose_clients(t, sample)
+            if chosen is not None:
+                return chosen
+        return sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t, device)
+
     def context(self, t: int, clients: torch.Tensor, lr: float) -> tuple[RoundContext, list[int]]:
         """The clients' :class:`RoundContext` (with the engine inputs their algorithm declared)
         and their local steps."""
         s, algo = self.s, self.s.algorithm
         steps = self.steps_of(clients.tolist(), t)
+        for plugin in self.plugins:
+            steps = plugin.local_steps(t, clients.tolist(), steps)
         broadcast = algo.broadcast(self.state, clients)
         ctx = RoundContext(
             clients,

@@ -81,6 +81,23 @@ def _server_mb(m: pd.DataFrame) -> float:
     return math.nan if value is None else float(value)
 
 
+def _participation(m: pd.DataFrame) -> float:
+    """The mean number of clients a round trained, from the round logs of a run under client availability or
+    stragglers (``participants``, else ``sampled``: fedbench/engine/availability.py); NaN without them."""
+    if "extra" not in m.columns or m.empty:
+        return math.nan
+    logged = [
+        e for e in m["extra"] if isinstance(e, str) and '"sampled"' in e or isinstance(e, str) and '"participants"' in e
+    ]
+    if not logged:
+        return math.nan
+    counts = []
+    for extra in logged:
+        entry = json.loads(extra)
+        counts.append(entry.get("participants", entry.get("sampled")))
+    return float(pd.Series(counts, dtype="float64").mean())
+
+
 def fallback_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
     """One line per algorithm whose stored round logs count QP projections that fell back (GradMA's
     ``qp_fallbacks``: blocks left unprojected), for under its table; none when every one solved."""
@@ -128,6 +145,9 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
         if tuned:
             row["tuned"] = algo in tuned
         row["server_mb"] = float(pd.Series([_server_mb(by_run.get(rid, empty)) for rid in group["run_id"]]).mean())
+        participation = pd.Series([_participation(by_run.get(rid, empty)) for rid in group["run_id"]]).mean()
+        if not pd.isna(participation):  # the column exists only where clients come and go (availability, stragglers)
+            row["participation"] = float(participation)
         row.update({s: int(status.get(s, 0)) for s in _COUNTS[1:]})
         row["blowup"] = int(group["run_id"].isin(list(flagged)).sum())
         for name in ("top", "final"):
@@ -204,6 +224,9 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
     memory = "server_mb" in summary.columns and summary["server_mb"].notna().any()
     if memory:
         headers.append("Server state (MB)")  # the server's algorithm state (GradMA's memory D, SCAFFOLD's c_i, ...)
+    joined = "participation" in summary.columns and summary["participation"].notna().any()
+    if joined:
+        headers.append("Clients / round")  # the realised participation under client availability or stragglers
     rows = []
     for _, r in summary.iterrows():
         label = f"{r['algorithm']} {MARK}" if bool(r.get("tuned", False)) else str(r["algorithm"])
@@ -213,13 +236,15 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
             cells += [_reach_cell(r, t, "rounds"), _reach_cell(r, t, "bits")]
         if memory:
             cells.append("" if pd.isna(r["server_mb"]) else f"{r['server_mb']:.3g}")
+        if joined:
+            cells.append("" if pd.isna(r["participation"]) else f"{r['participation']:.2f}")
         rows.append(cells)
     return headers, rows
 
 
 def _right(header: str) -> bool:
     """Numeric columns are right-aligned."""
-    return header.split()[0] in ("Seeds", "Top", "Final", "Rounds", "Bits", "Server")
+    return header.split()[0] in ("Seeds", "Top", "Final", "Rounds", "Bits", "Server", "Clients")
 
 
 _LATEX_SPECIAL = re.compile(r"([&%$#_{}])")

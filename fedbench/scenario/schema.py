@@ -48,17 +48,95 @@ class PartitionSpec(InlineParams):
     kind: str = "iid"
 
 
+class AvailabilitySpec(Strict):
+    """Which clients can be sampled in round t (``clients.availability``; FLGo's availability modes, the MIFA
+    paper's unavailable devices). ``always``: every client (plain FL). ``bernoulli``: client i is available
+    with probability p_i, independently every round. ``markov``: client i's on/off state follows a two-state
+    Markov chain (it stays on with ``stay_on``, stays off with ``stay_off``; round 1 starts from the chain's
+    stationary distribution). ``diurnal``: available with p_i(t) = p_i·(1 + amplitude·sin(2πt/period)), clipped
+    to [0, 1]. p_i is ``p`` for every client or, with ``p_range: [lo, hi]``, drawn once per client uniformly
+    in it. Every draw comes from the run's seeded streams (``availability_p``, ``availability`` t)."""
+
+    kind: Literal["always", "bernoulli", "markov", "diurnal"] = Field(description="availability model")
+    p: float | None = Field(default=None, gt=0, le=1, description="bernoulli, diurnal: p_i of every client")
+    p_range: tuple[float, float] | None = Field(
+        default=None, description="bernoulli, diurnal: each client's p_i drawn uniformly in [lo, hi] ⊂ (0, 1]"
+    )
+    stay_on: float | None = Field(default=None, ge=0, le=1, description="markov: P(on at t+1 | on at t)")
+    stay_off: float | None = Field(default=None, ge=0, lt=1, description="markov: P(off at t+1 | off at t)")
+    period: int | None = Field(default=None, ge=1, description="diurnal: rounds per cycle")
+    amplitude: float | None = Field(default=None, ge=0, le=1, description="diurnal: relative swing of p_i(t)")
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> AvailabilitySpec:
+        needs = {
+            "always": (),
+            "bernoulli": ("p|p_range",),
+            "markov": ("stay_on", "stay_off"),
+            "diurnal": ("p|p_range", "period", "amplitude"),
+        }[self.kind]
+        for need in needs:
+            names = need.split("|")
+            given = [n for n in names if getattr(self, n) is not None]
+            if len(given) != 1:
+                what = " or ".join(names) if len(names) > 1 else names[0]
+                raise ValueError(f"kind {self.kind} needs {'exactly one of ' if len(names) > 1 else ''}{what}")
+        allowed = {n for need in needs for n in need.split("|")}
+        extra = [n for n in ("p", "p_range", "stay_on", "stay_off", "period", "amplitude") if n not in allowed]
+        extra = [n for n in extra if getattr(self, n) is not None]
+        if extra:
+            raise ValueError(f"kind {self.kind} takes no {', '.join(extra)}")
+        if self.p_range is not None:
+            lo, hi = self.p_range
+            if not 0 < lo <= hi <= 1:
+                raise ValueError(f"p_range must satisfy 0 < lo ≤ hi ≤ 1, got [{lo}, {hi}]")
+        return self
+
+
+class StragglerSpec(Strict):
+    """Clients that do not finish their local work (``clients.stragglers``): each round a ``fraction`` of the
+    sampled clients, drawn from the ``("stragglers", t)`` stream, either complete only part of it (``partial``:
+    ⌈u·K_i⌉ of their K_i steps, u uniform in ``work``) or miss the round (``drop``: they train nothing and
+    send nothing)."""
+
+    fraction: float = Field(gt=0, le=1, description="share of the sampled clients that straggle each round")
+    mode: Literal["partial", "drop"] = Field(default="partial", description="partial work, or a missed round")
+    work: tuple[float, float] = Field(
+        default=(0.1, 0.9), description="partial: the fraction u of K_i a straggler completes, uniform in [lo, hi]"
+    )
+
+    @model_validator(mode="after")
+    def _work_in_unit(self) -> StragglerSpec:
+        lo, hi = self.work
+        if not 0 < lo <= hi <= 1:
+            raise ValueError(f"work must satisfy 0 < lo ≤ hi ≤ 1, got [{lo}, {hi}]")
+        return self
+
+
 class ClientsSpec(Strict):
-    """The client population: N clients, S of them sampled uniformly without replacement each round."""
+    """The client population: N clients, S of them sampled uniformly without replacement each round (from
+    the available ones under ``availability``); ``stragglers`` may not finish their local work."""
 
     num: int = Field(ge=1, description="number of clients N")
     per_round: int = Field(ge=1, description="clients sampled per round S (≤ N)")
+    availability: AvailabilitySpec | None = Field(default=None, description="which clients can be sampled each round")
+    stragglers: StragglerSpec | None = Field(default=None, description="sampled clients that do not finish")
 
     @model_validator(mode="after")
     def _s_le_n(self) -> ClientsSpec:
         if self.per_round > self.num:
             raise ValueError(f"per_round ({self.per_round}) must be ≤ num ({self.num})")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: Any) -> dict[str, Any]:
+        """Absent ``availability`` and ``stragglers`` are left out of the JSON (and the spec hash), so specs
+        written before they existed keep their hash."""
+        data = handler(self)
+        for block in ("availability", "stragglers"):
+            if getattr(self, block) is None:
+                data.pop(block, None)
+        return data
 
 
 class AugmentSpec(Strict):
