@@ -24,6 +24,19 @@ REFERENCE_INPUTS: dict[str, tuple[tuple[int, ...], int, str]] = {
 }
 
 
+# The client availability and straggler models (fedbench/engine/availability.py; keys in docs/scenarios.md).
+AVAILABILITY = (
+    ("always", "every client can be sampled (plain FL, the default)"),
+    ("bernoulli", "client i available with probability p_i each round (p, or p_range: drawn once per client)"),
+    ("markov", "an on/off chain per client: stay_on, stay_off (round 1 from the stationary distribution)"),
+    ("diurnal", "p_i(t) = p_i·(1 + amplitude·sin(2πt/period)), clipped to [0, 1]"),
+)
+STRAGGLERS = (
+    ("partial", "a fraction of the sampled clients do ⌈u·K_i⌉ of their steps, u uniform in work"),
+    ("drop", "a fraction of the sampled clients miss the round"),
+)
+
+
 def _params_of(entry) -> str:
     fields = entry.params.model_fields
     return (
@@ -65,11 +78,15 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
         (e.name, e.description, _params_of(e), "yes" if e.obj.unbiased else "no (use error feedback)")
         for e in COMPRESSORS
     ]
+    axes = [("block", "kind / mode", "description")]
+    axes += [("clients.availability", name, text) for name, text in AVAILABILITY]
+    axes += [("clients.stragglers", name, text) for name, text in STRAGGLERS]
     sections = {
         "algorithms": algos,
         "datasets": datasets,
         "models": models,
         "partitions": partitions,
         "compressors": compressors,
+        "clients": axes,
     }
     return {name: [tuple(escape(cell) for cell in row) for row in rows] for name, rows in sections.items()}

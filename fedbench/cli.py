@@ -493,7 +493,8 @@ def list_(
         "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors"
     ),
 ) -> None:
-    """List the registered algorithms, datasets, models (with parameter counts), partitions and compressors."""
+    """List the registered algorithms, datasets, models (with parameter counts), partitions, compressors and
+    client availability models."""
     from fedbench.catalog import catalog
 
     sections = catalog()

@@ -185,3 +185,16 @@ def test_the_example_runs_at_the_tiny_scale_and_its_table_reports_participation(
     assert "Clients / round" in format_table(summary, "markdown")
     plain, _ = train(tmp_path, spec_with(), "plain")
     assert "participation" not in summarize(plain.runs(), plain.metrics()).columns  # no column without the logs
+
+
+def test_fedbench_list_shows_every_availability_and_straggler_model():
+    from typing import get_args
+
+    from fedbench.catalog import catalog
+    from fedbench.scenario.schema import AvailabilitySpec, StragglerSpec
+
+    rows = catalog()["clients"][1:]
+    kinds = get_args(AvailabilitySpec.model_fields["kind"].annotation)
+    modes = get_args(StragglerSpec.model_fields["mode"].annotation)
+    assert tuple(r[1] for r in rows if r[0] == "clients.availability") == kinds
+    assert tuple(r[1] for r in rows if r[0] == "clients.stragglers") == modes
