@@ -302,3 +302,21 @@ def test_a_population_too_big_for_the_device_trains_in_parts(tmp_path, monkeypat
     notes = store.metrics([o.run_id for o in outs])
     first = notes[notes["round"] == 1]["extra"].map(lambda e: json.loads(e)["executor"].split(",")[0])
     assert sorted(first) == ["population of 1 runs", "population of 2 runs", "population of 2 runs"]
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_runs_with_client_availability_and_stragglers_train_in_a_population(tmp_path):
+    """Each run samples among its own available clients and shortens its own stragglers' steps in the joint rows."""
+    changes = {
+        "clients.num": 12,
+        "clients.per_round": 4,
+        "clients.availability": {"kind": "markov", "stay_on": 0.8, "stay_off": 0.5},
+        "clients.stragglers": {"fraction": 0.5},
+    }
+    local = {**LOCAL, "epochs": None, "iterations": 4}
+    spec = spec_of(tiny_scenario(changes, local={k: v for k, v in local.items() if v is not None}, rounds=4))
+    runs = [PopulationRun(spec, seed, "h") for seed in range(3)]
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
