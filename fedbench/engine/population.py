@@ -1,18 +1,20 @@
 """A population: R runs trained together, round by round, as one batched computation.
 
-Runs that differ only in their seed, their partition, their sampled clients per round, their
-round count or their server side (``server.*``: η_g, momentum, the adaptive optimizer) and the
-algorithm's uplink compression share everything their clients' local work reads
-(:func:`population_key`). Such runs go through their rounds in lockstep: each run opens its round
-alone (sampling, plug-ins, ``prepare_round``: :meth:`~fedbench.engine.runner.RoundLoop.open_round`),
-the clients of every run train as one ``[R·S, P]`` batched computation
-(:mod:`fedbench.engine.population_rows`), and each run closes its round alone (upload, server update,
-evaluation, :meth:`~fedbench.engine.runner.RoundLoop.close_round`). A run of a population is the run
-it would be alone on the batched executor: its own streams, its own store record, checkpoint and
-status. A run that diverges is recorded as diverged and leaves the population; the others go on.
-Runs resume from their own checkpoints, so a population killed mid-round resumes exactly, in a
-population or alone. Should the population itself fail, its unfinished runs are trained again one by
-one (each from its last checkpoint), so a crash is recorded against the run that crashes.
+Runs that differ only in their seed, partition, N and S, round count, client availability, server side
+(``server.*``: η_g, momentum, the adaptive optimizer), uplink compression, η_l and its decay
+(``Capabilities.row_lr``) and the algorithm parameters it declares per row (``Capabilities.row_params``)
+share everything else their clients' local work reads (:func:`population_key`). Such runs go through
+their rounds in lockstep (:func:`population_round`): each run opens its round alone (sampling, plug-ins,
+``prepare_round``: :meth:`~fedbench.engine.runner.RoundLoop.open_round`), the clients of every run train
+as one ``[R·S, P]`` batched computation (:mod:`fedbench.engine.population_rows`), each run settles its
+round alone (upload, server update), the runs due to evaluate are evaluated together, and each finishes
+its round alone; the round's rows of every run are read to the host and committed at once. A run of a
+population is the run it would be alone on the batched executor: its own streams, its own store record,
+checkpoint and status. A run that diverges is recorded as diverged and leaves the population; the others
+go on. Runs resume from their own checkpoints, so a population killed mid-round resumes exactly, in a
+population or alone. Should the population itself fail, its unfinished runs are trained again one by one
+(each from its last checkpoint), so a crash is recorded against the run that crashes. On a GPU a
+population too large for the device's memory trains in consecutive parts (:func:`fitting_runs`).
 """
 
 from __future__ import annotations
