@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedbench.engine.population import PopulationRun, execute_population, group_runs, population_size
+from fedbench.engine.population import PopulationRun, execute_population, group_runs, groups_line, population_size
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, check_device, resolve_device  # noqa: F401 (check_device: the CLI's)
 from fedbench.options import RunOptions
@@ -127,8 +127,9 @@ def run_scenario(
     pairs = [(spec, seed) for spec in specs for seed in scenario.seeds]
     size, why = population_size(options, cache.device)
     groups = group_runs([spec for spec, _ in pairs], size)
-    if size > 1 and len(groups) < len(pairs):
-        console.print(f"{scenario.name}: {len(pairs)} runs in {len(groups)} populations: {why}", soft_wrap=True)
+    line = groups_line(groups, why)
+    if line:
+        console.print(f"{scenario.name}: {line}", soft_wrap=True, highlight=False)
     outcomes: list[RunOutcome | None] = [None] * len(pairs)
     with Progress(*columns, console=console, transient=False, disable=lines) as progress:
         for group in groups:

@@ -93,6 +93,17 @@ def population_size(options: RunOptions, device: torch.device) -> tuple[int, str
     return 1, f"one run at a time (auto on {device.type}: a population measured no faster there; --population N)"
 
 
+def groups_line(groups: list[list[int]], why: str) -> str:
+    """One line saying how runs train in ``groups`` (:func:`group_runs`) and why; empty when every run
+    trains alone."""
+    total = sum(len(g) for g in groups)
+    together = [g for g in groups if len(g) > 1]
+    if not together:
+        return ""
+    alone = len(groups) - len(together)
+    return f"{total} run(s): {len(together)} population(s) of {total - alone}, {alone} alone; {why}"
+
+
 def group_runs(specs: list[RunSpec], size: int) -> list[list[int]]:
     """Indices of ``specs`` in populations of at most ``size`` runs, each of one
     :func:`population_key`, in the order of their first run; a run without a key is alone."""

@@ -126,7 +126,7 @@ def populations_line(runs: list[SweepRun], options: RunOptions, backend: str, gp
     empty when every run trains alone."""
     import torch
 
-    from fedbench.engine.population import group_runs, population_size
+    from fedbench.engine.population import group_runs, groups_line, population_size
     from fedbench.engine.setup import resolve_device
 
     if backend == "local":
@@ -136,12 +136,7 @@ def populations_line(runs: list[SweepRun], options: RunOptions, backend: str, gp
 
         device = torch.device(ray_device(options, gpus_per_run))
     size, why = population_size(options, device)
-    groups = group_runs([r.spec for r in runs], size)
-    together = [g for g in groups if len(g) > 1]
-    if not together:
-        return ""
-    alone = len(groups) - len(together)
-    return f"{len(runs)} run(s): {len(together)} population(s) of {len(runs) - alone}, {alone} alone; {why}"
+    return groups_line(group_runs([r.spec for r in runs], size), why)
 
 
 def run_tuning(
