@@ -306,22 +306,7 @@ class ResultsStore:
         self, run_id: str, round: int, metrics: Mapping[str, float | None], extra: Mapping[str, Any] | None = None
     ) -> None:
         """Commit one round's metrics (missing ones are NULL); recording a round again replaces it."""
-        unknown = sorted(set(metrics) - set(METRIC_COLUMNS))
-        if unknown:
-            raise ValueError(f"unknown metric(s) {unknown} for run {run_id!r}; allowed: {', '.join(METRIC_COLUMNS)}")
-        if round < 1:
-            raise ValueError(f"round must be >= 1 (rounds are 1-based), got {round} for run {run_id!r}")
-        values = [_as_float(c, metrics.get(c)) for c in METRIC_COLUMNS]
-        extra_json = extra_to_json(extra)
-        with self._connect() as conn:
-            try:
-                conn.execute(
-                    f"INSERT OR REPLACE INTO metrics (run_id, round, {', '.join(METRIC_COLUMNS)}, extra) "
-                    f"VALUES (?, ?, {', '.join('?' * len(METRIC_COLUMNS))}, ?)",
-                    (run_id, int(round), *values, extra_json),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise KeyError(f"run {run_id!r} is not in the store; call start_run first") from exc
+        self.record_rounds([(run_id, round, metrics, extra)])
 
     def record_rounds(
         self, rows: Sequence[tuple[str, int, Mapping[str, float | None], Mapping[str, Any] | None]]
@@ -347,9 +332,9 @@ class ResultsStore:
                     params,
                 )
             except sqlite3.IntegrityError as exc:
-                raise KeyError(
-                    f"a run of {sorted({r[0] for r in rows})} is not in the store; call start_run first"
-                ) from exc
+                ids = sorted({r[0] for r in rows})
+                who = f"run {ids[0]!r}" if len(ids) == 1 else f"a run of {ids}"
+                raise KeyError(f"{who} is not in the store; call start_run first") from exc
 
     def truncate_after(self, run_id: str, round: int) -> None:
         """Delete the run's rows with round > ``round`` (before resuming from a checkpoint)."""

@@ -36,9 +36,8 @@ class ClientBatcher:
         self.seed = seed
         self.drop_singleton = drop_singleton
         self.stream = ("batches",) if task is None else ("task_batches", task)  # continual: one stream per task
-        self.cursor = [0] * len(
-            parts
-        )  # samples each client has consumed (Python ints: next() is on the host's hot path)
+        # samples each client has consumed (Python ints: drawing batches is on the host's hot path)
+        self.cursor = [0] * len(parts)
         self._sizes = [len(p) for p in parts]
         self._perm: dict[int, tuple[int, torch.Tensor]] = {}
 
@@ -61,19 +60,11 @@ class ClientBatcher:
 
     def next(self, client: int) -> torch.Tensor:
         """Indices (into the training set) of the client's next minibatch."""
-        n = self._sizes[client]
-        epoch, pos = divmod(self.cursor[client], n)
-        size = min(self.batch_size, n)
-        take = min(size, n - pos)
-        if take == 1 and n > 1 and self.drop_singleton:
-            self.cursor[client] += 1  # the epoch's lone last sample is skipped
-            epoch, pos, take = epoch + 1, 0, size
-        self.cursor[client] += take
-        return self._permutation(client, epoch)[pos : pos + take]
+        return self.draw(client, 1)[0]
 
     def draw(self, client: int, steps: int) -> tuple[torch.Tensor, list[int], list[int]]:
-        """The client's next ``steps`` minibatches at once, as ``steps`` :meth:`next` calls draw them: their
-        indices end to end, each batch's length and the cursor before each (the augmentation key)."""
+        """The client's next ``steps`` minibatches at once, their indices end to end, each batch's length and
+        the cursor before each (the augmentation key). A batch never straddles two epochs (module docstring)."""
         n, size = self._sizes[client], min(self.batch_size, self._sizes[client])
         lengths, positions, segments = [], [], []  # segments: [epoch, start, stop] of the epoch's permutation
         cursor = self.cursor[client]

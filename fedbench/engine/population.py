@@ -24,25 +24,32 @@ import json
 import traceback
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedbench.engine.checkpoint import resume_point, run_identity, save_checkpoint
 from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
 from fedbench.engine.lease import leased
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
 from fedbench.engine.precision import run_precision
-from fedbench.engine.runner import RoundLoop, RunOutcome, execute_run, read_metrics, warn_diagnostics
-from fedbench.engine.setup import DataCache, build_run
+from fedbench.engine.runner import (
+    RoundLoop,
+    RunOutcome,
+    complete_run,
+    conclude_round,
+    execute_run,
+    open_loop,
+    read_metrics,
+    start_record,
+)
+from fedbench.engine.setup import DataCache
 from fedbench.engine.threads import pinned_threads
 from fedbench.options import RunOptions
-from fedbench.scenario import RunSpec, run_id_of, run_record
-from fedbench.seeding import torch_seed
+from fedbench.scenario import RunSpec, run_id_of
 from fedbench.store import DONE
-from fedbench.versions import versions
 
 if TYPE_CHECKING:
     from fedbench.store import ResultsStore
@@ -93,7 +100,7 @@ def population_size(options: RunOptions, device: torch.device) -> tuple[int, str
     return 1, f"one run at a time (auto on {device.type}: a population measured no faster there; --population N)"
 
 
-def groups_line(groups: list[list[int]], why: str) -> str:
+def groups_line(groups: list[list[Any]], why: str) -> str:
     """One line saying how runs train in ``groups`` (:func:`group_runs`) and why; empty when every run
     trains alone."""
     total = sum(len(g) for g in groups)
@@ -147,23 +154,6 @@ class Member:
     def due(self, t: int) -> bool:
         """Whether the member trains round t."""
         return self.status is None and self.done < t <= self.run.spec.rounds
-
-
-@contextmanager
-def round_streams(loop: RoundLoop, t: int):
-    """Torch's generators (the CPU's and the run's CUDA device's) seeded from the run's ``("dropout", t)``
-    stream and restored after, as :meth:`RoundLoop.round` does; seeded through the generators themselves
-    (``torch.manual_seed`` costs 0.1–1 ms a call, R of them a round)."""
-    device = loop.s.x0.device
-    cuda = device.type == "cuda"
-    with torch.random.fork_rng(devices=[device] if cuda else []):
-        seed = torch_seed(loop.seed, "dropout", t)
-        torch.default_generator.manual_seed(seed)
-        if cuda:
-            torch.cuda.default_generators[
-                device.index if device.index is not None else torch.cuda.current_device()
-            ].manual_seed(seed)
-        yield
 
 
 def execute_population(
@@ -235,18 +225,13 @@ def _join(
     if store.status(run_id) in DONE:
         outcomes[i] = RunOutcome(run_id, "skipped")
         return None
-    record = dataclasses.replace(
-        run_record(spec, seed, run.scenario_hash), versions=json.dumps(versions(), sort_keys=True)
+    identity = start_record(spec, seed, store, run.scenario_hash, run_id)
+    probe = probe and options.chunk is None and cache.device.type == "cuda"  # rows per chunk: one probe
+    own = dataclasses.replace(
+        options, executor="batched", chunk=None if probe else options.chunk or ALL_ROWS, compile_step="off"
     )
-    identity = run_identity(run_id, record.spec_hash, seed)
-    store.start_run(record)
     try:
-        setup = build_run(spec, seed, cache, options.client_state == "host")
-        probe = probe and options.chunk is None and cache.device.type == "cuda"  # rows per chunk: one probe
-        loop = RoundLoop(spec, seed, setup, "batched", None if probe else options.chunk or ALL_ROWS, "off")
-        payload = resume_point(store.checkpoint_path(run_id), cache.device, store, run_id, identity)
-        done = loop.restore(payload) if payload else 0
-        store.truncate_after(run_id, done)
+        loop, done = open_loop(spec, seed, store, cache, own, run_id, identity)
     except Exception as exc:
         store.finish_run(run_id, "failed", "".join(traceback.format_exception(exc)))
         outcomes[i] = RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
@@ -299,12 +284,14 @@ def _lockstep(
         closed = population_round([m.loop for m in active], t, chunk)
         store.record_rounds([(m.run_id, t, metrics, extra) for m, (metrics, extra, _) in zip(active, closed)])
         for m, (metrics, extra, finite) in zip(active, closed):
-            _after_round(m, t, metrics, extra, finite, store, on_round)
+            m.done = t
+            alone = partial(on_round, m.index) if on_round else None
+            if conclude_round(m.loop, store, m.run_id, m.identity, t, metrics, extra, m.warned, alone, finite):
+                m.status = "diverged"
         for m in members:
             if m.status is None and m.done >= m.run.spec.rounds:
                 m.status = "finished"
-                store.finish_run(m.run_id, "finished")
-                store.checkpoint_path(m.run_id).unlink(missing_ok=True)
+                complete_run(store, m.run_id)
         t += 1
 
 
@@ -315,26 +302,26 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     (every run's metrics and flag read to the host at once)."""
     opened = []
     for loop in loops:
-        with round_streams(loop, t):
+        with loop.streams(t):
             opened.append(loop.open_round(t))
-    training = [(i, o) for i, o in enumerate(opened) if o.ctx is not None]
+    training = [i for i, o in enumerate(opened) if o.ctx is not None]
     rounds = [
-        MemberRound(loops[i].s.algorithm, o.ctx, o.steps, loops[i].buffers, loops[i].fed.batcher, loops[i].local_cfg)
-        for i, o in training
+        MemberRound(loop.s.algorithm, o.ctx, o.steps, loop.buffers, loop.fed.batcher, loop.local_cfg)
+        for loop, o in zip(loops, opened)
         if o.ctx is not None
     ]
     first = loops[0].s if loops else None
     results = run_population_clients(rounds, first.model, first.data.train, chunk) if rounds and first else []
-    by_loop = {i: r for (i, _), r in zip(training, results)}
+    by_loop = dict(zip(training, results))
     settled = []
     for i, (loop, o) in enumerate(zip(loops, opened)):
-        with round_streams(loop, t):
+        with loop.streams(t):
             settled.append(loop.settle_round(o, by_loop.get(i), lazy=True))
     finite = _read_round(loops, [metrics for metrics, _ in settled])
     scores = _test_scores(loops, t)
     closed = []
     for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
-        with round_streams(loop, t):
+        with loop.streams(t):
             closed.append((*loop.finish_round(o, metrics, extra, scores.get(i)), finite[i]))
     return closed
 
@@ -364,30 +351,3 @@ def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[float, float
         points, buffers = [loops[i].state.x for i in due], [loops[i].buffers for i in due]
         scores.update(zip(due, evaluate_runs(first.model, points, buffers, first.data.test, batch)))
     return scores
-
-
-def _after_round(
-    m: Member,
-    t: int,
-    metrics: dict,
-    extra: dict,
-    finite: bool,
-    store: ResultsStore,
-    on_round: PopulationCallback | None,
-) -> None:
-    """Member m's round t after its commit (every member's in one transaction), as
-    :func:`~fedbench.engine.runner.execute_run` does: its diagnostics warning, divergence (the member
-    leaves) and the checkpoint."""
-    spec = m.run.spec
-    m.done = t
-    caps = m.loop.s.algorithm.caps
-    warn_diagnostics(f"{spec.scenario} / {spec.label} seed {m.run.seed}", caps.diagnostics, extra, t, m.warned)
-    if on_round:
-        on_round(m.index, t, metrics)
-    why = m.loop.divergence(metrics, finite)
-    if why is not None:
-        m.status = "diverged"
-        store.finish_run(m.run_id, "diverged", f"{why} at round {t}")
-        store.checkpoint_path(m.run_id).unlink(missing_ok=True)
-    elif t % spec.checkpoint_every == 0 and t < spec.rounds:
-        save_checkpoint(store.checkpoint_path(m.run_id), {**m.loop.checkpoint(t), "identity": m.identity})

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torch.utils._pytree as pytree
 
 from fedbench.algorithms.base import Algorithm, RoundContext, map_rows
 from fedbench.data.base import ArraySplit
@@ -31,6 +30,7 @@ from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.plan import RoundPlan, draw_plan
+from fedbench.engine.runner import read_metrics
 from fedbench.models.flat import Buffers, FlatModel
 
 
@@ -50,7 +50,7 @@ class MemberRound:
 
 def cat_rows(trees: list[Any]) -> Any:
     """Pytrees of ``[S_r, ...]`` row blocks of one structure, concatenated along the rows (None stays None)."""
-    return pytree.tree_map(lambda *leaves: None if leaves[0] is None else torch.cat(leaves), *trees)
+    return map_rows(lambda *leaves: torch.cat(leaves), *trees)
 
 
 def joint_context(ctxs: list[RoundContext]) -> RoundContext:
@@ -148,7 +148,7 @@ def joint_plan(plans: list[RoundPlan]) -> RoundPlan:
 
 
 def run_population_clients(
-    members: list[MemberRound], model: FlatModel, train: ArraySplit, chunk: int | None = None, compiled: bool = False
+    members: list[MemberRound], model: FlatModel, train: ArraySplit, chunk: int | None = None
 ) -> list[LocalResult]:
     """Train the sampled clients of every member together, ``chunk`` rows at a time (all when None),
     with the first member's local hooks (the population shares them); each member's upload is
@@ -163,13 +163,14 @@ def run_population_clients(
         keys = torch.cat([dropout_keys(m.cfg.seed, m.ctx.round, m.ctx.clients.tolist(), device) for m in members])
     else:
         keys = torch.zeros_like(ctx.clients)
-    global_buffers = [
-        {n: v.unsqueeze(0).expand(len(m.ctx.clients), *v.shape) for n, v in m.buffers.items()} for m in members
-    ]
+    start_buffers = {  # each run's global BatchNorm buffers on each of its rows
+        n: torch.cat([m.buffers[n].unsqueeze(0).expand(len(m.ctx.clients), *m.buffers[n].shape) for m in members])
+        for n in members[0].buffers
+    }
     finals, carries, buffers_out, losses = [], [], [], []
     for rows in chunks(len(steps), chunk):
         sub = ctx.select(rows)
-        buffers = {n: torch.cat([b[n] for b in global_buffers])[rows].clone() for n in members[0].buffers}
+        buffers = {n: v[rows].clone() for n, v in start_buffers.items()}
         x, carry, buffers, loss = train_rows(
             local_algorithm(members[0].algorithm, columns, rows),
             sub,
@@ -180,7 +181,6 @@ def run_population_clients(
             train,
             members[0].cfg,
             keys[rows],
-            compiled,
         )
         finals.append(x)
         carries.append(carry)
@@ -239,5 +239,5 @@ def _evaluate_group(
         correct.append(out.argmax(2) == y)
     hits, loss = torch.cat(correct, 1), torch.cat(losses, 1)
     means = [m for r in range(len(flats)) for m in (hits[r].float().mean(), loss[r].contiguous().mean())]
-    values = torch.stack([m.double() for m in means]).tolist()  # one transfer for every run's scores
+    values = read_metrics(means)  # one transfer for every run's scores
     return [(values[2 * r], values[2 * r + 1]) for r in range(len(flats))]

@@ -27,7 +27,8 @@ import math
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -74,14 +75,14 @@ class RunOutcome:
 
 
 def sample_clients(num: int, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:
-    """S distinct clients, uniformly without replacement, sorted (the ``("sampling", t)`` stream)."""
-    chosen = numpy_stream(seed, "sampling", round_).choice(num, size=per_round, replace=False)
-    return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
+    """S distinct clients of all N, uniformly without replacement, sorted (the ``("sampling", t)`` stream)."""
+    return sample_among(np.arange(num), per_round, seed, round_, device)
 
 
 def sample_among(eligible: np.ndarray, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:
     """min(S, |eligible|) distinct clients of ``eligible``, uniformly without replacement, sorted (the
-    ``("sampling", t)`` stream; all N eligible: :func:`sample_clients`' draw)."""
+    ``("sampling", t)`` stream; NumPy's ``choice`` of an array draws the positions its ``choice`` of a count
+    would, so all N eligible is plain sampling)."""
     chosen = numpy_stream(seed, "sampling", round_).choice(eligible, size=min(per_round, len(eligible)), replace=False)
     return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
 
@@ -229,10 +230,23 @@ class RoundLoop:
         """Run round t; return (metrics, extra logs). Dropout masks (the only draws from torch's
         global generators) come from the ``("dropout", t)`` stream: the generators are seeded for
         the round and restored afterwards, so a resumed run draws what an uninterrupted one did."""
-        device = self.s.x0.device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(torch_seed(self.seed, "dropout", t))
+        with self.streams(t):
             return self._round(t)
+
+    @contextmanager
+    def streams(self, t: int) -> Iterator[None]:
+        """Torch's generators (the CPU's and the run's CUDA device's) seeded from the run's ``("dropout", t)``
+        stream, and restored afterwards; seeded through the generators themselves (``torch.manual_seed``
+        costs 0.1–1 ms a call, which a population pays for each of its runs twice a round)."""
+        device = self.s.x0.device
+        cuda = device.type == "cuda"
+        with torch.random.fork_rng(devices=[device] if cuda else []):
+            seed = torch_seed(self.seed, "dropout", t)
+            torch.default_generator.manual_seed(seed)
+            if cuda:
+                index = device.index if device.index is not None else torch.cuda.current_device()
+                torch.cuda.default_generators[index].manual_seed(seed)
+            yield
 
     def _round(self, t: int) -> tuple[dict[str, float | None], dict]:
         """Sample, train, aggregate, evaluate; the plug-ins' hooks in between (:mod:`fedbench.engine.plugins`)."""
@@ -542,37 +556,77 @@ def _train(
     run_id: str,
 ) -> RunOutcome:
     """The body of :func:`execute_run` for a run that is not done yet."""
-    record = dataclasses.replace(run_record(spec, seed, scenario_hash), versions=json.dumps(versions(), sort_keys=True))
-    identity = run_identity(run_id, record.spec_hash, seed)
-    store.start_run(record)
-    ckpt_path = store.checkpoint_path(run_id)
+    identity = start_record(spec, seed, store, scenario_hash, run_id)
     try:
-        setup = build_run(spec, seed, cache, options.client_state == "host")
-        loop = RoundLoop(spec, seed, setup, options.executor, options.chunk, options.compile_step)
-        if loop.executor.compiled and isinstance(store, ResultsStore):
-            use_compile_cache(store.out_dir)
-        payload = resume_point(ckpt_path, cache.device, store, run_id, identity)
-        done = loop.restore(payload) if payload else 0
-        store.truncate_after(run_id, done)
+        loop, done = open_loop(spec, seed, store, cache, options, run_id, identity)
         warned: set[str] = set()
         for t in range(done + 1, spec.rounds + 1):
             metrics, extra = loop.round(t)
             store.record_round(run_id, t, metrics, extra)
-            warn_diagnostics(
-                f"{spec.scenario} / {spec.label} seed {seed}", setup.algorithm.caps.diagnostics, extra, t, warned
-            )
-            if on_round:
-                on_round(t, metrics)
-            why = loop.divergence(metrics)
-            if why is not None:
-                store.finish_run(run_id, "diverged", f"{why} at round {t}")
-                ckpt_path.unlink(missing_ok=True)
+            if conclude_round(loop, store, run_id, identity, t, metrics, extra, warned, on_round):
                 return RunOutcome(run_id, "diverged")
-            if t % spec.checkpoint_every == 0 and t < spec.rounds:
-                save_checkpoint(ckpt_path, {**loop.checkpoint(t), "identity": identity})
     except Exception as exc:  # a crashed run is recorded and never stops the suite
         store.finish_run(run_id, "failed", "".join(traceback.format_exception(exc)))
         return RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
-    store.finish_run(run_id, "finished")
-    ckpt_path.unlink(missing_ok=True)
+    complete_run(store, run_id)
     return RunOutcome(run_id, "finished")
+
+
+def start_record(spec: RunSpec, seed: int, store: ResultsStore, scenario_hash: str, run_id: str) -> dict[str, Any]:
+    """Record the run as started in ``store`` (with the package versions); returns its checkpoint identity."""
+    record = dataclasses.replace(run_record(spec, seed, scenario_hash), versions=json.dumps(versions(), sort_keys=True))
+    store.start_run(record)
+    return run_identity(run_id, record.spec_hash, seed)
+
+
+def open_loop(
+    spec: RunSpec, seed: int, store: ResultsStore, cache: DataCache, options: RunOptions, run_id: str, identity: dict
+) -> tuple[RoundLoop, int]:
+    """The run's :class:`RoundLoop` as ``options`` say (executor, chunk, compiled step, client state),
+    resumed from its checkpoint with the store's rows after it removed; returns the loop and the last
+    round done. A compiled run keeps its graphs under the store's folder."""
+    setup = build_run(spec, seed, cache, options.client_state == "host")
+    loop = RoundLoop(spec, seed, setup, options.executor, options.chunk, options.compile_step)
+    if loop.executor.compiled and isinstance(store, ResultsStore):
+        use_compile_cache(store.out_dir)
+    payload = resume_point(store.checkpoint_path(run_id), cache.device, store, run_id, identity)
+    done = loop.restore(payload) if payload else 0
+    store.truncate_after(run_id, done)
+    return loop, done
+
+
+def conclude_round(
+    loop: RoundLoop,
+    store: ResultsStore,
+    run_id: str,
+    identity: dict[str, Any],
+    t: int,
+    metrics: dict[str, Any],
+    extra: dict[str, Any],
+    warned: set[str],
+    on_round: RoundCallback | None,
+    finite: bool | None = None,
+) -> bool:
+    """A recorded round t's aftermath: the diagnostics warning, ``on_round``, divergence (the run is
+    finished as diverged, its checkpoint removed) and the checkpoint on schedule. True when it diverged;
+    ``finite``: whether the model is finite, when already read."""
+    spec = loop.spec
+    warn_diagnostics(
+        f"{spec.scenario} / {spec.label} seed {loop.seed}", loop.s.algorithm.caps.diagnostics, extra, t, warned
+    )
+    if on_round:
+        on_round(t, metrics)
+    why = loop.divergence(metrics, finite)
+    if why is not None:
+        store.finish_run(run_id, "diverged", f"{why} at round {t}")
+        store.checkpoint_path(run_id).unlink(missing_ok=True)
+        return True
+    if t % spec.checkpoint_every == 0 and t < spec.rounds:
+        save_checkpoint(store.checkpoint_path(run_id), {**loop.checkpoint(t), "identity": identity})
+    return False
+
+
+def complete_run(store: ResultsStore, run_id: str) -> None:
+    """The run's last round is recorded: finished, its checkpoint removed."""
+    store.finish_run(run_id, "finished")
+    store.checkpoint_path(run_id).unlink(missing_ok=True)

@@ -86,9 +86,7 @@ def _participation(m: pd.DataFrame) -> float:
     stragglers (``participants``, else ``sampled``: fedbench/engine/availability.py); NaN without them."""
     if "extra" not in m.columns or m.empty:
         return math.nan
-    logged = [
-        e for e in m["extra"] if isinstance(e, str) and '"sampled"' in e or isinstance(e, str) and '"participants"' in e
-    ]
+    logged = [e for e in m["extra"] if isinstance(e, str) and ('"sampled"' in e or '"participants"' in e)]
     if not logged:
         return math.nan
     counts = []

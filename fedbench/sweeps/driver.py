@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.markup import escape
 
+from fedbench.engine.population import groups_line
 from fedbench.engine.runner import RunOutcome
+from fedbench.engine.setup import resolve_device
 from fedbench.options import BACKENDS, RunOptions
 from fedbench.store import DB_NAME, DONE, ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepPoint, SweepRun
 from fedbench.sweeps.pool import default_jobs, run_local
 from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, select
+from fedbench.sweeps.worker import population_groups
 
 
 @dataclass(frozen=True)
@@ -124,19 +128,14 @@ def run_sweep(
 def populations_line(runs: list[SweepRun], options: RunOptions, backend: str, gpus_per_run: float = 0.0) -> str:
     """One line saying how many populations ``runs`` train in, and why (:mod:`fedbench.engine.population`);
     empty when every run trains alone."""
-    import torch
-
-    from fedbench.engine.population import group_runs, groups_line, population_size
-    from fedbench.engine.setup import resolve_device
-
     if backend == "local":
         device = resolve_device(options.device)
     else:
         from fedbench.sweeps.ray_executor import ray_device
 
         device = torch.device(ray_device(options, gpus_per_run))
-    size, why = population_size(options, device)
-    return groups_line(group_runs([r.spec for r in runs], size), why)
+    groups, why = population_groups(runs, options, device)
+    return groups_line(groups, why)
 
 
 def run_tuning(

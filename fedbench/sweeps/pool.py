@@ -26,14 +26,13 @@ from typing import Any
 
 import torch
 
-from fedbench.engine.population import group_runs, population_size
 from fedbench.engine.runner import RunOutcome
 from fedbench.engine.setup import resolve_device
 from fedbench.options import RunOptions
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, die_with_parent, exit_code
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepRun
-from fedbench.sweeps.worker import execute_group, record_failure
+from fedbench.sweeps.worker import execute_group, population_groups, record_failure
 
 MAX_JOBS = 16
 OnDone = Callable[[SweepRun, RunOutcome], None]
@@ -105,8 +104,7 @@ def run_local(runs: list[SweepRun], out: Path, options: RunOptions, jobs: int, o
     the pool breaks, the runs still queued), which the next sweep resumes."""
     store = ResultsStore(out)
     outcomes = []
-    size, _ = population_size(options, resolve_device(options.device))
-    groups = [[runs[i] for i in group] for group in group_runs([r.spec for r in runs], size)]
+    groups, _ = population_groups(runs, options, resolve_device(options.device))
     jobs = min(jobs, len(groups))
     if jobs <= 1:
         for group in groups:

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import torch
 
-from fedbench.engine.population import group_runs, population_size
 from fedbench.engine.runner import RunOutcome
 from fedbench.options import RunOptions
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepRun
-from fedbench.sweeps.worker import RunResult, commit, compute, compute_group, failed_result
+from fedbench.sweeps.worker import RunResult, commit, compute, compute_group, failed_result, population_groups
 
 OnDone = Callable[[SweepRun, RunOutcome], None]
 Task = Callable[[SweepRun, RunOptions, str], RunResult]
@@ -71,8 +70,7 @@ def run_ray(
     resources = {"num_cpus": cpus_per_run, "num_gpus": gpus_per_run, "max_retries": max_retries}
     remote = ray.remote(task).options(**resources, retry_exceptions=False)
     remote_group = ray.remote(group_task).options(**resources, retry_exceptions=False)
-    size, _ = population_size(options, torch.device(device))
-    groups = [[runs[i] for i in group] for group in group_runs([r.spec for r in runs], size)]
+    groups, _ = population_groups(runs, options, torch.device(device))
     outcomes = []
     try:
         pending = {

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedbench.engine.population import PopulationRun, execute_population
+import torch
+
+from fedbench.engine.population import PopulationRun, execute_population, group_runs, population_size
 from fedbench.engine.runner import RunOutcome, execute_run
 from fedbench.engine.setup import DataCache, resolve_device
 from fedbench.options import RunOptions
@@ -49,6 +51,15 @@ def execute_group(runs: list[SweepRun], store: Any, options: RunOptions, device:
     cache = data_cache(options, device or options.device)
     members = [PopulationRun(r.spec, r.seed, r.scenario_hash) for r in runs]
     return execute_population(members, store, cache, options)
+
+
+def population_groups(
+    runs: list[SweepRun], options: RunOptions, device: torch.device
+) -> tuple[list[list[SweepRun]], str]:
+    """``runs`` in the populations ``--population`` forms on ``device`` (:func:`~fedbench.engine.population.group_runs`;
+    a run alone is a group of one), and why."""
+    size, why = population_size(options, device)
+    return [[runs[i] for i in group] for group in group_runs([r.spec for r in runs], size)], why
 
 
 @dataclass
@@ -100,10 +111,6 @@ class RecordingStore:
     ) -> None:
         values = {k: None if v is None else float(v) for k, v in metrics.items()}
         self.rounds[round] = (values, extra_to_json(extra))
-
-    def record_rounds(self, rows: list[tuple[str, int, Mapping[str, Any], Mapping[str, Any] | None]]) -> None:
-        for run_id, round, metrics, extra in rows:
-            self.record_round(run_id, round, metrics, extra)
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
         self.error = error
