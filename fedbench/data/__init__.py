@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
-from fedbench.data import offline, vision  # noqa: F401  (registration)
+from fedbench.data import leaf, offline, vision  # noqa: F401  (registration)
 from fedbench.data.base import DATASETS, ArraySplit, DatasetSplits
 from fedbench.data.files import MissingDataset, missing, missing_line
 from fedbench.data.vision import DatasetNotFoundError

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbench.data.base import DATASETS
+from fedbench.data.leaf import JSON_PARTS, TFF
 from fedbench.data.vision import TINY_IMAGENET_URL
 
 IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -30,6 +31,7 @@ class OnDisk:
     files: tuple[str, ...]
     download: bool = True
     fetch: str = ""
+    instead: tuple[str, ...] = ()  # another complete layout in the same folder (LEAF: TFF's HDF5 beside LEAF's JSON)
 
 
 ON_DISK: dict[str, OnDisk] = {
@@ -46,6 +48,12 @@ ON_DISK: dict[str, OnDisk] = {
     "cifar10": OnDisk("cifar-10-batches-py", (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta")),
     "cifar100": OnDisk("cifar-100-python", ("train", "test", "meta")),
     "svhn": OnDisk("SVHN", ("train_32x32.mat", "test_32x32.mat")),
+    **{
+        name: OnDisk(
+            name, JSON_PARTS, instead=(tff.train, tff.test), fetch="LEAF's JSON (preprocess.sh) in {folder}/data/"
+        )
+        for name, tff in TFF.items()
+    },
     "tiny_imagenet": OnDisk(
         "tiny-imagenet-200",
         ("wnids.txt", "train", "val/images", "val/val_annotations.txt"),
@@ -96,6 +104,8 @@ def missing(
         params = DATASETS.get(name).params.model_validate({k: v for k, v in block.items() if k != "name"})
         folder = data_dir / where.folder
         absent = tuple(f for f in (f.format(**params.model_dump()) for f in where.files) if not (folder / f).exists())
+        if where.instead and all((folder / f).exists() for f in where.instead):
+            absent = ()
         if absent and (name, folder) not in seen:
             seen.add((name, folder))
             out.append(MissingDataset(name, folder, absent, how(name, data_dir, probing)))
@@ -114,6 +124,12 @@ def how(name: str, data_dir: Path, probing: bool = False) -> str:
             + ", ".join(where.files)
         )
     fetch = "fetch it with --download of run, sweep, tune or reproduce" if probing else "pass --download to fetch it"
+    if where.instead:  # LEAF: TFF's HDF5 release is what --download fetches, LEAF's own JSON is read as well
+        folder = data_dir / where.folder
+        return (
+            f"{fetch} (TFF's {' and '.join(where.instead)}) into {folder}/, put {where.fetch.format(folder=folder)}"
+            f"train/ and data/test/, or --data-dir to the folder that holds {where.folder}/"
+        )
     return f"{fetch} into {data_dir}/, or --data-dir to the folder that holds {where.folder}/"
 
 

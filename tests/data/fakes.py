@@ -74,3 +74,72 @@ def write_tiny_imagenet(root: Path, wnids: list[str], colors: dict[str, tuple[in
         image.save(base / "val" / "images" / f"val_{i}.JPEG", quality=95)
         lines.append(f"val_{i}.JPEG\t{wnid}\t0\t0\t63\t63")
     (base / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+
+
+# --- LEAF (FEMNIST, Shakespeare): LEAF's JSON and TFF's HDF5 ---------------------------------------------------
+
+
+def write_leaf_json(folder: Path, users: dict[str, tuple[list, list]], files: int = 2) -> None:
+    """LEAF's JSON layout (what ``preprocess.sh`` writes): the users spread over ``files`` files in ``folder``."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = list(users)
+    for k in range(files):
+        mine = names[k::files]
+        blob = {
+            "users": mine,
+            "num_samples": [len(users[u][1]) for u in mine],
+            "user_data": {u: {"x": users[u][0], "y": users[u][1]} for u in mine},
+        }
+        (folder / f"all_data_{k}_niid_0_keep_0_train_9.json").write_text(json.dumps(blob))
+
+
+def femnist_users(n_users: int, per_user: int, seed: int = 0) -> dict[str, tuple[list, list]]:
+    """``f0000_00`` … writers, each with ``per_user`` flat 784-vectors in [0, 1] and labels 0–61."""
+    rng = np.random.default_rng(seed)
+    return {
+        f"f{i:04d}_{i % 100:02d}": (
+            rng.random((per_user, 784)).round(3).tolist(),
+            rng.integers(0, 62, per_user).tolist(),
+        )
+        for i in range(n_users)
+    }
+
+
+def fake_femnist(data_dir: Path, n_users: int = 6, train: int = 5, test: int = 2) -> None:
+    """FEMNIST in LEAF's JSON layout under ``data_dir/femnist/data/{train,test}`` (LEAF's sample split)."""
+    tr, te = femnist_users(n_users, train, 1), femnist_users(n_users, test, 2)
+    write_leaf_json(data_dir / "femnist" / "data" / "train", tr)
+    write_leaf_json(data_dir / "femnist" / "data" / "test", te)
+
+
+LINES = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer"
+
+
+def shakespeare_users(n_users: int, per_user: int, offset: int = 0) -> dict[str, tuple[list, list]]:
+    """Roles ``THE_PLAY_ROLE<i>`` with LEAF's examples: 80-character windows of a text and the next character."""
+    text = (LINES + "\n") * 20
+    out = {}
+    for i in range(n_users):
+        starts = [(offset + 7 * i + 3 * j) % (len(text) - 81) for j in range(per_user)]
+        out[f"THE_PLAY_ROLE{i}"] = ([text[s : s + 80] for s in starts], [text[s + 80] for s in starts])
+    return out
+
+
+def fake_shakespeare(data_dir: Path, n_users: int = 5, train: int = 6, test: int = 2) -> None:
+    """Shakespeare in LEAF's JSON layout under ``data_dir/shakespeare/data/{train,test}``."""
+    write_leaf_json(data_dir / "shakespeare" / "data" / "train", shakespeare_users(n_users, train))
+    write_leaf_json(data_dir / "shakespeare" / "data" / "test", shakespeare_users(n_users, test, offset=500))
+
+
+def write_tff_h5(path: Path, clients: dict[str, dict[str, object]]) -> None:
+    """TFF's HDF5 client data: ``examples/<client>/<field>`` datasets (pixels, label or snippets)."""
+    import h5py
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        for client, fields in clients.items():
+            group = f.create_group(f"examples/{client}")
+            for field, values in fields.items():
+                group.create_dataset(field, data=values)

@@ -21,6 +21,8 @@ CASES = [
     ("cnn1d", {}, (1, 40), 10),
     ("cnn1d", {}, (40,), 10),
     ("small_cnn", {}, (1, 8, 8), 10),
+    ("leaf_cnn", {}, (1, 28, 28), 62),
+    ("char_lstm", {"hidden": 16}, (80,), 80),
     ("resnet18", {"norm": "batch"}, (3, 32, 32), 10),
     ("resnet18", {"norm": "group"}, (3, 32, 32), 100),
     ("resnet18", {"norm": "group", "stem": "imagenet"}, (3, 32, 32), 10),
@@ -36,9 +38,11 @@ def build(name, params, shape, classes, seed=0):
 
 def test_registered_names():
     assert MODELS.names() == [
+        "char_lstm",
         "cnn1d",
         "cnn_fedqvr",
         "convmixer",
+        "leaf_cnn",
         "lenet5",
         "lenet5_bn",
         "logreg",
@@ -66,6 +70,8 @@ def test_output_shape_and_no_dropout(name, params, shape, classes):
         ("mlp", {}, (1, 28, 28), 10, 199_210),  # McMahan 2NN, FedQVR d
         ("logreg", {}, (60,), 10, 610),  # Synthetic(α,β)
         ("lenet5", {}, (3, 32, 32), 10, 797_962),  # FedDyn / FedMIM LeNet
+        ("leaf_cnn", {}, (1, 28, 28), 62, 6_603_710),  # LEAF FEMNIST CNN
+        ("char_lstm", {}, (80,), 80, 817_880),  # LEAF Shakespeare LSTM (81-row embedding)
         ("resnet18", {"norm": "batch"}, (3, 32, 32), 10, 11_173_962),  # FedCAMS kuangliu ResNet-18
         ("resnet18", {"norm": "group"}, (3, 32, 32), 10, 11_173_962),
         ("resnet18", {"norm": "batch"}, (3, 32, 32), 100, 11_220_132),
