@@ -6,6 +6,7 @@ store is touched, so that bad input ends in one line and nothing written (not in
 - the clients fit the training set: ``clients.num`` ≤ its samples, and the partition's own capacity
   (``dirichlet``'s ``min_samples`` × ``clients.num``, ``classes_per_client``'s shards, ``natural``'s
   client ids, ...), by running the partition itself on the dataset's labels;
+- LEAF's natural clients: ``clients.num`` = ``dataset.users`` (:func:`natural_users_problems`);
 - a task stream fits the classes (``continual.tasks`` × ``continual.classes_per_task``), by splitting
   the labels into tasks as the run does, then partitioning each task.
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from fedbench.continual.tasks import split_tasks
 from fedbench.data import DATASETS, load_dataset
+from fedbench.data.leaf import TFF as NATURAL_CLIENTS
 from fedbench.data.partition import make_partition
 from fedbench.data.sizes import known_sizes
 from fedbench.engine.setup import check_device
@@ -103,6 +105,18 @@ def run_problems(spec: RunSpec, labels: Labels) -> list[str]:
     return []
 
 
+def natural_users_problems(spec: RunSpec) -> list[str]:
+    """A LEAF dataset (its clients are its files' users) split naturally: ``clients.num`` must be the
+    ``dataset.users`` it keeps (without ``users``, the count is known only from the files, at load time)."""
+    users = spec.dataset.get("users") if spec.dataset["name"] in NATURAL_CLIENTS else None
+    if users is None or spec.partition["kind"] != "natural" or users == spec.clients.num:
+        return []
+    return [
+        f"clients.num: {spec.clients.num} clients, but dataset {spec.dataset['name']} keeps {users} writers or roles "
+        f"(dataset.users), each a client of the natural partition; set clients.num to {users}"
+    ]
+
+
 def preflight(runs: Iterable[RunSpec], device: str, data_dir: Path) -> None:
     """Raise :class:`PreflightError` (a ValueError) naming each problem of ``runs`` on ``device`` with the
     data of ``data_dir`` (module docstring); nothing is written, nothing is downloaded."""
@@ -132,5 +146,6 @@ def preflight(runs: Iterable[RunSpec], device: str, data_dir: Path) -> None:
         labels = loaded[data_key]
         if labels is not None:
             problems += [p for p in run_problems(spec, labels) if p not in problems]
+        problems += [p for p in natural_users_problems(spec) if p not in problems]
     if problems:
         raise PreflightError(problems)

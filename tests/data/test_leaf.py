@@ -236,3 +236,18 @@ def test_the_lstm_trains_alike_on_both_executors(tmp_path: Path):
         store = ResultsStore(tmp_path / executor)
         frames.append(store.metrics().sort_values("round")[cols].reset_index(drop=True))
     pd.testing.assert_frame_equal(frames[0], frames[1], rtol=1e-9, atol=1e-9)
+
+
+def test_clients_other_than_the_users_kept_is_one_line_and_nothing_written(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from fedbench.cli import app
+
+    fake_femnist(tmp_path / "data")
+    args = ["run", str(EXAMPLES / "femnist_leaf.yaml"), "--scale", "tiny", "--data-dir", str(tmp_path / "data")]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out"), "--set", "clients.num=7"])
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    assert result.output.strip() == (
+        "clients.num: 7 clients, but dataset femnist keeps 6 writers or roles (dataset.users), each a client of the "
+        "natural partition; set clients.num to 6"
+    )
