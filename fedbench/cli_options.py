@@ -128,6 +128,19 @@ DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one 
             ),
         ),
     ),
+    "log": (
+        list[str] | None,
+        typer.Option(
+            None,
+            "--log",
+            rich_help_panel=PANEL,
+            help=(
+                "also copy each run, when it ends, from the store to a tracker: tensorboard[:DIR] (default "
+                "<out>/tensorboard) or mlflow[:URI] (default sqlite <out>/mlflow.db); repeatable or comma-separated "
+                "(docs/store-and-sweeps.md#trackers)"
+            ),
+        ),
+    ),
 }
 RENAMED = {"client_executor": ("--client-executor", "--executor")}  # old spelling → the option it became
 BACKEND = typer.Option(
