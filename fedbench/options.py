@@ -2,7 +2,7 @@
 ``validate --estimate`` and :func:`fedbench.api.run` (issue 25 item 3: one vocabulary, one model).
 
 None of them changes a run's identity (its spec hash): they say where the data is, which device
-trains, and how the S clients of a round are executed. The vocabulary:
+trains, how the S clients of a round are executed, and which trackers get a copy of each run. The vocabulary:
 
     --device        auto | cpu | cuda | cuda:N | mps      where runs train
     --data-dir      folder                                 where real datasets are (docs/datasets.md)

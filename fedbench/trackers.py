@@ -151,6 +151,23 @@ def _target(text: str, option: str) -> LogTarget:
     return make_target(text, None, option)
 
 
+DESCRIPTIONS = {
+    "tensorboard": ("<out>/tensorboard", "event files, a folder per run <scenario>/<label>/<run id>; HParams"),
+    "mlflow": ("sqlite:///<out>/mlflow.db", "an experiment per scenario, a run per run (tag fedbench.run_id)"),
+}
+
+
+def tracker_rows() -> list[tuple[str, ...]]:
+    """``fedbench list trackers``: each target, its default destination, what it holds, and whether it is installed."""
+    rows: list[tuple[str, ...]] = [("--log / --to", "default destination", "what it holds", "installed")]
+    for kind, (where, what) in DESCRIPTIONS.items():
+        needs = (*TRACKERS[kind], *(SQLITE_MODULES if kind == "mlflow" else ()))
+        absent = [m for m in needs if not _installed(m)]
+        state = "yes" if not absent else f"no: pip install 'fedbench[{kind}]'"
+        rows.append((f"{kind}[:{'DIR' if kind == 'tensorboard' else 'URI'}]", where, what, state))
+    return rows
+
+
 # -- what the store holds for a run, as trackers receive it --
 
 
@@ -230,7 +247,8 @@ def read_runs(
         runs = runs[runs["run_id"].isin(list(run_ids))]
     metrics = store.metrics(runs["run_id"])
     by_run: dict[str, list[tuple[int, dict[str, float]]]] = {}
-    for row in metrics.to_dict("records"):
+    rows: list[dict[str, Any]] = metrics.to_dict("records")  # type: ignore[assignment]  # str column names
+    for row in rows:
         by_run.setdefault(row["run_id"], []).append((int(row["round"]), round_scalars(row)))
     out = []
     for r in runs.to_dict("records"):
@@ -299,8 +317,9 @@ class TensorBoardWriter:
                     writer.add_scalar(tag, value, global_step=round_)
             last = run.rounds[-1][1] if run.rounds else {}
             final = {c: last[c] for c in ("test_acc", "test_loss", "train_loss") if c in last}
+            events = writer._get_file_writer()  # add_hparams' own way: the summaries into this run's file
             for summary in hparams(run.params, final):
-                writer.file_writer.add_summary(summary)
+                events.add_summary(summary)
             writer.add_text("fedbench/spec", f"```json\n{json.dumps(json.loads(run.spec_json), indent=2)}\n```")
             writer.add_text("fedbench/scenario_hash", run.scenario_hash)
         finally:
