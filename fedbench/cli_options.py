@@ -21,6 +21,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.options import RunOptions
@@ -150,7 +151,7 @@ BACKEND = typer.Option(
 
 def fail(message: str) -> None:
     """One red line, exit 2."""
-    console.print(f"[red]{message}[/red]", soft_wrap=True, highlight=False)
+    console.print(f"[red]{escape(message)}[/red]", soft_wrap=True, highlight=False)  # `[mlflow]` printed as written
     raise typer.Exit(2)
 
 
