@@ -126,7 +126,7 @@ def parse_log(
     targets: list[LogTarget] = []
     for item in items:
         if isinstance(item, LogTarget):
-            parts = [item]
+            parts = [make_target(item.kind, item.dest, option)]
         elif isinstance(item, str):
             parts = [_target(p.strip(), option) for p in item.split(",")]
         else:
@@ -301,7 +301,10 @@ class TensorBoardWriter:
         self._events(run, staging)
         (staging / MARKER).write_text(json.dumps({"run_id": run.run_id, "rounds": run.last_round, "digest": digest}))
         shutil.rmtree(folder, ignore_errors=True)
-        staging.rename(folder)
+        try:
+            staging.rename(folder)
+        except OSError:  # another process wrote the folder meanwhile, from the same store
+            shutil.rmtree(staging, ignore_errors=True)
         return True
 
     @staticmethod
@@ -376,7 +379,7 @@ class MlflowWriter:
 
     def write(self, run: RunExport) -> bool:
         """Log the rounds MLflow lacks, the params once and the tags; False when it was up to date."""
-        from mlflow.entities import Metric, Param as MlflowParam
+        from mlflow.entities import Metric, Param as MlflowParam, RunTag
 
         existing = self.find(run)
         if existing is None:
@@ -403,8 +406,7 @@ class MlflowWriter:
         for i in range(0, len(metrics), MLFLOW_BATCH):
             self.client.log_batch(run_id, metrics=metrics[i : i + MLFLOW_BATCH])
         tags = {**run.tags(), "fedbench.last_round": str(max(done, run.last_round))}
-        for key, value in tags.items():
-            self.client.set_tag(run_id, key, value)
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         status = MLFLOW_STATUS[run.status]
         if status == "KILLED":
             self.client.update_run(run_id, status=status)
