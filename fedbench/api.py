@@ -83,6 +83,7 @@ def run(
     chunk: int | None = None,
     compile_step: str = "auto",
     population: str | int = "auto",
+    log: str | Sequence[str] = (),
     console: Console | None = None,
 ) -> Results:
     """Run every (algorithm, seed) of ``scenario`` (a :class:`Scenario` or a file, read at ``scale`` with
@@ -93,14 +94,26 @@ def run(
     :class:`~fedbench.options.RunOptions`, checked as the CLI checks them (ValueError naming the
     option); a dataset not under ``data_dir`` (that ``download`` would not fetch) raises
     FileNotFoundError before the store is touched. A failed or diverged run is recorded with its
-    status and error, as by the CLI. Returns the :class:`Results` of this scenario in that store."""
+    status and error, as by the CLI. ``log``: trackers each run is copied to when it ends, as ``--log``
+    (``"tensorboard"``, ``["tensorboard:tb", "mlflow"]``; :mod:`fedbench.trackers`). Returns the
+    :class:`Results` of this scenario in that store."""
     from fedbench.data import missing, missing_line
     from fedbench.engine.preflight import preflight
     from fedbench.options import RunOptions
     from fedbench.runs import check_out, run_scenario, selected  # the CLI's own checks: both refuse the same input
+    from fedbench.trackers import parse_log
 
     options = RunOptions(
-        device, Path(data_dir), download, executor, chunk, compile_step, client_state, threads, str(population)
+        device,
+        Path(data_dir),
+        download,
+        executor,
+        chunk,
+        compile_step,
+        client_state,
+        threads,
+        str(population),
+        parse_log(log),
     )
     sc = _as_scenario(scenario, scale, overrides)
     seed_list = None if seeds is None else _seed_list(seeds)
@@ -229,6 +242,16 @@ class Results:
 
         which = scenario if scenario is not None else self.scenario
         return plot_curves(self.store, Path(figures_dir), which, x, metric, list(algorithms or []) or None, name)
+
+    def export(self, to: str, dest: str | None = None, scenario: str | None = None) -> list[str]:
+        """Copy these runs to trackers, as ``fedbench export --to TO [--dest DEST]`` (``to``: tensorboard,
+        mlflow, ``tensorboard:DIR``, or several comma-separated); one line per tracker of what it wrote."""
+        from fedbench.trackers import export, export_targets
+
+        which = scenario if scenario is not None else self.scenario
+        targets = export_targets(to, dest)
+        self._runs(which)
+        return [r.line() for r in export(self.store, targets, None, which)]
 
     def _runs(self, scenario: str | None) -> pd.DataFrame:
         """The runs of ``scenario`` (default: these results'); ValueError naming the store's scenarios

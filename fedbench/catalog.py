@@ -11,6 +11,7 @@ from fedbench.compress import COMPRESSORS
 from fedbench.data import DATASETS
 from fedbench.data.partition import PARTITIONS
 from fedbench.models import MODELS, build_model, count_parameters
+from fedbench.trackers import tracker_rows
 
 # The input each model is usually paired with, for the parameter count shown by `fedbench list`.
 REFERENCE_INPUTS: dict[str, tuple[tuple[int, ...], int, str]] = {
@@ -88,5 +89,6 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
         "partitions": partitions,
         "compressors": compressors,
         "clients": axes,
+        "trackers": tracker_rows(),
     }
     return {name: [tuple(escape(cell) for cell in row) for row in rows] for name, rows in sections.items()}

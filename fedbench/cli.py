@@ -296,7 +296,7 @@ def _estimator(on: bool, options: RunOptions, budget: float, rates: Path | None 
 
 
 @app.command()
-@run_options(leave_out=("download",))
+@run_options(leave_out=("download", "log"))
 def validate(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="scenario YAML file"),
     scale: str | None = typer.Option(None, "--scale", help="check only this scale (default: every scale of the file)"),
@@ -490,11 +490,13 @@ def sweep(
 @app.command("list")
 def list_(
     what: str = typer.Argument(
-        "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors"
+        "all",
+        metavar="WHAT",
+        help="all | algorithms | datasets | models | partitions | compressors | clients | trackers",
     ),
 ) -> None:
-    """List the registered algorithms, datasets, models (with parameter counts), partitions, compressors and
-    client availability models."""
+    """List the registered algorithms, datasets, models (with parameter counts), partitions, compressors,
+    client availability models and experiment trackers (--log)."""
     from fedbench.catalog import catalog
 
     sections = catalog()
@@ -530,6 +532,35 @@ def table(
             _print_summary(store, scenario)
     for p in paths:
         console.print(f"wrote {p}")
+
+
+@app.command()
+def export(
+    to: str = typer.Option(
+        ..., "--to", help="the tracker: tensorboard[:DIR] or mlflow[:URI] (comma-separated for both)"
+    ),
+    dest: str | None = typer.Option(
+        None,
+        "--dest",
+        help="tensorboard: the log folder (default <out>/tensorboard); mlflow: the tracking URI, e.g. "
+        "http://host:5000 or a SQLite file (default <out>/mlflow.db)",
+    ),
+    out: Path | None = READ_OUT,
+    scenario: str | None = typer.Option(None, help="scenario name (default: every scenario in the store)"),
+) -> None:
+    """Copy a store's runs to TensorBoard or MLflow: every round's numbers, each run's hyper-parameters and
+    scenario hash (docs/store-and-sweeps.md#trackers); runs the tracker holds already are not written again."""
+    from fedbench.report.tables import scenario_names
+    from fedbench.trackers import export as export_runs, export_targets
+
+    targets = _or_exit(export_targets, to, dest)
+    store = _read_store(out, scenario)
+    if not _has_runs(store):
+        return
+    _or_exit(scenario_names, store, scenario)
+    with _store_errors(store.out_dir):
+        for result in export_runs(store, targets, None, scenario):
+            console.print(f"exported to {result.line()}", soft_wrap=True, highlight=False)
 
 
 @app.command()

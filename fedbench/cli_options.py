@@ -21,6 +21,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.options import RunOptions
@@ -128,6 +129,19 @@ DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one 
             ),
         ),
     ),
+    "log": (
+        list[str] | None,
+        typer.Option(
+            None,
+            "--log",
+            rich_help_panel=PANEL,
+            help=(
+                "also copy each run, when it ends, from the store to a tracker: tensorboard[:DIR] (default "
+                "<out>/tensorboard) or mlflow[:URI] (default sqlite <out>/mlflow.db); repeatable or comma-separated "
+                "(docs/store-and-sweeps.md#trackers)"
+            ),
+        ),
+    ),
 }
 RENAMED = {"client_executor": ("--client-executor", "--executor")}  # old spelling → the option it became
 BACKEND = typer.Option(
@@ -137,7 +151,7 @@ BACKEND = typer.Option(
 
 def fail(message: str) -> None:
     """One red line, exit 2."""
-    console.print(f"[red]{message}[/red]", soft_wrap=True, highlight=False)
+    console.print(f"[red]{escape(message)}[/red]", soft_wrap=True, highlight=False)  # `[mlflow]` printed as written
     raise typer.Exit(2)
 
 

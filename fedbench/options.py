@@ -2,7 +2,7 @@
 ``validate --estimate`` and :func:`fedbench.api.run` (issue 25 item 3: one vocabulary, one model).
 
 None of them changes a run's identity (its spec hash): they say where the data is, which device
-trains, and how the S clients of a round are executed. The vocabulary:
+trains, how the S clients of a round are executed, and which trackers get a copy of each run. The vocabulary:
 
     --device        auto | cpu | cuda | cuda:N | mps      where runs train
     --data-dir      folder                                 where real datasets are (docs/datasets.md)
@@ -13,6 +13,7 @@ trains, and how the S clients of a round are executed. The vocabulary:
     --client-state  device | host                          per-client [N, P] tables on the device or in host memory
     --threads       N                                      torch CPU threads per run
     --population    auto | off | N                         runs trained together as one batched computation
+    --log           tensorboard[:DIR] | mlflow[:URI]       also copy each run to a tracker when it ends (repeatable)
 
 Process placement is a different word: ``--backend local|ray`` (``sweep``, ``tune``, ``reproduce``).
 A :class:`RunOptions` is checked when built, so every one that exists is valid; the check names the
@@ -26,6 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from fedbench.engine.threads import DEFAULT_THREADS
+from fedbench.trackers import LogTarget, parse_log
 
 EXECUTORS = ("auto", "sequential", "batched")  # the client executor (fedbench.engine.executor)
 COMPILE_CHOICES = ("auto", "on", "off")  # the batched step through torch.compile (fedbench.engine.compiled)
@@ -58,6 +60,7 @@ class RunOptions:
     client_state: str = "device"
     threads: int = DEFAULT_THREADS
     population: str = "auto"  # auto | off | N (runs per population; fedbench.engine.population)
+    log: tuple[LogTarget, ...] = ()  # trackers each run is copied to from the store (fedbench.trackers)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -78,6 +81,7 @@ class RunOptions:
         if population not in ("auto", "off") and not (population.isdigit() and int(population) >= 1):
             raise ValueError(f"--population: expected auto, off or a positive number of runs, got {self.population!r}")
         object.__setattr__(self, "population", population)
+        object.__setattr__(self, "log", parse_log(self.log))  # strings, repeated or comma-separated
         if not isinstance(self.download, bool):
             raise ValueError(f"--download: expected true or false, got {self.download!r}")
 

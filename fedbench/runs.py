@@ -19,6 +19,7 @@ from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, Scenario, run_id_of, scenario_hash
 from fedbench.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, exit_code
 from fedbench.store import DB_NAME, ResultsStore
+from fedbench.trackers import RunLogger
 
 # -- the run options' checks, shared by the command line and fedbench.api: ValueError with one line each --
 
@@ -106,7 +107,8 @@ def run_scenario(
     """Execute the scenario's runs in order (algorithm-major), recording everything in ``out``, as
     ``options`` say (:class:`~fedbench.options.RunOptions`: device, data, client executor, ...).
     ``quiet`` (or an output that is not a terminal, e.g. a log file) prints one plain line per finished
-    run, and one every :data:`HEARTBEAT_S` seconds while a run trains, instead of live progress bars."""
+    run, and one every :data:`HEARTBEAT_S` seconds while a run trains, instead of live progress bars.
+    ``options.log``: each run is copied from the store to those trackers once it ends (:mod:`fedbench.trackers`)."""
     console = console or Console()
     if seeds is not None:
         scenario = scenario.model_copy(update={"seeds": seeds})
@@ -131,6 +133,7 @@ def run_scenario(
     if line:
         console.print(f"{scenario.name}: {line}", soft_wrap=True, highlight=False)
     outcomes: list[RunOutcome | None] = [None] * len(pairs)
+    log = RunLogger(out, options.log, console)
     with Progress(*columns, console=console, transient=False, disable=lines) as progress:
         for group in groups:
             members = [pairs[i] for i in group]
@@ -141,7 +144,10 @@ def run_scenario(
                 done = _population(scenario.name, members, (store, cache, shash), settings, progress, console)
             for i, outcome in zip(group, done):
                 outcomes[i] = outcome
+            log(o.run_id for o in done if o.status != "busy")  # another process trains a busy one
     console.print(f"device: {cache.device}; results in {out}/", soft_wrap=True)
+    for text in log.lines():
+        console.print(text, soft_wrap=True, highlight=False)
     return [o for o in outcomes if o is not None]
 
 

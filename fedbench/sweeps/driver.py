@@ -18,6 +18,7 @@ from fedbench.sweeps.grid import SweepError, SweepPoint, SweepRun
 from fedbench.sweeps.pool import default_jobs, run_local
 from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, select
 from fedbench.sweeps.worker import population_groups
+from fedbench.trackers import RunLogger
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,10 @@ def _check(
         raise SweepError("; ".join(problems))
 
 
-def _progress(store: ResultsStore, total: int, console: Console):
+def _progress(store: ResultsStore, total: int, console: Console, log: RunLogger):
     """A callback printing one line per run that ends: count, status, scenario, run, accuracy, and the
-    run's own training time (the sum of its rounds' wall times, resumed parts included)."""
+    run's own training time (the sum of its rounds' wall times, resumed parts included); then ``log``
+    copies the run to the ``--log`` trackers (here, in the driver: never twice by two workers)."""
     count = [0]
 
     def on_done(run: SweepRun, outcome: RunOutcome) -> None:
@@ -75,6 +77,8 @@ def _progress(store: ResultsStore, total: int, console: Console):
         console.print(f"{line}  ({rows['wall_s'].sum():.0f} s)", highlight=False, soft_wrap=True)
         if outcome.status == "failed" and outcome.error:
             console.print(f"    [red]{escape(outcome.error[:500])}[/]", highlight=False)
+        if outcome.status != "busy":  # another process trains a busy run
+            log([run.run_id])
 
     return on_done
 
@@ -101,7 +105,12 @@ def run_sweep(
     store = ResultsStore(out)
     store.ask([r.run_id for r in runs])  # these specs are now the current ones of their labels
     todo = [r for r in runs if store.status(r.run_id) not in DONE]
-    on_done = _progress(store, len(todo), console)
+    log = RunLogger(out, options.log, console)
+    training = {r.run_id for r in todo}
+    log(
+        r.run_id for r in runs if r.run_id not in training
+    )  # done before: copied too, unless a tracker has them already
+    on_done = _progress(store, len(todo), console, log)
     line = populations_line(todo, options, backend, gpus_per_run)
     if line:
         console.print(line, soft_wrap=True, highlight=False)
@@ -122,6 +131,8 @@ def run_sweep(
         statuses.count("failed"),
     )
     console.print(summary.line() + f"; results in {out}/")
+    for text in log.lines():
+        console.print(text, soft_wrap=True, highlight=False)
     return summary
 
 
