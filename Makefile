@@ -70,7 +70,7 @@ ROOM_DIRS   = fedbench/papers $(subst :, ,$(FEDBENCH_ROOMS))
 PAPERS      = $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard $(addsuffix /*/reference.yaml,$(ROOM_DIRS)))))))
 room_check  = $(if $(filter $(firstword $(subst -, ,$(1))),$(PAPERS)),,$(error no paper room for reproduce-$(1); rooms: $(PAPERS) (FEDBENCH_ROOMS adds folders of rooms)))
 
-.PHONY: reproduce-list reproduce-table1 reproduce-all check-outputs
+.PHONY: reproduce-list reproduce-table1 reproduce-all examples check-outputs
 reproduce-list: install  ## every paper's targets (make reproduce-<paper>-<target>) with their run counts at SCALE
 	$(REPRODUCE) --list --scale $(SCALE) --out $(PAPER_OUT)
 
@@ -83,7 +83,14 @@ reproduce-table1: install  ## the first table of every paper at SCALE: paper / o
 	$(REPRODUCE) --first-tables $(PAPER_OPTS)
 
 # Every committed output at SCALE (tiny: what tables/, figures/ and the README's numbers are made of).
-reproduce-all: quickstart $(addprefix reproduce-,$(PAPERS))  ## every paper's tables, figures and claims at SCALE
+reproduce-all: quickstart examples $(addprefix reproduce-,$(PAPERS))  ## every paper's tables, figures and claims at SCALE
+
+# The examples whose table and curves are committed (fp64, so the same on every machine; about 30 s on 2 cores):
+# FedAvg, MIFA and GradMA-S under Bernoulli client availability (docs/scenarios.md).
+examples: install  ## the committed example outputs: configs/examples/availability.yaml's table and curves
+	$(BIN)/fedbench run configs/examples/availability.yaml --out $(OUT)/examples --quiet
+	$(BIN)/fedbench table --out $(OUT)/examples --scenario availability_bernoulli --no-show
+	$(BIN)/fedbench plot --out $(OUT)/examples --scenario availability_bernoulli
 
 # Regenerates every committed tiny output from a fresh store (CHECK_OUT) and fails if a committed table moved or a
 # new one appeared (git status of tables/); tests/test_committed_outputs.py checks one table per paper in the suite.
