@@ -794,6 +794,34 @@ def costs(
 
 
 @app.command()
+def partitions(
+    scenarios: list[Path] = typer.Argument(..., metavar="SCENARIO.yaml...", help="scenario files, one panel each"),
+    scale: str | None = SCALE,
+    overrides: list[str] | None = SETS,
+    seed: int = typer.Option(0, "--seed", min=0, help="the seed whose partition stream is drawn"),
+    name: str | None = typer.Option(
+        None, "--name", help="file stem (default: the first file's): <name>_partitions.png"
+    ),
+    figures_dir: Path = typer.Option(Path("figures"), help="where the PNG (and its PDF) is written"),
+    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="where real datasets are (docs/datasets.md)"),
+) -> None:
+    """Which classes each client holds, as GradMA's Fig. 8: one scatter panel per scenario (client × class, sized
+    by the count), the partition the runs use at that seed; no training."""
+    from fedbench.data import missing, missing_line
+    from fedbench.report.partition_plot import write_partitions
+
+    loaded = [_load(f, overrides, scale) for f in scenarios]
+    absent = missing([s.runs[0].dataset for s in loaded], data_dir)
+    if absent:
+        console.print(_red(missing_line(absent)), soft_wrap=True)
+        raise typer.Exit(2)
+    stem = name or scenarios[0].stem + (f"_{scale}" if scale else "")
+    files = [(f, overrides or []) for f in scenarios]
+    path = _or_exit(write_partitions, files, scale, figures_dir, stem, seed, data_dir)
+    console.print(f"wrote {path}")
+
+
+@app.command()
 @run_options()
 def reproduce(
     paper: str | None = typer.Argument(None, metavar="PAPER", help="paper: cflag, fedcams, fedmim, fedqvr or gradma"),

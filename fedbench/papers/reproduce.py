@@ -152,7 +152,15 @@ def list_lines(opts: Options) -> list[str]:
 
 def _context(paper: str, target: Target, opts: Options, console: Console) -> Context:
     return Context(
-        paper, opts.scale, opts.out_dir, opts.tables_dir, opts.figures_dir, console, target.runs, room(paper).run_files
+        paper,
+        opts.scale,
+        opts.out_dir,
+        opts.tables_dir,
+        opts.figures_dir,
+        console,
+        target.runs,
+        room(paper).run_files,
+        opts.run.data_dir,
     )
 
 

@@ -11,6 +11,7 @@ file. Every step writes exactly what the matching ``fedbench`` report command wr
     Plot(file, x=("round",), ...)   fedbench plot --scenario … --x round [--metric m] [--algorithm a]… [--name n]
     Continual(file | None)          fedbench continual --scenario … (None: each scenario the target runs)
     Claims()                        fedbench claims --paper P --scale S
+    Partitions(files, name)         fedbench partitions FILE... --scale S --name <paper>_<name>_<S>
     Tuning()                        fedbench tuning --paper P --scale S
     Bits(model, …) / Costs()        fedbench bits … --paper P / fedbench costs --paper P
 
@@ -34,6 +35,7 @@ from fedbench.report.claims import write_claims
 from fedbench.report.claims.base import claims_name
 from fedbench.report.forgetting import continual_stem, write_continual
 from fedbench.report.paper import comparison_stem, write_comparison
+from fedbench.report.partition_plot import partition_name, write_partitions
 from fedbench.report.plots import figure_name, plot_curves
 from fedbench.report.tables import file_stem, write_tables
 from fedbench.report.tuning_table import paper_tuning_stem, write_paper_tuning
@@ -60,6 +62,7 @@ class Context:
     console: Console
     run_files: tuple[str, ...] = ()  # the target's scenario files (for Continual())
     room_files: tuple[str, ...] = ()  # every target's scenario files (for Tuning(): the paper's tuned scenarios)
+    data_dir: Path = Path("data")  # real datasets (for Partitions(), which reads a dataset's labels)
 
     @property
     def store(self) -> ResultsStore:
@@ -150,6 +153,27 @@ class Plot:
             for s in scenario_names(self.file, ctx.scale)
             for x in self.x
         ]
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """One figure of the partitions the runs of ``files`` use (seed 0), a panel per file (GradMA's Fig. 8)."""
+
+    files: tuple[str, ...]
+    name: str
+
+    def _stem(self, ctx: Context) -> str:
+        return f"{ctx.paper}_{self.name}_{ctx.scale}"
+
+    def describe(self, ctx: Context) -> str:
+        return f"partitions {' '.join(self.files)} --scale {ctx.scale} --name {self._stem(ctx)}"
+
+    def run(self, ctx: Context) -> list[Path]:
+        files = [(f, ()) for f in self.files]
+        return [write_partitions(files, ctx.scale, ctx.figures_dir, self._stem(ctx), data_dir=ctx.data_dir)]
+
+    def report_files(self, ctx: Context) -> list[Path]:
+        return [ctx.figures_dir / partition_name(self._stem(ctx))]
 
 
 @dataclass(frozen=True)

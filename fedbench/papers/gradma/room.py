@@ -1,11 +1,11 @@
-"""GradMA (Luo et al., CVPR 2023): Tables 1–2, Figs. 1–7 and the claims as targets.
+"""GradMA (Luo et al., CVPR 2023): Tables 1–2, Figs. 1–8 and the claims as targets.
 Scenario files and every paper-silent choice: configs/gradma/README.md."""
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
-from fedbench.papers.targets import Claims, Compare, PaperRoom, Plot, ScenarioTable, Target, Tuning
+from fedbench.papers.targets import Claims, Compare, PaperRoom, Partitions, Plot, ScenarioTable, Target, Tuning
 
 D = "configs/gradma"
 COLUMNS = (
@@ -55,6 +55,8 @@ FIG5_CURVES = (
     "GradMA-S β1=0.5 β2=0.5",
     "GradMA-S β1=0.5 β2=0.9",
 )
+# Fig. 8: the partitions of Table 1's columns, one panel per (dataset, ω) the table has (S does not change them).
+FIG8 = tuple(f"{D}/{c}.yaml" for c in COLUMNS if "_s10_" in c or c == "tiny_imagenet_s5_w0.01")
 MEMORY = tuple(f"{D}/fig6_memory_{s}.yaml" for s in ("mnist_w0.1", "mnist_w0.01", "cifar10_w1.0"))
 
 ROOM = PaperRoom(
@@ -94,6 +96,11 @@ ROOM = PaperRoom(
             runs=MEMORY,
             client_executor=BATCHED_AT_TINY,
             steps=tuple(s for f in MEMORY for s in (ScenarioTable(f), Plot(f))),
+        ),
+        Target(
+            "fig8",
+            "GradMA Fig. 8: which classes each client holds, for each (dataset, ω) of Table 1 (no training)",
+            steps=(Partitions(FIG8, "fig8"),),
         ),
         Target("claims", "GradMA claims on the scale's runs and the paper's numbers", steps=(Claims(),)),
     ),
