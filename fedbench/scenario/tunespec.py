@@ -8,9 +8,11 @@
         server.lr: {log_uniform: [0.1, 10]} # a range: drawn by the seeded sampler, ``budget`` trials
         mu: {choice: [0.01, 0.1, 1]}        # an algorithm parameter by its name
       budget: 8                             # trials drawn when the space has a range (grids need none)
+      budget_fraction: 0.25                 # or, on a grid: that share of each entry's own grid (at least 1)
       seed: 0                               # the sampler's seed (same scenario and seed → same trials)
       trials: {seeds: [0], rounds: 20}      # what each trial runs (default: the scenario's seeds, rounds)
-      select: {metric: top_acc}             # top_acc | final_acc | rounds_to (with target)
+      select: {metric: top_acc, max_drop: 0.05}  # top_acc | final_acc | rounds_to (with target); max_drop:
+                                            # a trial run ending more than that below its top counts its final
       protocol: validation                  # validation (held-out split of each client) | paper (test set)
       validation_fraction: 0.1
 
@@ -18,7 +20,9 @@ An entry's own block is laid over the scenario's (:func:`merge_tune`): its ``spa
 to the scenario's (its values win), its ``trials`` keys replace those given, every other key it gives
 replaces the scenario's; ``tune: false`` on an entry leaves that entry untuned, on the scenario every
 entry (a scale overlay switches tuning off with it). A ``budget`` on a pure grid draws that many
-distinct grid points (random search over the grid).
+distinct grid points (random search over the grid), the same count for every entry whatever its grid;
+``budget_fraction`` draws ⌈f·|grid|⌉ of each entry's own grid, so a method with a larger grid is searched
+as widely as one with a small grid.
 
 The block changes no run of the scenario itself (``fedbench run`` ignores it, and no spec's JSON or
 hash holds it); its trials are runs of their own (:mod:`fedbench.sweeps.tuning`). Keys an entry can
@@ -116,6 +120,12 @@ class SelectSpec(StrictModel):
 
     metric: Literal["top_acc", "final_acc", "rounds_to"] = "top_acc"
     target: float | None = Field(default=None, description="accuracy in (0, 1] for rounds_to")
+    max_drop: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="top_acc: a trial run whose final accuracy is more than this below its top scores its final",
+    )
 
     @field_validator("target")
     @classmethod
@@ -128,7 +138,14 @@ class SelectSpec(StrictModel):
     def _target(self) -> SelectSpec:
         if self.metric == "rounds_to" and self.target is None:
             raise ValueError("metric rounds_to needs a target in (0, 1]")
+        if self.max_drop is not None and self.metric != "top_acc":
+            raise ValueError(f"max_drop guards top_acc only, not {self.metric}")
         return self
+
+    def describe(self) -> str:
+        """``top_acc``, ``rounds_to 0.8``, ``top_acc max_drop 0.05``: the metric as the tables and records say it."""
+        target = f" {self.target:g}" if self.target is not None else ""
+        return self.metric + target + (f" max_drop {self.max_drop:g}" if self.max_drop is not None else "")
 
 
 class TuneSpec(StrictModel):
@@ -136,6 +153,7 @@ class TuneSpec(StrictModel):
 
     space: dict[str, SpaceValue] = Field(min_length=1, description="dotted key → list (grid) or range")
     budget: int | None = Field(default=None, ge=1, description="trials drawn when the space holds a range")
+    budget_fraction: float | None = Field(default=None, gt=0, le=1, description="on a grid: this share of it")
     seed: int = Field(default=0, ge=0, description="the sampler's seed")
     trials: TrialsSpec = Field(default_factory=TrialsSpec)
     select: SelectSpec = Field(default_factory=SelectSpec)
@@ -146,7 +164,22 @@ class TuneSpec(StrictModel):
     def _checks(self) -> TuneSpec:
         if self.sampled and self.budget is None:
             raise ValueError("budget: a space with a range needs a budget ≥ 1 (the number of trials drawn)")
+        if self.budget is not None and self.budget_fraction is not None:
+            raise ValueError("budget and budget_fraction: give one (a count, or a share of each entry's grid)")
+        if self.sampled and self.budget_fraction is not None:
+            raise ValueError("budget_fraction: a share of a grid; a space with a range needs a budget (a count)")
         return self
+
+    def grid_size(self) -> int | None:
+        """The number of settings of a pure grid (None when a range is searched)."""
+        return None if self.sampled else math.prod(len(v) for v in self.space.values())
+
+    def trial_budget(self) -> int | None:
+        """How many grid points are drawn (None: the whole grid, or a sampled space's ``budget``)."""
+        grid = self.grid_size()
+        if grid is not None and self.budget_fraction is not None:
+            return max(1, math.ceil(self.budget_fraction * grid - 1e-9))
+        return self.budget
 
     @property
     def sampled(self) -> bool:
@@ -160,6 +193,7 @@ class EntryTune(StrictModel):
 
     space: dict[str, SpaceValue] = Field(default_factory=dict, description="keys added to the scenario's space")
     budget: int | None = Field(default=None, ge=1)
+    budget_fraction: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = Field(default=None, ge=0)
     trials: TrialsSpec | None = None
     select: SelectSpec | None = None
@@ -175,7 +209,10 @@ def merge_tune(base: TuneSpec | None, entry: EntryTune) -> TuneSpec:
     merged["space"] = {**(base.space if base is not None else {}), **entry.space}
     if entry.trials is not None:
         merged["trials"] = {**merged.get("trials", {}), **entry.trials.model_dump(exclude_unset=True)}
-    for key in ("budget", "seed", "select", "protocol", "validation_fraction"):
+    for one, other in (("budget", "budget_fraction"), ("budget_fraction", "budget")):
+        if getattr(entry, one) is not None:  # the entry's kind of budget replaces the scenario's
+            merged.pop(other, None)
+    for key in ("budget", "budget_fraction", "seed", "select", "protocol", "validation_fraction"):
         if getattr(entry, key) is not None:
             merged[key] = getattr(entry, key).model_dump() if key == "select" else getattr(entry, key)
     return TuneSpec.model_validate(merged)

@@ -122,9 +122,10 @@ def proposals(scenario: Scenario, i: int, tune: TuneSpec) -> list[dict[str, Any]
     rng = numpy_stream(tune.seed, "tune", _key(scenario.name), _key(label))
     if not tune.sampled:
         grid = [dict(zip(keys, values)) for values in itertools.product(*tune.space.values())]
-        if tune.budget is None or tune.budget >= len(grid):
+        budget = tune.trial_budget()
+        if budget is None or budget >= len(grid):
             return grid
-        return [grid[int(k)] for k in rng.choice(len(grid), size=tune.budget, replace=False)]
+        return [grid[int(k)] for k in rng.choice(len(grid), size=budget, replace=False)]
     out: list[dict[str, Any]] = []
     for _ in range(tune.budget or 0):
         point = {}
@@ -200,13 +201,18 @@ def _accuracy(metrics: Any, protocol: str) -> list[tuple[int, float]]:
 
 
 def run_score(series: list[tuple[int, float]], tune: TuneSpec) -> float:
-    """One run's score: best or last accuracy, or the first round reaching the target (inf: never)."""
+    """One run's score: best or last accuracy, or the first round reaching the target (inf: never). With
+    ``select.max_drop``, a run whose last accuracy is more than that below its best scores its last: a
+    setting that collapsed late is not chosen on the top it reached before."""
     metric = tune.select.metric
     if metric == "rounds_to":
         return next((float(r) for r, a in series if a >= (tune.select.target or 1.0)), math.inf)
     if not series:
         return -math.inf
-    return max(a for _, a in series) if metric == "top_acc" else series[-1][1]
+    top, last = max(a for _, a in series), series[-1][1]
+    if metric == "top_acc" and tune.select.max_drop is not None and top - last > tune.select.max_drop:
+        return last
+    return top if metric == "top_acc" else last
 
 
 def _best(scores: list[float], tune: TuneSpec) -> tuple[int, float]:
@@ -250,7 +256,7 @@ def tuned_spec(choice: Choice) -> RunSpec:
     tune, best = choice.entry.tune, choice.best
     assert tune is not None and best is not None
     spec = with_values(choice.entry.base, best.values, choice.entry.label)
-    metric = tune.select.metric + (f" {tune.select.target:g}" if tune.select.target is not None else "")
+    metric = tune.select.describe()
     tuned = TunedFrom(
         values=best.values,
         trials=len(choice.scores),
@@ -299,9 +305,10 @@ def plan_lines(tuning: TuningPlan) -> list[str]:
             lines.append(f"  {e.label}: not tuned")
             continue
         t = e.tune
+        grid = t.grid_size()
+        searched = f" ({len(e.trials)} of {grid} settings, {100 * len(e.trials) / grid:.0f} %)" if grid else ""
         lines.append(
-            f"  {e.label}: {len(e.trials)} trial(s) × seeds {list(e.trials[0].seeds) if e.trials else []} of "
-            f"{e.trials[0].spec.rounds if e.trials else '?'} rounds, {t.protocol} protocol, {t.select.metric}"
-            + (f" {t.select.target}" if t.select.target else "")
+            f"  {e.label}: {len(e.trials)} trial(s){searched} × seeds {list(e.trials[0].seeds) if e.trials else []} "
+            f"of {e.trials[0].spec.rounds if e.trials else '?'} rounds, {t.protocol} protocol, {t.select.describe()}"
         )
     return lines

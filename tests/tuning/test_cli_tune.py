@@ -20,7 +20,10 @@ def test_validate_prints_the_trial_count(tmp_path):
     result = runner.invoke(app, ["validate", str(write(tmp_path))], terminal_width=250)
     assert result.exit_code == 0, result.output
     assert "tuning: 2 trial(s), 2 trial run(s), then 2 final run(s)" in result.output
-    assert "FedAvg: 2 trial(s) × seeds [0] of 3 rounds, validation protocol, top_acc" in result.output
+    assert (
+        "FedAvg: 2 trial(s) (2 of 2 settings, 100 %) × seeds [0] of 3 rounds, validation protocol, top_acc"
+        in result.output
+    )
 
 
 def test_tune_runs_selects_and_writes_its_table(tmp_path):

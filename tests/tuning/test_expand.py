@@ -205,3 +205,58 @@ def test_projected_final_runs_are_still_to_do_before_the_trials():
     untuned = [run_id_of(s, seed) for s in sc.runs for seed in (0, 1)]
     assert [r.run_id for r in runs][2:] == untuned[2:] and not set(r.run_id for r in runs[:2]) & set(untuned)
     assert [r.spec.rounds for r in runs] == [s.rounds for s in sc.runs for _ in (0, 1)]
+
+
+def test_a_budget_fraction_searches_each_entry_s_own_grid_alike():
+    """Issue 27: a share of each method's grid, not one count for all (FedAvg 2 of 2, FedProx 3 of 6 at 0.5)."""
+    block = {"space": {"local.lr": [0.01, 0.1]}, "budget_fraction": 0.5, "protocol": "paper"}
+    raw = tuned(block)
+    raw["algorithms"] = [
+        {"name": "fedavg"},
+        {"name": "fedprox", "mu": 0.1, "tune": {"space": {"mu": [0.01, 0.1, 1.0]}}},
+    ]
+    fedavg, fedprox = plan(parse_scenario(raw)).entries
+    assert len(fedavg.trials) == 1 and len(fedprox.trials) == 3  # ⌈0.5·2⌉ and ⌈0.5·6⌉
+    grid = [{"local.lr": lr, "mu": mu} for lr in (0.01, 0.1) for mu in (0.01, 0.1, 1.0)]
+    assert all(t.values in grid for t in fedprox.trials) and len({tuple(t.values.items()) for t in fedprox.trials}) == 3
+    raw["algorithms"][1]["tune"]["budget"] = 6  # an entry's count replaces the scenario's share
+    assert len(plan(parse_scenario(raw)).entries[1].trials) == 6
+    assert len(plan(parse_scenario(tuned({**block, "budget_fraction": 1.0}))).entries[0].trials) == 2
+
+
+@pytest.mark.parametrize(
+    "block, needle",
+    [
+        ({"budget": 2, "budget_fraction": 0.5}, "budget and budget_fraction: give one"),
+        (
+            {"space": {"local.lr": {"log_uniform": [0.01, 0.1]}}, "budget_fraction": 0.5},
+            "a space with a range needs a budget",
+        ),
+        ({"budget_fraction": 0}, "budget_fraction"),
+        ({"select": {"metric": "final_acc", "max_drop": 0.1}}, "max_drop guards top_acc only"),
+    ],
+)
+def test_bad_budgets_and_guards_name_their_key(block, needle):
+    from fedbench.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match=needle):
+        parse_scenario(tuned({**GRID, **block}))
+
+
+def test_max_drop_scores_a_collapsed_trial_by_its_final_accuracy():
+    """A setting that peaked then collapsed is not chosen on its peak (issue 27: 25 chosen runs blew up)."""
+    from fedbench.sweeps.tuning import run_score
+
+    guarded = plan(parse_scenario(tuned({**GRID, "select": {"metric": "top_acc", "max_drop": 0.05}}))).entries[0]
+    plain = plan(parse_scenario(tuned(GRID))).entries[0]
+    collapsed, steady = [(1, 0.5), (2, 0.9), (3, 0.2)], [(1, 0.5), (2, 0.8), (3, 0.78)]
+    assert run_score(collapsed, plain.tune) == 0.9 > run_score(steady, plain.tune)
+    assert run_score(collapsed, guarded.tune) == 0.2 < run_score(steady, guarded.tune) == 0.8  # 0.02 drop: its top
+    assert guarded.tune.select.describe() == "top_acc max_drop 0.05"
+
+
+def test_validate_states_each_entry_s_share_of_its_grid():
+    from fedbench.sweeps.tuning import plan_lines
+
+    lines = plan_lines(plan(parse_scenario(tuned({**GRID, "budget": 3}))))
+    assert "FedAvg: 3 trial(s) (3 of 4 settings, 75 %) × seeds" in lines[1]
