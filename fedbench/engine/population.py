@@ -200,6 +200,21 @@ def execute_population(
     return [outcomes[i] for i in range(len(runs))]
 
 
+def member_chunk(options: RunOptions, device: torch.device, first: bool) -> int | None:
+    """The batched chunk a member's loop is built with: the first member, on CUDA without ``--chunk``, None
+    (the batched executor's memory probe sizes the population's row chunks); any other, ``--chunk`` or all
+    rows at once."""
+    if first and options.chunk is None and device.type == "cuda":
+        return None
+    return options.chunk or ALL_ROWS
+
+
+def population_chunk(first: RoundLoop) -> int | None:
+    """The rows a population trains at a time, as its first member's executor was sized (None: all at once)."""
+    chunk = first.executor.chunk
+    return None if chunk == ALL_ROWS else chunk
+
+
 def _join(
     i: int,
     run: PopulationRun,
@@ -226,9 +241,8 @@ def _join(
         outcomes[i] = RunOutcome(run_id, "skipped")
         return None
     identity = start_record(spec, seed, store, run.scenario_hash, run_id)
-    probe = probe and options.chunk is None and cache.device.type == "cuda"  # rows per chunk: one probe
     own = dataclasses.replace(
-        options, executor="batched", chunk=None if probe else options.chunk or ALL_ROWS, compile_step="off"
+        options, executor="batched", chunk=member_chunk(options, cache.device, probe), compile_step="off"
     )
     try:
         loop, done = open_loop(spec, seed, store, cache, own, run_id, identity)
@@ -246,8 +260,7 @@ def _train(
     sub-populations of as many members as :func:`fitting_runs` lets the device hold."""
     if not members:
         return
-    chunk = members[0].loop.executor.chunk
-    chunk = None if chunk == ALL_ROWS else chunk
+    chunk = population_chunk(members[0].loop)
     rows = f"chunks of {chunk} rows" if chunk else "all rows at once"
     size = fitting_runs(members)
     for part in range(0, len(members), size):

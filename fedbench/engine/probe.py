@@ -106,7 +106,11 @@ def probe_population(
     """:func:`probe_run` for ``runs`` seeds of ``spec`` trained as one population
     (:mod:`fedbench.engine.population`): ``round_s`` is each run's share of a population round (the
     round's time / ``runs``), ``eval_s`` one run's evaluation (each run evaluates alone)."""
-    from fedbench.engine.population import population_round  # the population module imports the runner, as this
+    from fedbench.engine.population import (  # the population module imports the runner, as this
+        member_chunk,
+        population_chunk,
+        population_round,
+    )
 
     quiet = _unevaluated(spec)
     with pinned_threads(options.threads), run_precision(spec.local, cache.device), TemporaryDirectory() as tmp:
@@ -115,8 +119,10 @@ def probe_population(
         for seed in range(runs):
             store.start_run(run_record(quiet, seed, "probe"))
             setup = build_run(quiet, seed, cache, options.client_state == "host")
-            loops.append(RoundLoop(quiet, seed, setup, "batched", None if seed == 0 else options.chunk or NEVER, "off"))
-        chunk = options.chunk or (loops[0].executor.chunk if cache.device.type == "cuda" else None)
+            loops.append(
+                RoundLoop(quiet, seed, setup, "batched", member_chunk(options, cache.device, seed == 0), "off")
+            )
+        chunk = population_chunk(loops[0])
 
         def one_round(t: int) -> None:
             for seed, (metrics, extra, _) in enumerate(population_round(loops, t, chunk)):
