@@ -490,11 +490,11 @@ def sweep(
 @app.command("list")
 def list_(
     what: str = typer.Argument(
-        "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors"
+        "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors | clients | privacy"
     ),
 ) -> None:
-    """List the registered algorithms, datasets, models (with parameter counts), partitions, compressors and
-    client availability models."""
+    """List the registered algorithms, datasets, models (with parameter counts), partitions, compressors,
+    client availability models and the DP-FedAvg keys."""
     from fedbench.catalog import catalog
 
     sections = catalog()
