@@ -128,7 +128,8 @@ def _privacy(scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: 
         if not spec.noise_multiplier < 2 * adaptive.count_noise:
             problems.append(
                 f"{where}.adaptive_clip.count_noise: σ_b = {adaptive.count_noise:g} leaves no noise for the updates "
-                f"at noise_multiplier {spec.noise_multiplier:g}: z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) needs z < 2σ_b"
+                f"at noise_multiplier {spec.noise_multiplier:g}: z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) needs z < 2σ_b "
+                f"(σ_b is S/20 = {s / 20:g} unless given)"
             )
     if importlib.util.find_spec("opacus") is None:
         problems.append(f"{where}: needs opacus, the accountant (pip install 'fedbench[privacy]')")
