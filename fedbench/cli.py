@@ -490,7 +490,9 @@ def sweep(
 @app.command("list")
 def list_(
     what: str = typer.Argument(
-        "all", metavar="WHAT", help="all | algorithms | datasets | models | partitions | compressors | clients | privacy"
+        "all",
+        metavar="WHAT",
+        help="all | algorithms | datasets | models | partitions | compressors | clients | privacy",
     ),
 ) -> None:
     """List the registered algorithms, datasets, models (with parameter counts), partitions, compressors,

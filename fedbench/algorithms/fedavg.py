@@ -33,5 +33,11 @@ for _name, _label, _server, _what in [
     ),
 ]:
     ALGORITHMS.register(
-        _name, f"FedAvg with {_what}", label=_label, server=_server, compression=True, local_optimizer=True, client_dp=True
+        _name,
+        f"FedAvg with {_what}",
+        label=_label,
+        server=_server,
+        compression=True,
+        local_optimizer=True,
+        client_dp=True,
     )(type(_label, (Algorithm,), {"__doc__": f"FedAvg with {_what}; server defaults {_server}."}))

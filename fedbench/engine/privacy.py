@@ -118,7 +118,9 @@ class DPFedAvg(RoundPlugin):
         self.spec, self.seed, self.per_round = p, seed, spec.clients.per_round
         adaptive = p.adaptive_clip
         self.z_update = update_noise_multiplier(p.noise_multiplier, adaptive.count_noise if adaptive else None)
-        self.accountant = Accountant(p.accountant, p.noise_multiplier, spec.clients.per_round / spec.clients.num, p.delta)
+        self.accountant = Accountant(
+            p.accountant, p.noise_multiplier, spec.clients.per_round / spec.clients.num, p.delta
+        )
         self.clip = p.clip  # C of the next round (adaptive clipping moves it)
         self.logged: dict[str, Any] = {}
 
@@ -139,7 +141,9 @@ class DPFedAvg(RoundPlugin):
         a = self.spec.adaptive_clip
         if a is not None:
             assert a.count_noise is not None
-            noise = float(numpy_stream(self.seed, "privacy_count", t).normal(0.0, a.count_noise)) if a.count_noise else 0.0
+            noise = (
+                float(numpy_stream(self.seed, "privacy_count", t).normal(0.0, a.count_noise)) if a.count_noise else 0.0
+            )
             fraction = (unclipped - k / 2 + noise) / s + 0.5
             self.clip = clip * math.exp(-a.lr * (fraction - a.quantile))
         self.accountant.step()

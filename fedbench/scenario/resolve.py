@@ -89,7 +89,9 @@ def _capability_problems(
     return problems
 
 
-def _privacy(scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str) -> tuple[PrivacySpec | None, list[str]]:
+def _privacy(
+    scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str
+) -> tuple[PrivacySpec | None, list[str]]:
     """The entry's DP-FedAvg block (its own, else the scenario's; ``false``: none) with its defaults filled in
     (δ = 1/N^1.1, σ_b = S/20), or the problems that stop it, each naming the block's YAML path: an algorithm
     whose upload is not a model delta averaged by the server (``Capabilities.client_dp``), an axis that breaks

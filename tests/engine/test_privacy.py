@@ -303,7 +303,11 @@ BAD = [
     ({**DP, "adaptive_clip": {"quantile": 1.5}}, {}, "privacy.adaptive_clip.quantile"),
     ({**DP, "adaptive_clip": {"count_noise": 0.5}}, {}, "privacy.adaptive_clip.count_noise: σ_b = 0.5 leaves no noise"),
     (DP, {"algorithm": "scaffold"}, "privacy: scaffold does not upload a model delta"),
-    (DP, {"changes": {"clients.availability": {"kind": "bernoulli", "p": 0.5}}}, "privacy: not supported with clients."),
+    (
+        DP,
+        {"changes": {"clients.availability": {"kind": "bernoulli", "p": 0.5}}},
+        "privacy: not supported with clients.",
+    ),
     (DP, {"top": {"wireless": {}}}, "privacy: not supported with wireless"),
 ]
 
@@ -333,7 +337,9 @@ def test_privacy_without_opacus_is_a_one_line_error(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(resolve.importlib.util, "find_spec", lambda name: None if name == "opacus" else real(name))
-    with pytest.raises(ScenarioError, match=r"privacy: needs opacus, the accountant \(pip install 'fedbench\[privacy\]'\)"):
+    with pytest.raises(
+        ScenarioError, match=r"privacy: needs opacus, the accountant \(pip install 'fedbench\[privacy\]'\)"
+    ):
         resolve_runs(parse_scenario(tiny_scenario(privacy=DP)))
 
 
