@@ -35,7 +35,7 @@ STRAGGLERS = (
     ("partial", "a fraction of the sampled clients do ⌈u·K_i⌉ of their steps, u uniform in work"),
     ("drop", "a fraction of the sampled clients miss the round"),
 )
-# The keys of the DP-FedAvg block (fedbench/engine/privacy.py; docs/scenarios.md, "Differential privacy").
+# The keys of the DP-FedAvg block (fedbench/privacy.py; docs/scenarios.md, "Differential privacy").
 PRIVACY = (
     ("clip", "C", "each client update Δ_i is clipped to norm C (.inf: not clipped; adaptive_clip: C's start)"),
     ("noise_multiplier", "z", "N(0, (z·C/S)²) is added to the update average (weights 1/S); 0: no noise, ε = ∞"),

@@ -37,7 +37,7 @@ class Capabilities:
     run's rows its own η_l as an ``[R·S, 1]`` column (tests/engine/test_population.py checks it);
     with ``row_lr = False`` only runs of one η_l train together. ``client_dp``: its upload ``sent["delta"]``
     is each client's model change Δ_i and its ``server_update`` moves the model along Σ_i w_i Δ_i (through
-    its server optimizer, post-processing), so DP-FedAvg (``privacy``, :mod:`fedbench.engine.privacy`) may
+    its server optimizer, post-processing), so DP-FedAvg (``privacy``, :mod:`fedbench.privacy`) may
     clip the rows, fix the weights to 1/S and noise the average. ``row_params`` names the parameters
     that may differ between the runs of a population: read by the server side only (each run keeps
     its own algorithm) or by the local hooks only against ``[S, P]`` rows (each run's value on its rows,

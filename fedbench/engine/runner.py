@@ -62,7 +62,9 @@ from fedbench.store import DIVERGED_LOSS_FACTOR, DONE, ResultsStore
 from fedbench.versions import versions
 
 RoundCallback = Callable[[int, dict[str, float | None]], None]
-SHOWN_LOGS = ("epsilon",)  # round logs handed to ``on_round`` beside the metrics (DP-FedAvg's ε, shown per round)
+SHOWN_LOGS = (
+    "epsilon",
+)  # round logs handed to ``on_round`` beside the metrics (the privacy plug-in's ε, shown per round)
 
 
 @dataclass(frozen=True)

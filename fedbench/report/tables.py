@@ -98,7 +98,7 @@ def _participation(m: pd.DataFrame) -> float:
 
 def _epsilon(m: pd.DataFrame) -> float:
     """The ε a DP-FedAvg run had spent after its last recorded round (``epsilon`` in the round logs,
-    fedbench/engine/privacy.py; ∞ for z = 0); NaN without the logs."""
+    fedbench/privacy.py; ∞ for z = 0); NaN without the logs."""
     if "extra" not in m.columns or m.empty:
         return math.nan
     logged = [e for e in m.sort_values("round")["extra"] if isinstance(e, str) and '"epsilon"' in e]

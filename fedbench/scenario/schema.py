@@ -353,7 +353,7 @@ class PrivacySpec(Strict):
     """Client-level differential privacy, DP-FedAvg (McMahan et al. 2018, Alg. 1 with the fixed-denominator
     estimator): each received update Δ_i clipped to norm ``clip`` C, averaged with weights 1/S, and
     N(0, (z·C/S)² I) added to the average, z = ``noise_multiplier``; an Opacus accountant (``rdp`` or
-    ``prv``) gives the (ε, δ) spent after each round with sampling rate q = S/N (fedbench/engine/privacy.py)."""
+    ``prv``) gives the (ε, δ) spent after each round with sampling rate q = S/N (fedbench/privacy.py)."""
 
     clip: float = Field(gt=0, allow_inf_nan=True, description="C: clip norm of each client update (.inf: none)")
     noise_multiplier: float = Field(ge=0, description="z: noise std over the sensitivity C/S (0: no noise)")

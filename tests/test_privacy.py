@@ -1,4 +1,4 @@
-"""DP-FedAvg (``privacy``; fedbench/engine/privacy.py), the four checks of issue 28 item 3 — clipping bounds every
+"""DP-FedAvg (``privacy``; fedbench/privacy.py), the four checks of issue 28 item 3 — clipping bounds every
 row's norm, the noise's scale is z·C/S, the accountant's ε is Opacus's for the same schedule, z = 0 with C = ∞ is
 plain FedAvg bit for bit — and adaptive clipping against the paper's update, exact resume, populations, the
 table's ε column, ``fedbench list`` and bad input naming its key (exit 2, nothing written)."""
@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from fedbench.algorithms.base import RoundContext, Upload
 from fedbench.engine.plugins import Received
-from fedbench.engine.privacy import DPFedAvg, clip_rows, update_noise_multiplier
 from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run
 from fedbench.options import RunOptions
+from fedbench.privacy import DPFedAvg, clip_rows, update_noise_multiplier
 from fedbench.scenario import ScenarioError, parse_scenario, resolve_runs
 from fedbench.seeding import numpy_stream
 from fedbench.store import ResultsStore
@@ -252,7 +252,7 @@ def test_the_example_runs_at_the_tiny_scale_and_its_table_has_an_epsilon_column(
     from fedbench import api
     from fedbench.report.tables import format_table, summarize
 
-    path = Path(__file__).parents[2] / "configs" / "examples" / "privacy.yaml"
+    path = Path(__file__).parents[1] / "configs" / "examples" / "privacy.yaml"
     api.run(path, tmp_path / "out", scale="tiny")
     store = ResultsStore(tmp_path / "out")
     assert set(store.runs()["status"]) == {"finished"} and len(store.runs()) == 4
