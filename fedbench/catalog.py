@@ -36,6 +36,14 @@ STRAGGLERS = (
     ("partial", "a fraction of the sampled clients do ⌈u·K_i⌉ of their steps, u uniform in work"),
     ("drop", "a fraction of the sampled clients miss the round"),
 )
+# The keys of the DP-FedAvg block (fedbench/privacy.py; docs/scenarios.md, "Differential privacy").
+PRIVACY = (
+    ("clip", "C", "each client update Δ_i is clipped to norm C (.inf: not clipped; adaptive_clip: C's start)"),
+    ("noise_multiplier", "z", "N(0, (z·C/S)²) is added to the update average (weights 1/S); 0: no noise, ε = ∞"),
+    ("adaptive_clip", "quantile, lr, count_noise", "C ← C·exp(−η_C(b̃ − γ)), b̃ the noised unclipped fraction"),
+    ("delta", "δ", "the δ of the reported (ε, δ) (default 1/N^1.1)"),
+    ("accountant", "rdp | prv", "Opacus's RDP or PRV accountant, sampling rate q = S/N per round"),
+)
 
 
 def _params_of(entry) -> str:
@@ -50,7 +58,7 @@ def _params_of(entry) -> str:
 
 def catalog() -> dict[str, list[tuple[str, ...]]]:
     """Section → rows; the first row of each section is its header."""
-    algos = [("name", "label", "description", "params (defaults)", "server defaults", "compression")]
+    algos = [("name", "label", "description", "params (defaults)", "server defaults", "compression", "privacy")]
     algos += [
         (
             e.name,
@@ -59,6 +67,7 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
             _params_of(e),
             str(dict(e.obj.caps.server) or "—"),
             "yes" if e.obj.caps.compression else "—",
+            "yes" if e.obj.caps.client_dp else "—",
         )
         for e in ALGORITHMS
     ]
@@ -82,6 +91,10 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
     axes = [("block", "kind / mode", "description")]
     axes += [("clients.availability", name, text) for name, text in AVAILABILITY]
     axes += [("clients.stragglers", name, text) for name, text in STRAGGLERS]
+    takes = ", ".join(e.name for e in ALGORITHMS if e.obj.caps.client_dp)
+    privacy = [("key", "value", "description (DP-FedAvg: client-level (ε, δ) differential privacy)")]
+    privacy += [(f"privacy.{key}", value, text) for key, value, text in PRIVACY]
+    privacy.append(("algorithms", "", f"those that take privacy: {takes}"))
     sections = {
         "algorithms": algos,
         "datasets": datasets,
@@ -90,5 +103,6 @@ def catalog() -> dict[str, list[tuple[str, ...]]]:
         "compressors": compressors,
         "clients": axes,
         "trackers": tracker_rows(),
+        "privacy": privacy,
     }
     return {name: [tuple(escape(cell) for cell in row) for row in rows] for name, rows in sections.items()}

@@ -492,11 +492,11 @@ def list_(
     what: str = typer.Argument(
         "all",
         metavar="WHAT",
-        help="all | algorithms | datasets | models | partitions | compressors | clients | trackers",
+        help="all | algorithms | datasets | models | partitions | compressors | clients | trackers | privacy",
     ),
 ) -> None:
     """List the registered algorithms, datasets, models (with parameter counts), partitions, compressors,
-    client availability models and experiment trackers (--log)."""
+    client availability models, experiment trackers (--log) and the DP-FedAvg keys."""
     from fedbench.catalog import catalog
 
     sections = catalog()

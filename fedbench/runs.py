@@ -165,15 +165,19 @@ def _one_run(
     task = progress.add_task(f"{spec.label:<12} seed {seed}", total=spec.rounds, acc="—")
     done, last_line = [0], [time.monotonic()]
 
+    shown = ["—"]  # the last accuracy
+
     def on_round(t: int, metrics: dict) -> None:
         done[0] = t
         acc = metrics.get("test_acc")
-        progress.update(task, completed=t, **({"acc": f"{100 * acc:.2f}%"} if acc is not None else {}))
+        progress.update(task, completed=t, acc=_progress_text(metrics, shown))
         if settings.lines and time.monotonic() - last_line[0] >= settings.heartbeat_s:
             last_line[0] = time.monotonic()
             acc_text = "" if acc is None else f", acc {100 * acc:.2f}%"
             console.print(
-                f"{name}: {spec.label} seed {seed} round {t}/{spec.rounds}{acc_text}", soft_wrap=True, highlight=False
+                f"{name}: {spec.label} seed {seed} round {t}/{spec.rounds}{acc_text}{_epsilon_text(metrics)}",
+                soft_wrap=True,
+                highlight=False,
             )
 
     try:
@@ -182,6 +186,20 @@ def _one_run(
         raise RunInterrupted(f"{name} / {spec.label} seed {seed}", done[0] + 1, exit_code(exc)) from None
     _report(name, spec, seed, outcome, settings, progress, task, console)
     return outcome
+
+
+def _epsilon_text(metrics: dict) -> str:
+    """``, ε 2.96`` for a round of a DP-FedAvg run (its ε so far; runner.SHOWN_LOGS), else nothing."""
+    eps = metrics.get("epsilon")
+    return "" if eps is None else f", ε {eps:.3g}"
+
+
+def _progress_text(metrics: dict, shown: list[str]) -> str:
+    """A progress bar's ``acc`` field after a round: the last accuracy (kept in ``shown``), and ε when logged."""
+    acc = metrics.get("test_acc")
+    if acc is not None:
+        shown[0] = f"{100 * acc:.2f}%"
+    return shown[0] + _epsilon_text(metrics)
 
 
 def _population(
@@ -199,10 +217,11 @@ def _population(
     last = [0]
     last_line = [time.monotonic()]
 
+    shown = [["—"] for _ in members]  # each member's last accuracy
+
     def on_round(i: int, t: int, metrics: dict) -> None:
         last[0] = max(last[0], t)
-        acc = metrics.get("test_acc")
-        progress.update(tasks[i], completed=t, **({"acc": f"{100 * acc:.2f}%"} if acc is not None else {}))
+        progress.update(tasks[i], completed=t, acc=_progress_text(metrics, shown[i]))
         if settings.lines and time.monotonic() - last_line[0] >= settings.heartbeat_s:
             last_line[0] = time.monotonic()
             console.print(f"{name}: population of {len(members)} runs, round {t}", soft_wrap=True, highlight=False)

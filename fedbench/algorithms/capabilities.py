@@ -35,7 +35,10 @@ class Capabilities:
     unprojected); ``row_lr`` says that its ``local_init`` and ``local_step`` use ``ctx.lr`` only
     against ``[S, P]`` rows, so that a population (:mod:`fedbench.engine.population`) may hand each
     run's rows its own η_l as an ``[R·S, 1]`` column (tests/engine/test_population.py checks it);
-    with ``row_lr = False`` only runs of one η_l train together. ``row_params`` names the parameters
+    with ``row_lr = False`` only runs of one η_l train together. ``client_dp``: its upload ``sent["delta"]``
+    is each client's model change Δ_i and its ``server_update`` moves the model along Σ_i w_i Δ_i (through
+    its server optimizer, post-processing), so DP-FedAvg (``privacy``, :mod:`fedbench.privacy`) may
+    clip the rows, fix the weights to 1/S and noise the average. ``row_params`` names the parameters
     that may differ between the runs of a population: read by the server side only (each run keeps
     its own algorithm) or by the local hooks only against ``[S, P]`` rows (each run's value on its rows,
     an ``[R·S, 1]`` column); the same test checks each.
@@ -51,6 +54,7 @@ class Capabilities:
     batchable: bool = True
     row_lr: bool = True
     row_params: tuple[str, ...] = ()
+    client_dp: bool = False
     diagnostics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

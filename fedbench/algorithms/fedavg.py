@@ -13,6 +13,7 @@ ALGORITHMS.register(
     label="FedAvg",
     compression=True,
     local_optimizer=True,
+    client_dp=True,
 )(Algorithm)
 for _name, _label, _server, _what in [
     ("fedavgm", "FedAvgM", {"optimizer": "sgd", "momentum": 0.9}, "server momentum (Hsu et al. 2019)"),
@@ -32,5 +33,11 @@ for _name, _label, _server, _what in [
     ),
 ]:
     ALGORITHMS.register(
-        _name, f"FedAvg with {_what}", label=_label, server=_server, compression=True, local_optimizer=True
+        _name,
+        f"FedAvg with {_what}",
+        label=_label,
+        server=_server,
+        compression=True,
+        local_optimizer=True,
+        client_dp=True,
     )(type(_label, (Algorithm,), {"__doc__": f"FedAvg with {_what}; server defaults {_server}."}))

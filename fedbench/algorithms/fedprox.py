@@ -20,6 +20,7 @@ class FedProxParams(BaseModel):
     label="FedProx",
     compression=True,
     row_params=("mu",),
+    client_dp=True,
 )
 class FedProx(Algorithm):
     """Local step x ← x − η_l(∇f_i(x; ξ) + μ(x − x_t)) (FedProx Alg. 2, the inexact h_k solver)."""
@@ -38,6 +39,7 @@ class FedProx(Algorithm):
     server={"momentum": 0.5},
     compression=True,
     row_params=("mu",),
+    client_dp=True,
 )
 class FedProxM(FedProx):
     """FedProx local steps and the FedAvgM server, GradMA Alg. 5: m ← β1·m + Δ, x ← x + η_g·m with

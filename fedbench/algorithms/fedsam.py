@@ -19,6 +19,7 @@ class FedSAMParams(BaseModel):
     FedSAMParams,
     label="FedSAM",
     row_params=("rho",),
+    client_dp=True,
 )
 class FedSAM(Algorithm):
     """Local SAM step (Foret et al. 2021, Eq. 2 with the first-order ε̂):

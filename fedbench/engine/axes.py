@@ -11,6 +11,8 @@ module (and cvxpy, its allocation's solver) loads for wireless runs only, and th
 axis package (tests/test_layout.py). The task stream and the validation score are engine modules on
 packages below the engine (:mod:`fedbench.continual`'s tasks and memories). A block may be a dotted path
 into a spec field: ``clients.availability`` and ``clients.stragglers`` (:mod:`fedbench.engine.availability`).
+``privacy`` (client-level differential privacy, :mod:`fedbench.privacy`, by entry point) comes last, so it clips and
+noises the uploads that the other axes let reach the server.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ register_axis("wireless", "fedbench.wireless.plugin:WirelessUplink")
 register_axis("validation", ValidationScore)
 register_axis("clients.availability", ClientAvailability)
 register_axis("clients.stragglers", Stragglers)
+register_axis("privacy", "fedbench.privacy:DPFedAvg")
 
 
 def block_of(spec: RunSpec, block: str) -> object:

@@ -1,7 +1,8 @@
 """A population: R runs trained together, round by round, as one batched computation.
 
 Runs that differ only in their seed, partition, N and S, round count, client availability, server side
-(``server.*``: η_g, momentum, the adaptive optimizer), uplink compression, η_l and its decay
+(``server.*``: η_g, momentum, the adaptive optimizer; ``privacy``: clipping and noise of the received rows, each run's
+plug-in with its own noise stream and accountant), uplink compression, η_l and its decay
 (``Capabilities.row_lr``) and the algorithm parameters it declares per row (``Capabilities.row_params``)
 share everything else their clients' local work reads (:func:`population_key`). Such runs go through
 their rounds in lockstep (:func:`population_round`): each run opens its round alone (sampling, plug-ins,

@@ -62,6 +62,9 @@ from fedbench.store import DIVERGED_LOSS_FACTOR, DONE, ResultsStore
 from fedbench.versions import versions
 
 RoundCallback = Callable[[int, dict[str, float | None]], None]
+SHOWN_LOGS = (
+    "epsilon",
+)  # round logs handed to ``on_round`` beside the metrics (the privacy plug-in's ε, shown per round)
 
 
 @dataclass(frozen=True)
@@ -609,13 +612,14 @@ def conclude_round(
 ) -> bool:
     """A recorded round t's aftermath: the diagnostics warning, ``on_round``, divergence (the run is
     finished as diverged, its checkpoint removed) and the checkpoint on schedule. True when it diverged;
-    ``finite``: whether the model is finite, when already read."""
+    ``finite``: whether the model is finite, when already read. ``on_round`` gets the metrics and the
+    round logs of :data:`SHOWN_LOGS`."""
     spec = loop.spec
     warn_diagnostics(
         f"{spec.scenario} / {spec.label} seed {loop.seed}", loop.s.algorithm.caps.diagnostics, extra, t, warned
     )
     if on_round:
-        on_round(t, metrics)
+        on_round(t, {**metrics, **{k: extra[k] for k in SHOWN_LOGS if k in extra}})
     why = loop.divergence(metrics, finite)
     if why is not None:
         store.finish_run(run_id, "diverged", f"{why} at round {t}")

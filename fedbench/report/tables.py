@@ -96,6 +96,15 @@ def _participation(m: pd.DataFrame) -> float:
     return float(pd.Series(counts, dtype="float64").mean())
 
 
+def _epsilon(m: pd.DataFrame) -> float:
+    """The ε a DP-FedAvg run had spent after its last recorded round (``epsilon`` in the round logs,
+    fedbench/privacy.py; ∞ for z = 0); NaN without the logs."""
+    if "extra" not in m.columns or m.empty:
+        return math.nan
+    logged = [e for e in m.sort_values("round")["extra"] if isinstance(e, str) and '"epsilon"' in e]
+    return float(json.loads(logged[-1])["epsilon"]) if logged else math.nan
+
+
 def fallback_notes(runs: pd.DataFrame, metrics: pd.DataFrame) -> list[str]:
     """One line per algorithm whose stored round logs count QP projections that fell back (GradMA's
     ``qp_fallbacks``: blocks left unprojected), for under its table; none when every one solved."""
@@ -146,6 +155,9 @@ def summarize(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
         participation = pd.Series([_participation(by_run.get(rid, empty)) for rid in group["run_id"]]).mean()
         if not pd.isna(participation):  # the column exists only where clients come and go (availability, stragglers)
             row["participation"] = float(participation)
+        epsilon = pd.Series([_epsilon(by_run.get(rid, empty)) for rid in group["run_id"]]).mean()
+        if not pd.isna(epsilon):  # the column exists only in tables with a DP-FedAvg run (privacy)
+            row["epsilon"] = float(epsilon)
         row.update({s: int(status.get(s, 0)) for s in _COUNTS[1:]})
         row["blowup"] = int(group["run_id"].isin(list(flagged)).sum())
         for name in ("top", "final"):
@@ -225,6 +237,9 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
     joined = "participation" in summary.columns and summary["participation"].notna().any()
     if joined:
         headers.append("Clients / round")  # the realised participation under client availability or stragglers
+    private = "epsilon" in summary.columns and summary["epsilon"].notna().any()
+    if private:
+        headers.append("ε")  # DP-FedAvg's ε spent by the last round, at the run's δ (privacy)
     rows = []
     for _, r in summary.iterrows():
         label = f"{r['algorithm']} {MARK}" if bool(r.get("tuned", False)) else str(r["algorithm"])
@@ -236,13 +251,22 @@ def _cells(summary: pd.DataFrame, pm: str, pct: str) -> tuple[list[str], list[li
             cells.append("" if pd.isna(r["server_mb"]) else f"{r['server_mb']:.3g}")
         if joined:
             cells.append("" if pd.isna(r["participation"]) else f"{r['participation']:.2f}")
+        if private:
+            cells.append(_epsilon_cell(r["epsilon"]))
         rows.append(cells)
     return headers, rows
 
 
+def _epsilon_cell(value: float) -> str:
+    """ε to three digits, ∞ for a run without noise, empty for a run without privacy."""
+    if pd.isna(value):
+        return ""
+    return "∞" if math.isinf(value) else f"{value:.3g}"
+
+
 def _right(header: str) -> bool:
     """Numeric columns are right-aligned."""
-    return header.split()[0] in ("Seeds", "Top", "Final", "Rounds", "Bits", "Server", "Clients")
+    return header.split()[0] in ("Seeds", "Top", "Final", "Rounds", "Bits", "Server", "Clients", "ε")
 
 
 _LATEX_SPECIAL = re.compile(r"([&%$#_{}])")
@@ -254,7 +278,10 @@ def latex_escape(text: str) -> str:
 
 def _latex(summary: pd.DataFrame) -> str:
     headers, rows = _cells(summary, pm="±", pct="%")
-    esc = [[latex_escape(c).replace("±", r"$\pm$") for c in row] for row in [headers, *rows]]
+    esc = [
+        [latex_escape(c).replace("±", r"$\pm$").replace("ε", r"$\varepsilon$").replace("∞", r"$\infty$") for c in row]
+        for row in [headers, *rows]
+    ]
     lines = [
         r"% requires \usepackage{booktabs}",
         r"\begin{tabular}{" + "".join("r" if _right(h) else "l" for h in headers) + "}",

@@ -9,6 +9,7 @@ order (later wins): :class:`ServerSpec` defaults, the algorithm's declared serve
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from fedbench.optim.spec import ServerSpec
 from fedbench.registry import Registry, UnknownNameError
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
-from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, Scenario
+from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, PrivacySpec, Scenario
 from fedbench.scenario.tunespec import Range
 from fedbench.strict import param_problems, strict_params
 
@@ -88,6 +89,56 @@ def _capability_problems(
     return problems
 
 
+def _privacy(
+    scenario: Scenario, algo: AlgorithmSpec, caps: Capabilities, path: str
+) -> tuple[PrivacySpec | None, list[str]]:
+    """The entry's DP-FedAvg block (its own, else the scenario's; ``false``: none) with its defaults filled in
+    (δ = 1/N^1.1, σ_b = S/20), or the problems that stop it, each naming the block's YAML path: an algorithm
+    whose upload is not a model delta averaged by the server (``Capabilities.client_dp``), an axis that breaks
+    the accountant's uniform sampling of S of N clients or sends more than the clipped update (availability,
+    wireless, continual), an adaptive σ_b too small for z (z_Δ needs z < 2σ_b), opacus missing."""
+    own = algo.privacy is not None
+    spec = algo.privacy if own else scenario.privacy
+    if spec is None or spec is False:
+        return None, []
+    where = f"{path}.privacy" if own else "privacy"
+    n, s = scenario.clients.num, scenario.clients.per_round
+    problems = []
+    if not caps.client_dp:
+        takes = ", ".join(e.name for e in ALGORITHMS if e.obj.caps.client_dp)
+        problems.append(
+            f"{where}: {algo.name} does not upload a model delta that the server averages, so DP-FedAvg cannot "
+            f"clip and noise it; algorithms that take privacy: {takes}"
+        )
+    availability = scenario.clients.availability
+    blocks = [
+        ("clients.availability", availability is not None and availability.kind != "always"),
+        ("wireless", scenario.wireless is not None),
+        ("continual", scenario.continual is not None),
+    ]
+    for block, present in blocks:
+        if present:
+            problems.append(
+                f"{where}: not supported with {block} (the accountant assumes S of all N clients sampled "
+                "uniformly each round, and only the clipped, noised updates leaving the clients)"
+            )
+    adaptive = spec.adaptive_clip
+    if adaptive is not None and adaptive.count_noise is None:
+        adaptive = adaptive.model_copy(update={"count_noise": s / 20})
+    if adaptive is not None and spec.noise_multiplier > 0:
+        assert adaptive.count_noise is not None
+        if not spec.noise_multiplier < 2 * adaptive.count_noise:
+            problems.append(
+                f"{where}.adaptive_clip.count_noise: σ_b = {adaptive.count_noise:g} leaves no noise for the updates "
+                f"at noise_multiplier {spec.noise_multiplier:g}: z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) needs z < 2σ_b "
+                f"(σ_b is S/20 = {s / 20:g} unless given)"
+            )
+    if importlib.util.find_spec("opacus") is None:
+        problems.append(f"{where}: needs opacus, the accountant (pip install 'fedbench[privacy]')")
+    delta = spec.delta if spec.delta is not None else 1 / n**1.1
+    return spec.model_copy(update={"delta": delta, "adaptive_clip": adaptive}), problems
+
+
 def _space_values(value: list[Any] | Range) -> list[Any]:
     """The values of a space entry to check: a grid's or a choice's values, a range's two bounds."""
     if isinstance(value, list):
@@ -144,7 +195,12 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
 
 
 def _spec(
-    scenario: Scenario, shared: dict[str, Checked], algorithm: dict, compression: dict, server: ServerSpec
+    scenario: Scenario,
+    shared: dict[str, Checked],
+    algorithm: dict,
+    compression: dict,
+    server: ServerSpec,
+    privacy: PrivacySpec | None = None,
 ) -> RunSpec:
     """The :class:`RunSpec` of one entry (its JSON and hash are frozen: see runspec.py)."""
     return RunSpec(
@@ -164,6 +220,7 @@ def _spec(
         paper=scenario.paper,
         wireless=scenario.wireless,
         continual=scenario.continual,
+        privacy=privacy,
         blowup=scenario.blowup,
     )
 
@@ -187,8 +244,10 @@ def _entry(
     comp = (algo.compression, f"{path}.compression") if algo.compression else (scenario.compression, "compression")
     compression = check_component(COMPRESSORS, comp[0].kind, comp[0].params(), comp[1], "kind")
     problems += _capability_problems(scenario, algo, caps, path, comp) + compression.problems
+    privacy, p = _privacy(scenario, algo, caps, path)
+    problems += p
     algorithm = {"name": algo.name, "label": label, **{k: v for k, v in checked.resolved.items() if k != "name"}}
-    spec = _spec(scenario, shared, algorithm, compression.resolved, server)
+    spec = _spec(scenario, shared, algorithm, compression.resolved, server, privacy)
     models = {k: c.model for k, c in shared.items() if c.model is not None}
     if problems or len(models) < len(shared) or compression.model is None or checked.model is None:
         return spec, problems

@@ -23,6 +23,7 @@ from fedbench.scenario.schema import (
     EvalSpec,
     LocalSpec,
     PaperRef,
+    PrivacySpec,
     Strict,
     WirelessSpec,
 )
@@ -60,6 +61,7 @@ class RunSpec(Strict):
     paper: PaperRef | None = None
     wireless: WirelessSpec | None = None
     continual: ContinualSpec | None = None
+    privacy: PrivacySpec | None = None
     blowup: BlowupSpec = Field(default_factory=BlowupSpec)
     validation: ValidationSplit | None = None
     tuned: TunedFrom | None = None
@@ -68,17 +70,17 @@ class RunSpec(Strict):
 
     @model_serializer(mode="wrap")
     def _omit_absent_blocks(self, handler: Any) -> dict[str, Any]:
-        """Absent ``continual``, ``validation`` and ``tuned`` blocks are left out of the JSON (and the
-        hash), as if they did not exist."""
+        """Absent ``continual``, ``privacy``, ``validation`` and ``tuned`` blocks are left out of the JSON
+        (and the hash), as if they did not exist."""
         data = handler(self)
-        for block in ("continual", "validation", "tuned"):
+        for block in ("continual", "privacy", "validation", "tuned"):
             if getattr(self, block) is None:
                 data.pop(block, None)
         return data
 
     def spec_hash(self) -> str:
         """SHA-256 of the canonical JSON of everything that changes results (targets excluded;
-        absent ``wireless``/``continual``/``validation``/``tuned`` blocks and sgd's unused Adam keys are left out, so specs
+        absent ``wireless``/``continual``/``privacy``/``validation``/``tuned`` blocks and sgd's unused Adam keys are left out, so specs
         written before they existed keep their hash)."""
         skip = {"targets", "checkpoint_every", "paper", "blowup"} | ({"wireless"} if self.wireless is None else set())
         payload = self.model_dump(mode="json", exclude=skip)

@@ -10,9 +10,19 @@ Every key is documented in docs/scenarios.md.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_serializer,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from fedbench.optim.spec import ServerSpec
 from fedbench.scenario.tunespec import EntryTuneField, ScenarioTune, TuneSpec, merge_tune
@@ -327,6 +337,50 @@ class ContinualSpec(Strict):
         return self
 
 
+class AdaptiveClipSpec(Strict):
+    """Adaptive clipping (Andrew et al. 2021, "Differentially Private Learning with Adaptive Clipping", Alg. 1):
+    after each round C ← C·exp(−η_C(b̃ − γ)), b̃ the noised fraction of the round's clients whose update norm
+    was at most C (noise N(0, σ_b²) on their count), so that C tracks the γ-quantile of the update norms."""
+
+    quantile: float = Field(default=0.5, gt=0, lt=1, description="γ: the target quantile of the update norms")
+    lr: float = Field(default=0.2, gt=0, description="η_C: the geometric step of C (paper: 0.2)")
+    count_noise: float | None = Field(
+        default=None, ge=0, description="σ_b: std of the noise on the unclipped count (null: S/20, the paper's)"
+    )
+
+
+class PrivacySpec(Strict):
+    """Client-level differential privacy, DP-FedAvg (McMahan et al. 2018, Alg. 1 with the fixed-denominator
+    estimator): each received update Δ_i clipped to norm ``clip`` C, averaged with weights 1/S, and
+    N(0, (z·C/S)² I) added to the average, z = ``noise_multiplier``; an Opacus accountant (``rdp`` or
+    ``prv``) gives the (ε, δ) spent after each round with sampling rate q = S/N (fedbench/privacy.py)."""
+
+    clip: float = Field(gt=0, allow_inf_nan=True, description="C: clip norm of each client update (.inf: none)")
+    noise_multiplier: float = Field(ge=0, description="z: noise std over the sensitivity C/S (0: no noise)")
+    adaptive_clip: AdaptiveClipSpec | None = Field(default=None, description="move C toward a quantile of the norms")
+    delta: float | None = Field(default=None, gt=0, lt=1, description="δ of the (ε, δ) guarantee (null: 1/N^1.1)")
+    accountant: Literal["rdp", "prv"] = Field(default="rdp", description="Opacus accountant: RDP or PRV")
+
+    @field_validator("clip", mode="before")
+    @classmethod
+    def _infinite(cls, value: Any) -> Any:
+        """``inf`` (the JSON form of C = ∞, :meth:`_clip_json`) reads back as the float."""
+        return math.inf if value in ("inf", "Infinity") else value
+
+    @field_serializer("clip", when_used="json")
+    def _clip_json(self, value: float) -> float | str:
+        """C = ∞ is ``"inf"`` in the spec's JSON (JSON has no infinity)."""
+        return "inf" if math.isinf(value) else value
+
+    @model_validator(mode="after")
+    def _checks(self) -> PrivacySpec:
+        if math.isnan(self.clip):
+            raise ValueError("clip must be a positive number or .inf, got nan")
+        if self.adaptive_clip is not None and math.isinf(self.clip):
+            raise ValueError("adaptive_clip needs a finite clip (its starting C)")
+        return self
+
+
 class CompressionSpec(InlineParams):
     """Uplink compressor: ``kind`` (see ``fedbench list compressors``) plus its parameters inline."""
 
@@ -365,6 +419,9 @@ class AlgorithmSpec(InlineParams):
     label: str | None = None
     server: dict[str, Any] = Field(default_factory=dict)
     compression: CompressionSpec | None = None
+    privacy: PrivacySpec | Literal[False] | None = Field(
+        default=None, description="this entry's DP-FedAvg block, replacing the scenario's (false: none)"
+    )
     tune: EntryTuneField | None = Field(
         default=None, description="this entry's search, laid over the scenario's `tune` (false: not tuned)"
     )
@@ -389,6 +446,7 @@ class Scenario(Strict):
         default=None, description="uplink channel and deadline (absent: ideal uplink)"
     )
     continual: ContinualSpec | None = Field(default=None, description="task stream (absent: one task with every class)")
+    privacy: PrivacySpec | None = Field(default=None, description="DP-FedAvg for every entry (absent: none)")
     algorithms: list[AlgorithmSpec] = Field(min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1)
     targets: list[float] = Field(default_factory=list, description="target test accuracies in (0, 1]")

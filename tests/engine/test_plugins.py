@@ -159,6 +159,7 @@ def test_axes_are_a_registry_of_blocks_with_entry_points(monkeypatch):
         ("validation", "ValidationScore"),
         ("clients.availability", "ClientAvailability"),  # a dotted block: a key inside a spec field
         ("clients.stragglers", "Stragglers"),
+        ("privacy", "fedbench.privacy:DPFedAvg"),
     ]
     with pytest.raises(ValueError, match="'wireless' is registered twice"):
         axes.register_axis("wireless", RoundCounter)
