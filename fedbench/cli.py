@@ -867,7 +867,6 @@ def reproduce(
     raise typer.Exit(code)
 
 
-
 @app.command()
 @run_options()
 def regime(
@@ -898,6 +897,7 @@ def regime(
     with _store_errors(out):
         rows = report.regime_rows(columns, report.open_store(out), options.data_dir)
     console.print(report.markdown(rows), markup=False, highlight=False, soft_wrap=True)
+
 
 def _print_summary(store, scenario: str | None) -> None:
     from fedbench.report.tables import format_table, rich_table, summarize

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from fedbench.report.reference import ACCURACY_METRICS, printed_value, reference_table
+from fedbench.report.reference import ACCURACY_METRICS, column_specs, printed_value, reference_table
 from fedbench.report.tables import DASH, markdown_grid, summarize
 from fedbench.rooms import room_dir
 from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, parse_scenario
@@ -224,20 +224,25 @@ def measure(sc: Scenario, twin: dict[str, Scenario], store, data_dir: Path) -> R
 # -- the paper's side --
 
 
+def _settings(paper: str, table: str) -> set[str]:
+    """The column names a scenario's ``paper.column`` may give for the table: its columns' settings."""
+    return {c.setting for c in column_specs(paper, table)}
+
+
 def _read_regime(paper: str) -> dict[str, Any]:
-    """The room's regime.yaml, checked: known tables and columns, known keys, numbers; {} without the file."""
+    """The room's regime.yaml, checked: known tables and columns (settings), known keys, numbers; {} without it."""
     path = room_dir(paper) / REGIME_FILE
     if not path.is_file():
         return {}
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     where = f"fedbench/papers/{paper}/{REGIME_FILE}"
     for tid, table in (data.get("tables") or {}).items():
-        columns = reference_table(paper, str(tid))["columns"]
+        settings = _settings(paper, str(tid))
         for col, values in {"all": table.get("all") or {}, **(table.get("columns") or {})}.items():
-            if col != "all" and col not in columns:
+            if col != "all" and col not in settings:
                 raise ValueError(f"{where}: tables.{tid}.columns.{col}: not a column of its reference table")
             for key, value in values.items():
-                if key not in PAPER_KEYS or not isinstance(value, int | float):
+                if key not in PAPER_KEYS or isinstance(value, bool) or not isinstance(value, int | float):
                     raise ValueError(
                         f"{where}: tables.{tid}.{col}.{key}: expected a number under one of {', '.join(PAPER_KEYS)}"
                     )
@@ -251,12 +256,14 @@ def paper_values(paper: str, table: str, column: str) -> dict[str, float]:
 
 
 def paper_best(paper: str, table: str, column: str) -> float | None:
-    """The best printed accuracy in the column of the paper's accuracy table; None for another metric."""
+    """The best printed accuracy of the column (the table's accuracy column of that setting); None without one."""
     t = reference_table(paper, table)
-    if t.get("metric") not in ACCURACY_METRICS or column not in t["columns"]:
+    found = [
+        i for i, c in enumerate(column_specs(paper, table)) if c.setting == column and c.metric in ACCURACY_METRICS
+    ]
+    if not found:
         return None
-    i = t["columns"].index(column)
-    values = [printed_value(row[i]) for row in t["rows"].values()]
+    values = [printed_value(row[found[0]]) for row in t["rows"].values()]
     finite = [v for v in values if math.isfinite(v)]
     return max(finite) if finite else None
 
@@ -353,7 +360,7 @@ HEADERS = [
 NOTE = (
     "Accuracies in %, penalty and headroom in points. K: local steps per round (mean over clients); FedAvg IID / "
     "non-IID: FedAvg's top accuracy (mean over seeds) on the scenario's IID twin and on the scenario as written "
-    "(`--regime-iid` / `--regime-noniid` runs); penalty = IID − non-IID; best top acc.: the best method among the "
+    "(`--regime-iid` / `--regime-noniid` runs; paper: as its table prints them, top or final); penalty = IID − non-IID; best top acc.: the best method among the "
     "scenario's runs in the store (paper: the best printed value of the column); headroom = 100 − best; "
     "forgetting: Fine-FL's (continual scenarios). —: not measured (no run) or not stated by the paper."
 )
@@ -390,4 +397,3 @@ def cells(r: Regime) -> list[str]:
 def markdown(rows: list[Regime]) -> str:
     """The indicators as a Markdown table, the definitions under it."""
     return markdown_grid(HEADERS, [cells(r) for r in rows], ["left"] * 3 + ["right"] * 10) + f"\n{NOTE}\n"
-
