@@ -895,7 +895,7 @@ def regime(
             for twin in twins:
                 run_scenario(twin, out, options, console=console, quiet=True)
     with _store_errors(out):
-        rows = report.regime_rows(columns, report.open_store(out), options.data_dir)
+        rows = _or_exit(report.regime_rows, columns, report.open_store(out), options.data_dir)
     console.print(report.markdown(rows), markup=False, highlight=False, soft_wrap=True)
 
 

@@ -14,7 +14,8 @@ Per scenario (one table column at one scale):
 - best: the best method's top accuracy (mean over seeds, %) among the scenario's own runs in the store (its
   table's runs), and headroom = 100 − best, in points (methods separate only with room below the ceiling);
 - forgetting: for a continual scenario, Fine-FL's Forgetting (%, :mod:`fedbench.continual.metrics`, mean over
-  the seeds that recorded every task) from the scenario's own runs.
+  the seeds that recorded every task) from the scenario's own runs, else from its non-IID twin (a continual
+  scenario's twins are its Fine-FL entry).
 
 A value whose runs (or data) are missing is None and prints as "—": nothing is estimated.
 
@@ -206,7 +207,10 @@ def measure(sc: Scenario, twin: dict[str, Scenario], store, data_dir: Path) -> R
     """Our indicators for one scenario: from its spec, its data (K) and the store (None: no store)."""
     iid, noniid = (_only(_top_accuracies(store, twin[k].name)) for k in ("iid", "noniid"))
     best = max(_top_accuracies(store, sc.name).values(), default=None)
-    forgetting = _forgetting(store, sc.name) if sc.runs[0].continual is not None else None
+    forgetting = None
+    if sc.runs[0].continual is not None:  # the table's Fine-FL, else the non-IID twin's (Fine-FL as written)
+        forgetting = _forgetting(store, sc.name)
+        forgetting = _forgetting(store, twin["noniid"].name) if forgetting is None else forgetting
     return Regime(
         "ours",
         sc.name,

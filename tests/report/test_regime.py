@@ -141,6 +141,17 @@ def test_missing_runs_give_dashes(trained, tmp_path: Path) -> None:
     assert cells["FedAvg IID"] == cells["penalty"] == "—"
 
 
+def _forgetting(store: ResultsStore, scenario: str) -> float:
+    """Forgetting (%) of the scenario's one run, from the accuracy matrix its logs hold (row i after task i)."""
+    rows = {}
+    for extra in store.metrics(store.runs(scenario)["run_id"])["extra"].dropna():
+        logs = json.loads(extra)
+        if "task_acc" in logs:
+            rows[logs["task"]] = logs["task_acc"]
+    a = np.array([rows[i] for i in sorted(rows)])
+    return 100 * (a[0, 0] - a[1, 0])  # (1/(S−1)) Σ_{i<S} (a_ii − a_Si), S = 2
+
+
 def test_forgetting_of_fine_fl(tmp_path: Path) -> None:
     raw = tiny_scenario(
         {"clients.num": 3, "clients.per_round": 3},
@@ -149,19 +160,14 @@ def test_forgetting_of_fine_fl(tmp_path: Path) -> None:
         continual={"tasks": 2, "classes_per_task": 3, "rounds_per_task": 2},
         algorithms=[{"name": "fine_fl", "label": "Fine-FL"}],
     )
-    sc = parse_scenario(raw)
-    assert regime.measure(sc, regime.twins(raw, "cl.yaml", None), None, DATA).forgetting is None
-    run_scenario(sc, tmp_path, quiet=True)
-    store = ResultsStore(tmp_path, read_only=True)
-    rows = {}  # the accuracy matrix from the store's logs: row i after task i
-    for extra in store.metrics(store.runs("cl")["run_id"])["extra"].dropna():
-        logs = json.loads(extra)
-        if "task_acc" in logs:
-            rows[logs["task"]] = logs["task_acc"]
-    a = np.array([rows[i] for i in sorted(rows)])
-    expected = 100 * (a[0, 0] - a[1, 0])  # (1/(S−1)) Σ_{i<S} (a_ii − a_Si), S = 2
-    r = regime.measure(sc, regime.twins(raw, "cl.yaml", None), store, DATA)
-    assert r.forgetting == pytest.approx(expected)
+    sc, twin = parse_scenario(raw), regime.twins(raw, "cl.yaml", None)
+    assert regime.measure(sc, twin, None, DATA).forgetting is None
+    run_scenario(sc, tmp_path / "table", quiet=True)
+    store = ResultsStore(tmp_path / "table", read_only=True)
+    assert regime.measure(sc, twin, store, DATA).forgetting == pytest.approx(_forgetting(store, "cl"))
+    run_scenario(twin["noniid"], tmp_path / "twin", quiet=True)  # without the table's runs: the twin's Fine-FL
+    store = ResultsStore(tmp_path / "twin", read_only=True)
+    assert regime.measure(sc, twin, store, DATA).forgetting == pytest.approx(_forgetting(store, "cl--regime-noniid"))
 
 
 def test_paper_side_and_the_table(trained) -> None:
