@@ -37,9 +37,9 @@ from typing import Any
 
 import yaml
 
-from fedbench.report.reference import ACCURACY_METRICS, column_specs, printed_value, reference_table
+from fedbench.report.reference import ACCURACY_METRICS, column_specs, load_reference, printed_value, reference_table
 from fedbench.report.tables import DASH, markdown_grid, summarize
-from fedbench.rooms import room_dir
+from fedbench.rooms import paper_names, room_dir
 from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, parse_scenario
 from fedbench.scenario.files import apply_scale, read_yaml
 from fedbench.store import DB_NAME, ResultsStore
@@ -279,13 +279,9 @@ def paper_regime(sc: Scenario, written: Scenario | None) -> Regime | None:
     if ref is None or ref.table is None or ref.column is None:
         return None
     paper, table, column = ref.name, str(ref.table), str(ref.column)
-    try:
-        stated = paper_values(paper, table, column)
-        best = paper_best(paper, table, column)
-    except ValueError as exc:
-        if "no reference numbers" in str(exc) or "has no table" in str(exc):
-            return None
-        raise
+    if paper not in paper_names() or table not in load_reference(paper)["tables"]:
+        return None  # a paper or table without reference numbers
+    stated, best = paper_values(paper, table, column), paper_best(paper, table, column)
     if not stated and best is None:
         return None
 

@@ -176,6 +176,8 @@ def test_paper_side_and_the_table(trained) -> None:
     assert paper is not None
     assert (paper.n, paper.s, paper.k, paper.fedavg_noniid, paper.fedavg_iid) == (100, 10, 5.0, 46.19, None)
     assert paper.best == 77.97 and paper.headroom == pytest.approx(22.03)  # GradMA's row of the column
+    for ref in ({"name": "nope", "table": "1", "column": "x"}, {**PAPER, "table": "9"}):  # no reference numbers
+        assert regime.paper_regime(parse_scenario(tiny_scenario(paper=ref)), None) is None
     text = regime.markdown([paper])
     assert "| gradma Table 1, MNIST S=10 ω=0.01 | paper" in text and "22.03" in text
 
