@@ -10,9 +10,10 @@ Per scenario (one table column at one scale):
   [lo, hi], also averaged over E = lo … hi (each equally likely). It needs the dataset under ``data_dir``;
 - FedAvg IID / non-IID: FedAvg's top accuracy (mean over seeds, %) on the *twins* of the scenario (:func:`twins`):
   the scenario as written, and its IID twin, the same with ``partition: {kind: iid}``; the heterogeneity
-  penalty is IID − non-IID, in points;
-- best: the best method's top accuracy (mean over seeds, %) among the scenario's own runs in the store (its
-  table's runs), and headroom = 100 − best, in points (methods separate only with room below the ceiling);
+  penalty is IID − non-IID, in points. A continual scenario's twins are its Fine-FL entry (FedAvg on a task
+  stream), and its accuracies are Acc, the average accuracy over the tasks after the last one;
+- best: the best method's top accuracy (continual: Acc; mean over seeds, %) among the scenario's own runs in the
+  store (its table's runs), and headroom = 100 − best, in points (methods separate only with room below the ceiling);
 - forgetting: for a continual scenario, Fine-FL's Forgetting (%, :mod:`fedbench.continual.metrics`, mean over
   the seeds that recorded every task) from the scenario's own runs, else from its non-IID twin (a continual
   scenario's twins are its Fine-FL entry).
@@ -49,6 +50,7 @@ BASELINES = ("fedavg", "fine_fl")  # the twins' algorithm: the scenario's FedAvg
 FORGETTING_OF = "fine_fl"  # the algorithm whose forgetting a continual scenario reports
 PAPER_KEYS = ("N", "S", "K", "fedavg_noniid", "fedavg_iid", "forgetting")
 REGIME_FILE = "regime.yaml"
+BEST_METRICS = (*ACCURACY_METRICS, "cl_acc")  # the reference metrics a column's best is read from
 
 
 @dataclass(frozen=True)
@@ -162,17 +164,21 @@ def twins(raw: dict[str, Any], source: str, scale: str | None) -> dict[str, Scen
 # -- what the store holds --
 
 
-def _top_accuracies(store, scenario: str) -> dict[str, float]:
-    """Each algorithm label's mean top accuracy (%) over its usable seeds in the store's scenario."""
+def _accuracies(store, scenario: str, continual: bool) -> dict[str, float]:
+    """Each algorithm label's accuracy (%) in the store's scenario: its mean top accuracy over its usable seeds,
+    or in a continual scenario its mean Acc (average accuracy after the last task) over its complete seeds."""
     if store is None:
         return {}
     runs = store.runs(scenario)
     if runs.empty:
         return {}
-    summary = summarize(runs, store.metrics(runs["run_id"]))
-    return {
-        str(a): 100.0 * float(v) for a, v in zip(summary["algorithm"], summary["top_acc_mean"]) if not math.isnan(v)
-    }
+    if continual:
+        from fedbench.report.forgetting import continual_summary
+
+        summary, column = continual_summary(store, scenario), "acc_mean"
+    else:
+        summary, column = summarize(runs, store.metrics(runs["run_id"])), "top_acc_mean"
+    return {str(a): 100.0 * float(v) for a, v in zip(summary["algorithm"], summary[column]) if not math.isnan(v)}
 
 
 def _forgetting(store, scenario: str) -> float | None:
@@ -205,10 +211,11 @@ def _data(sc: Scenario) -> str:
 
 def measure(sc: Scenario, twin: dict[str, Scenario], store, data_dir: Path) -> Regime:
     """Our indicators for one scenario: from its spec, its data (K) and the store (None: no store)."""
-    iid, noniid = (_only(_top_accuracies(store, twin[k].name)) for k in ("iid", "noniid"))
-    best = max(_top_accuracies(store, sc.name).values(), default=None)
+    continual = sc.runs[0].continual is not None
+    iid, noniid = (_only(_accuracies(store, twin[k].name, continual)) for k in ("iid", "noniid"))
+    best = max(_accuracies(store, sc.name, continual).values(), default=None)
     forgetting = None
-    if sc.runs[0].continual is not None:  # the table's Fine-FL, else the non-IID twin's (Fine-FL as written)
+    if continual:  # the table's Fine-FL, else the non-IID twin's (Fine-FL as written)
         forgetting = _forgetting(store, sc.name)
         forgetting = _forgetting(store, twin["noniid"].name) if forgetting is None else forgetting
     return Regime(
@@ -262,9 +269,7 @@ def paper_values(paper: str, table: str, column: str) -> dict[str, float]:
 def paper_best(paper: str, table: str, column: str) -> float | None:
     """The best printed accuracy of the column (the table's accuracy column of that setting); None without one."""
     t = reference_table(paper, table)
-    found = [
-        i for i, c in enumerate(column_specs(paper, table)) if c.setting == column and c.metric in ACCURACY_METRICS
-    ]
+    found = [i for i, c in enumerate(column_specs(paper, table)) if c.setting == column and c.metric in BEST_METRICS]
     if not found:
         return None
     values = [printed_value(row[found[0]]) for row in t["rows"].values()]
@@ -360,9 +365,10 @@ HEADERS = [
 NOTE = (
     "Accuracies in %, penalty and headroom in points. K: local steps per round (mean over clients); FedAvg IID / "
     "non-IID: FedAvg's top accuracy (mean over seeds) on the scenario's IID twin and on the scenario as written "
-    "(`--regime-iid` / `--regime-noniid` runs; paper: as its table prints them, top or final); penalty = IID − non-IID; best top acc.: the best method among the "
-    "scenario's runs in the store (paper: the best printed value of the column); headroom = 100 − best; "
-    "forgetting: Fine-FL's (continual scenarios). —: not measured (no run) or not stated by the paper."
+    "(`--regime-iid` / `--regime-noniid` runs; continual scenarios: Fine-FL's Acc; paper: as its table prints "
+    "them); penalty = IID − non-IID; best top acc.: the best method among the scenario's runs in the store "
+    "(continual: best Acc; paper: the best printed value of the column); headroom = 100 − best; forgetting: "
+    "Fine-FL's (continual scenarios). —: not measured (no run) or not stated by the paper."
 )
 
 

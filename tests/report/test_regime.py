@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from fedbench.cli import app
 from fedbench.report import regime
-from fedbench.report.reference import ACCURACY_METRICS, column_specs, reference_table
+from fedbench.report.reference import column_specs, printed_value, reference_table
 from fedbench.rooms import paper_names, room_dir
 from fedbench.runs import run_scenario
 from fedbench.scenario import LocalSpec, parse_scenario
@@ -141,15 +141,14 @@ def test_missing_runs_give_dashes(trained, tmp_path: Path) -> None:
     assert cells["FedAvg IID"] == cells["penalty"] == "—"
 
 
-def _forgetting(store: ResultsStore, scenario: str) -> float:
-    """Forgetting (%) of the scenario's one run, from the accuracy matrix its logs hold (row i after task i)."""
+def _matrix(store: ResultsStore, scenario: str) -> np.ndarray:
+    """The accuracy matrix of the scenario's one run, from its logs (row i: after task i)."""
     rows = {}
     for extra in store.metrics(store.runs(scenario)["run_id"])["extra"].dropna():
         logs = json.loads(extra)
         if "task_acc" in logs:
             rows[logs["task"]] = logs["task_acc"]
-    a = np.array([rows[i] for i in sorted(rows)])
-    return 100 * (a[0, 0] - a[1, 0])  # (1/(S−1)) Σ_{i<S} (a_ii − a_Si), S = 2
+    return np.array([rows[i] for i in sorted(rows)])
 
 
 def test_forgetting_of_fine_fl(tmp_path: Path) -> None:
@@ -164,10 +163,15 @@ def test_forgetting_of_fine_fl(tmp_path: Path) -> None:
     assert regime.measure(sc, twin, None, DATA).forgetting is None
     run_scenario(sc, tmp_path / "table", quiet=True)
     store = ResultsStore(tmp_path / "table", read_only=True)
-    assert regime.measure(sc, twin, store, DATA).forgetting == pytest.approx(_forgetting(store, "cl"))
+    a, r = _matrix(store, "cl"), regime.measure(sc, twin, store, DATA)
+    # Forgetting (1/(S−1)) Σ_{i<S} (a_ii − a_Si) with S = 2; best: the table's Acc, the last row's mean
+    assert r.forgetting == pytest.approx(100 * (a[0, 0] - a[1, 0])) and r.best == pytest.approx(100 * a[1].mean())
+    assert r.fedavg_noniid is None
     run_scenario(twin["noniid"], tmp_path / "twin", quiet=True)  # without the table's runs: the twin's Fine-FL
     store = ResultsStore(tmp_path / "twin", read_only=True)
-    assert regime.measure(sc, twin, store, DATA).forgetting == pytest.approx(_forgetting(store, "cl--regime-noniid"))
+    a, r = _matrix(store, "cl--regime-noniid"), regime.measure(sc, twin, store, DATA)
+    assert r.forgetting == pytest.approx(100 * (a[0, 0] - a[1, 0]))
+    assert r.fedavg_noniid == pytest.approx(100 * a[1].mean()) and r.best is None  # continual: Acc, not top
 
 
 def test_paper_side_and_the_table(trained) -> None:
@@ -184,14 +188,26 @@ def test_paper_side_and_the_table(trained) -> None:
 
 @pytest.mark.parametrize("paper", [p for p in paper_names() if (room_dir(p) / regime.REGIME_FILE).is_file()])
 def test_regime_files_agree_with_the_reference(paper: str) -> None:
-    """Every room's regime.yaml reads (known columns and keys), and its FedAvg numbers are the reference's."""
+    """Every room's regime.yaml reads (known columns and keys), and its FedAvg numbers (a continual table's
+    Fine-FL Acc and Forget) are the reference's cells of the setting."""
     data = regime._read_regime(paper)
     for table, entry in data["tables"].items():
-        ref, specs = reference_table(paper, table), column_specs(paper, table)
+        ref = reference_table(paper, table)
+        label = "FedAvg" if "FedAvg" in ref["rows"] else "Fine-FL"
         for col, values in (entry.get("columns") or {}).items():
-            acc = next(i for i, c in enumerate(specs) if c.setting == col and c.metric in ACCURACY_METRICS)
-            if "fedavg_noniid" in values and "FedAvg" in ref["rows"]:
-                assert values["fedavg_noniid"] == ref["rows"]["FedAvg"][acc], col
+            if "fedavg_noniid" in values:
+                assert values["fedavg_noniid"] == _cell(paper, table, label, col, regime.BEST_METRICS), col
+            if "forgetting" in values:
+                assert values["forgetting"] == _cell(paper, table, label, col, ("cl_forget",)), col
+            if "fedavg_iid" in values and label == "Fine-FL":  # the same dataset's IID setting
+                iid = col.replace("non-IID", "IID")
+                assert values["fedavg_iid"] == _cell(paper, table, label, iid, ("cl_acc",)), col
+
+
+def _cell(paper: str, table: str, label: str, setting: str, metrics: tuple[str, ...]) -> float:
+    """The reference's printed number for ``label`` in the column of ``setting`` whose metric is one of ``metrics``."""
+    i = next(i for i, c in enumerate(column_specs(paper, table)) if c.setting == setting and c.metric in metrics)
+    return printed_value(reference_table(paper, table)["rows"][label][i])
 
 
 def test_a_bad_regime_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
