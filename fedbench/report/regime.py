@@ -20,11 +20,8 @@ Per scenario (one table column at one scale):
 
 A value whose runs (or data) are missing is None and prints as "—": nothing is estimated.
 
-The paper's side is data: ``fedbench/papers/<paper>/regime.yaml`` (found through :mod:`fedbench.rooms`) gives,
-per column of a reference table, the values the paper states (``N``, ``S``, ``K``, ``fedavg_noniid``,
-``fedavg_iid``, ``forgetting``), each cited in a comment; ``all`` holds what every column of the table
-shares. The paper's best and headroom come from the column of its reference table (``reference.yaml``), when
-the table is an accuracy table.
+The paper's side is data, ``fedbench/papers/<paper>/regime.yaml`` (:mod:`fedbench.report.regime_reference`);
+:func:`paper_regime` lays it out as a row beside ours.
 """
 
 from __future__ import annotations
@@ -36,11 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedbench.report.reference import ACCURACY_METRICS, column_specs, load_reference, printed_value, reference_table
+from fedbench.report.reference import load_reference
+from fedbench.report.regime_reference import paper_best, paper_values
 from fedbench.report.tables import DASH, markdown_grid, summarize
-from fedbench.rooms import paper_names, room_dir
+from fedbench.rooms import paper_names
 from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, parse_scenario
 from fedbench.scenario.files import apply_scale, read_yaml
 from fedbench.store import DB_NAME, ResultsStore
@@ -48,9 +44,6 @@ from fedbench.store import DB_NAME, ResultsStore
 TWINS = ("noniid", "iid")  # the twins' kinds, in the order they run
 BASELINES = ("fedavg", "fine_fl")  # the twins' algorithm: the scenario's FedAvg entry, or a continual one's Fine-FL
 FORGETTING_OF = "fine_fl"  # the algorithm whose forgetting a continual scenario reports
-PAPER_KEYS = ("N", "S", "K", "fedavg_noniid", "fedavg_iid", "forgetting")
-REGIME_FILE = "regime.yaml"
-BEST_METRICS = (*ACCURACY_METRICS, "cl_acc")  # the reference metrics a column's best is read from
 
 
 @dataclass(frozen=True)
@@ -233,48 +226,6 @@ def measure(sc: Scenario, twin: dict[str, Scenario], store, data_dir: Path) -> R
 
 
 # -- the paper's side --
-
-
-def _settings(paper: str, table: str) -> set[str]:
-    """The column names a scenario's ``paper.column`` may give for the table: its columns' settings."""
-    return {c.setting for c in column_specs(paper, table)}
-
-
-def _read_regime(paper: str) -> dict[str, Any]:
-    """The room's regime.yaml, checked: known tables and columns (settings), known keys, numbers; {} without it."""
-    path = room_dir(paper) / REGIME_FILE
-    if not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    where = f"fedbench/papers/{paper}/{REGIME_FILE}"
-    for tid, table in (data.get("tables") or {}).items():
-        settings = _settings(paper, str(tid))
-        for col, values in {"all": table.get("all") or {}, **(table.get("columns") or {})}.items():
-            if col != "all" and col not in settings:
-                raise ValueError(f"{where}: tables.{tid}.columns.{col}: not a column of its reference table")
-            for key, value in values.items():
-                if key not in PAPER_KEYS or isinstance(value, bool) or not isinstance(value, int | float):
-                    raise ValueError(
-                        f"{where}: tables.{tid}.{col}.{key}: expected a number under one of {', '.join(PAPER_KEYS)}"
-                    )
-    return data
-
-
-def paper_values(paper: str, table: str, column: str) -> dict[str, float]:
-    """What the paper states about the column's regime (``PAPER_KEYS``); {} when nothing."""
-    entry = (_read_regime(paper).get("tables") or {}).get(table) or {}
-    return {**(entry.get("all") or {}), **((entry.get("columns") or {}).get(column) or {})}
-
-
-def paper_best(paper: str, table: str, column: str) -> float | None:
-    """The best printed accuracy of the column (the table's accuracy column of that setting); None without one."""
-    t = reference_table(paper, table)
-    found = [i for i, c in enumerate(column_specs(paper, table)) if c.setting == column and c.metric in BEST_METRICS]
-    if not found:
-        return None
-    values = [printed_value(row[found[0]]) for row in t["rows"].values()]
-    finite = [v for v in values if math.isfinite(v)]
-    return max(finite) if finite else None
 
 
 def paper_regime(sc: Scenario, written: Scenario | None) -> Regime | None:

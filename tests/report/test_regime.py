@@ -1,6 +1,6 @@
-"""``fedbench regime`` and fedbench/report/regime.py: K from iterations and epochs, S/N, the twins, the
-penalty, best and headroom from a store of tiny runs (against the store's own rows), "—" where runs are
-missing, the paper's side (regime.yaml) and the command's exit codes."""
+"""``fedbench regime`` (fedbench/report/regime.py, regime_reference.py): K from iterations and epochs, S/N,
+the twins, the penalty, best and headroom from a store of tiny runs (against the store's own rows), "—"
+where runs are missing, the paper's side (regime.yaml) and the command's exit codes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fedbench.cli import app
-from fedbench.report import regime
+from fedbench.report import regime, regime_reference
 from fedbench.report.reference import column_specs, printed_value, reference_table
 from fedbench.rooms import paper_names, room_dir
 from fedbench.runs import run_scenario
@@ -186,17 +186,17 @@ def test_paper_side_and_the_table(trained) -> None:
     assert "| gradma Table 1, MNIST S=10 ω=0.01 | paper" in text and "22.03" in text
 
 
-@pytest.mark.parametrize("paper", [p for p in paper_names() if (room_dir(p) / regime.REGIME_FILE).is_file()])
+@pytest.mark.parametrize("paper", [p for p in paper_names() if (room_dir(p) / regime_reference.REGIME_FILE).is_file()])
 def test_regime_files_agree_with_the_reference(paper: str) -> None:
     """Every room's regime.yaml reads (known columns and keys), and its FedAvg numbers (a continual table's
     Fine-FL Acc and Forget) are the reference's cells of the setting."""
-    data = regime._read_regime(paper)
+    data = regime_reference.read_regime(paper)
     for table, entry in data["tables"].items():
         ref = reference_table(paper, table)
         label = "FedAvg" if "FedAvg" in ref["rows"] else "Fine-FL"
         for col, values in (entry.get("columns") or {}).items():
             if "fedavg_noniid" in values:
-                assert values["fedavg_noniid"] == _cell(paper, table, label, col, regime.BEST_METRICS), col
+                assert values["fedavg_noniid"] == _cell(paper, table, label, col, regime_reference.BEST_METRICS), col
             if "forgetting" in values:
                 assert values["forgetting"] == _cell(paper, table, label, col, ("cl_forget",)), col
             if "fedavg_iid" in values and label == "Fine-FL":  # the same dataset's IID setting
@@ -217,10 +217,10 @@ def test_a_bad_regime_file_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
     (room / "regime.yaml").write_text(yaml.safe_dump({"tables": {"1": {"columns": {"MNIST": {"S": 10}}}}}))
     monkeypatch.setenv("FEDBENCH_ROOMS", str(tmp_path))
     with pytest.raises(ValueError, match="not a column of its reference table"):
-        regime._read_regime("gradma_copy")
+        regime_reference.read_regime("gradma_copy")
     (room / "regime.yaml").write_text(yaml.safe_dump({"tables": {"1": {"all": {"rounds": 10}}}}))
     with pytest.raises(ValueError, match="expected a number under one of N, S, K"):
-        regime._read_regime("gradma_copy")
+        regime_reference.read_regime("gradma_copy")
 
 
 def test_the_command(tmp_path: Path) -> None:
