@@ -895,6 +895,38 @@ def reproduce(
     raise typer.Exit(code)
 
 
+@app.command()
+@run_options()
+def regime(
+    scenarios: list[Path] = typer.Argument(..., metavar="SCENARIO", help="scenario files, one table column each"),
+    scale: str | None = SCALE,
+    out: Path = OUT,
+    run_twins: bool = typer.Option(
+        False,
+        "--run-twins",
+        help="first train FedAvg on each scenario as written and on its IID twin (own scenario names; "
+        "finished runs are skipped)",
+    ),
+    *,
+    options: RunOptions,
+) -> None:
+    """Regime indicators per table column, the paper's beside ours: N, S, S/N, local steps K, FedAvg's IID and
+    non-IID accuracy and their gap, the best accuracy and its headroom, Fine-FL's forgetting (issue 27)."""
+    from fedbench.report import regime as report
+    from fedbench.runs import run_scenario
+
+    columns = [_or_exit(report.load_column, path, scale) for path in scenarios]
+    if run_twins:
+        twins = [t for c in columns for t in c.twins.values()]
+        _before_runs([spec for t in twins for spec in t.runs], options, out)
+        with _store_errors(out), _interrupts():
+            for twin in twins:
+                run_scenario(twin, out, options, console=console, quiet=True)
+    with _store_errors(out):
+        rows = _or_exit(report.regime_rows, columns, report.open_store(out), options.data_dir)
+    console.print(report.markdown(rows), markup=False, highlight=False, soft_wrap=True)
+
+
 def _print_summary(store, scenario: str | None) -> None:
     from fedbench.report.tables import format_table, rich_table, summarize
 
