@@ -22,7 +22,7 @@ import hashlib
 import json
 import tarfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,38 +80,41 @@ class LeafParams(BaseModel):
     users: int | None = Field(None, ge=1, description="keep the first n clients (default: all); clients.num = n")
 
 
-Users = dict[str, tuple[list[Any], list[Any]]]  # user → (x, y), in file order
+Arrays = tuple[np.ndarray, np.ndarray]  # a client's inputs (float32) and labels (int64)
+Users = dict[str, Arrays]  # client → its samples, in file order
+Decode = Callable[..., Arrays]  # a client's raw fields (LEAF's x and y, or TFF's datasets) → its arrays
 
 
-def _json_users(folder: Path) -> Users:
-    """Every user of LEAF's JSON files in ``folder`` (sorted file names, then each file's ``users`` order)."""
-    out: Users = {}
+def _json_users(folder: Path, decode: Decode) -> Users:
+    """Every user of LEAF's JSON files in ``folder`` (sorted file names, then each file's ``users`` order), each
+    user's samples decoded to arrays as its file is read (one file's Python objects at a time)."""
+    parts: dict[str, list[Arrays]] = {}
     for path in sorted(folder.glob("*.json")):
         blob = json.loads(path.read_text())
         for user in blob["users"]:
             data = blob["user_data"][user]
-            xs, ys = out.setdefault(str(user), ([], []))
-            xs.extend(data["x"])
-            ys.extend(data["y"])
-    return out
+            parts.setdefault(str(user), []).append(decode(data["x"], data["y"]))
+        del blob
+    return {u: _joined(p) for u, p in parts.items()}
 
 
-def _h5_users(path: Path, fields: tuple[str, ...]) -> Users:
-    """Every client of a TFF HDF5 file, sorted: ``fields`` read from ``examples/<client>/``."""
+def _joined(parts: list[Arrays]) -> Arrays:
+    return (
+        (np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])) if len(parts) > 1 else parts[0]
+    )
+
+
+def _h5_users(path: Path, fields: tuple[str, ...], decode: Decode) -> Users:
+    """Every client of a TFF HDF5 file, sorted: ``fields`` read from ``examples/<client>/`` and decoded."""
     try:
         import h5py
     except ImportError as err:
         raise DatasetNotFoundError(
             f"{path.name}: reading TFF's HDF5 files needs h5py: pip install fedbench[leaf]"
         ) from err
-    out: Users = {}
     with h5py.File(path, "r") as f:
         examples = f["examples"]
-        for client in sorted(examples.keys()):
-            group = examples[client]
-            values = [group[field][()] for field in fields]
-            out[str(client)] = (list(values[0]), list(values[1]) if len(values) > 1 else [])
-    return out
+        return {str(c): decode(*(examples[c][field][()] for field in fields)) for c in sorted(examples.keys())}
 
 
 def _fetch(name: str, folder: Path) -> None:
@@ -135,16 +138,18 @@ def _fetch(name: str, folder: Path) -> None:
                 (folder / name_in_folder).write_bytes(source.read())
 
 
-def _splits_of(name: str, root: Path, download: bool, fields: tuple[str, ...]) -> tuple[Users, Users]:
+def _splits_of(
+    name: str, root: Path, download: bool, json_decode: Decode, fields: tuple[str, ...], h5_decode: Decode
+) -> tuple[Users, Users]:
     """The (train, test) users of ``name`` from LEAF's JSON, else TFF's HDF5 (fetched with ``download``)."""
     folder = Path(root) / name
     if all((folder / part).is_dir() and any((folder / part).glob("*.json")) for part in JSON_PARTS):
-        return _json_users(folder / JSON_PARTS[0]), _json_users(folder / JSON_PARTS[1])
+        return tuple(_json_users(folder / part, json_decode) for part in JSON_PARTS)  # type: ignore[return-value]
     tff = TFF[name]
     if download and not all((folder / f).exists() for f in (tff.train, tff.test)):
         _fetch(name, folder)
     if all((folder / f).exists() for f in (tff.train, tff.test)):
-        return _h5_users(folder / tff.train, fields), _h5_users(folder / tff.test, fields)
+        return _h5_users(folder / tff.train, fields, h5_decode), _h5_users(folder / tff.test, fields, h5_decode)
     raise DatasetNotFoundError(
         f"dataset {name!r}: neither LEAF's JSON ({folder}/data/train/*.json, data/test/*.json) nor TFF's HDF5 "
         f"({folder}/{tff.train}, {tff.test}); pass --download to fetch TFF's, or point --data-dir at the folder "
@@ -152,7 +157,7 @@ def _splits_of(name: str, root: Path, download: bool, fields: tuple[str, ...]) -
     )
 
 
-def _kept(name: str, train: Users, test: Users, users: int | None) -> tuple[list[str], Iterator[tuple[str, Any]]]:
+def _kept(name: str, train: Users, test: Users, users: int | None) -> tuple[list[str], list[str]]:
     """The clients kept (the first ``users``) and the test users whose samples form the test set."""
     kept = list(train)[:users] if users is not None else list(train)
     if users is not None and users > len(train):
@@ -161,19 +166,23 @@ def _kept(name: str, train: Users, test: Users, users: int | None) -> tuple[list
     test_users = shared if shared else list(test)  # LEAF's user split: the test users are others
     if not test_users or not kept:
         raise DatasetNotFoundError(f"dataset {name!r}: no training or test users found")
-    return kept, ((u, test[u]) for u in test_users)
+    return kept, test_users
 
 
-def _client_ids(train: Users, kept: list[str]) -> np.ndarray:
-    return np.concatenate([np.full(len(train[u][1]), i, dtype=np.int64) for i, u in enumerate(kept)])
+def _gathered(users: Users, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The samples of ``names`` in order: inputs, labels, and each sample's position in ``names``."""
+    x = np.concatenate([users[u][0] for u in names])
+    y = np.concatenate([users[u][1] for u in names])
+    ids = np.concatenate([np.full(len(users[u][1]), i, dtype=np.int64) for i, u in enumerate(names)])
+    return x, y, ids
 
 
 # --- FEMNIST ----------------------------------------------------------------------------------
 
 
-def _images(rows: list[Any]) -> np.ndarray:
-    """``[n, 1, 28, 28]`` float32 in [0, 1] from LEAF's flat 784-vectors or TFF's 28×28 arrays."""
-    return np.asarray(rows, dtype=np.float32).reshape(-1, 1, 28, 28)
+def _femnist_arrays(pixels: Any, labels: Any) -> Arrays:
+    """``[n, 1, 28, 28]`` float32 in [0, 1] and int64 labels, from LEAF's flat 784-vectors or TFF's 28×28 arrays."""
+    return np.asarray(pixels, dtype=np.float32).reshape(-1, 1, 28, 28), np.asarray(labels, dtype=np.int64)
 
 
 @DATASETS.register(
@@ -184,48 +193,66 @@ def _images(rows: list[Any]) -> np.ndarray:
 def femnist(root: Path, download: bool, *, users: int | None) -> DatasetSplits:
     """FEMNIST from ``root/femnist``; pixels (LEAF's and TFF's: 1.0 is the background) standardized with the
     training split's mean and std; ``client_ids`` = the writer of each training sample."""
-    train, test = _splits_of("femnist", root, download, ("pixels", "label"))
+    train, test = _splits_of("femnist", root, download, _femnist_arrays, ("pixels", "label"), _femnist_arrays)
     kept, test_users = _kept("femnist", train, test, users)
-    x = _images([row for u in kept for row in train[u][0]])
-    y = np.asarray([label for u in kept for label in train[u][1]], dtype=np.int64)
-    pairs = list(test_users)
-    tx = _images([row for _, (xs, _) in pairs for row in xs])
-    ty = np.asarray([label for _, (_, ys) in pairs for label in ys], dtype=np.int64)
+    x, y, ids = _gathered(train, kept)
+    tx, ty, _ = _gathered(test, test_users)
     mean, std = float(x.mean(dtype=np.float64)), float(x.std(dtype=np.float64))
     scale = std if std > 0 else 1.0
 
     def split(images: np.ndarray, labels: np.ndarray) -> ArraySplit:
         return ArraySplit(torch.from_numpy((images - mean) / scale).float(), torch.from_numpy(labels))
 
-    return DatasetSplits("femnist", split(x, y), split(tx, ty), 62, (1, 28, 28), client_ids=_client_ids(train, kept))
+    return DatasetSplits("femnist", split(x, y), split(tx, ty), 62, (1, 28, 28), client_ids=ids)
 
 
 # --- Shakespeare ------------------------------------------------------------------------------
 
+OOV = len(LETTERS)  # the index of a character outside LETTERS
+_TABLE = np.full(128, OOV, dtype=np.int64)  # ASCII code point → index in LETTERS (every letter is ASCII)
+_TABLE[[ord(c) for c in LETTERS]] = np.arange(len(LETTERS))
+
+
+def _indices(codes: np.ndarray) -> np.ndarray:
+    """Unicode code points → indices in :data:`LETTERS`, :data:`OOV` for any other character."""
+    return np.where(codes < 128, _TABLE[np.minimum(codes, 127)], OOV)
+
 
 def encode(text: str) -> list[int]:
     """LEAF's ``word_to_indices``, with index 80 for a character outside :data:`LETTERS` (LEAF's ``find`` gives −1)."""
-    return [LETTERS.find(c) if c in LETTERS else len(LETTERS) for c in text]
+    return _indices(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)).tolist()
 
 
-def _windows(snippets: list[Any]) -> tuple[list[str], list[str]]:
+def _kept_targets(x: np.ndarray, y: np.ndarray) -> Arrays:
+    """Indices ``[n, L]`` as float32 (exact) and targets ``[n]``, without the samples whose target is out of
+    the vocabulary."""
+    keep = y != OOV
+    return x[keep].astype(np.float32), y[keep]
+
+
+def _leaf_examples(xs: list[str], ys: list[str]) -> Arrays:
+    """One role's LEAF examples (80-character strings and the next character), vectorized: the strings as a
+    fixed-width unicode array viewed as code points."""
+    if not xs:
+        return np.zeros((0, SEQ_LEN), np.float32), np.zeros(0, np.int64)
+    lengths = {len(x) for x in xs}
+    if len(lengths) > 1:
+        raise ValueError(f"dataset 'shakespeare': input sequences of lengths {sorted(lengths)}; expected one length")
+    width = lengths.pop()
+    codes = np.asarray(xs, dtype=f"<U{width}").view(np.uint32).reshape(len(xs), width)
+    targets = np.array([ord(c) if len(c) == 1 else 0x110000 for c in ys], dtype=np.int64)
+    return _kept_targets(_indices(codes), _indices(targets))
+
+
+def _role_windows(snippets: Any) -> Arrays:
     """LEAF's examples of one role from TFF's snippets: the role's text (snippets joined by a newline) cut into
     every window of 80 characters, each followed by its next character (LEAF's ``txt_to_data``)."""
     text = "\n".join(s.decode() if isinstance(s, bytes) else str(s) for s in snippets)
-    starts = range(len(text) - SEQ_LEN)
-    return [text[i : i + SEQ_LEN] for i in starts], [text[i + SEQ_LEN] for i in starts]
-
-
-def _sequences(xs: list[str], ys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``[n, L]`` character indices as float32 and ``[n]`` int64 targets; samples whose target is out of the
-    vocabulary are dropped."""
-    keep = [i for i, c in enumerate(ys) if len(c) == 1 and c in LETTERS]
-    lengths = {len(xs[i]) for i in keep}
-    if len(lengths) > 1:
-        raise ValueError(f"dataset 'shakespeare': input sequences of lengths {sorted(lengths)}; expected one length")
-    width = lengths.pop() if lengths else SEQ_LEN
-    x = np.asarray([encode(xs[i]) for i in keep], dtype=np.float32).reshape(len(keep), width)
-    return x, np.asarray([LETTERS.index(ys[i]) for i in keep], dtype=np.int64)
+    codes = _indices(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32))
+    if len(codes) <= SEQ_LEN:
+        return np.zeros((0, SEQ_LEN), np.float32), np.zeros(0, np.int64)
+    windows = np.lib.stride_tricks.sliding_window_view(codes, SEQ_LEN + 1)
+    return _kept_targets(windows[:, :SEQ_LEN], windows[:, SEQ_LEN])
 
 
 @DATASETS.register(
@@ -236,16 +263,10 @@ def _sequences(xs: list[str], ys: list[str]) -> tuple[np.ndarray, np.ndarray]:
 def shakespeare(root: Path, download: bool, *, users: int | None) -> DatasetSplits:
     """Shakespeare from ``root/shakespeare``: inputs are the 80 characters' indices in :data:`LETTERS` (float32,
     exact; the ``char_lstm`` model embeds them), targets the next character's index; ``client_ids`` = the role."""
-    train, test = _splits_of("shakespeare", root, download, ("snippets",))
-    if train and not next(iter(train.values()))[1]:  # TFF's snippets: LEAF's windows first
-        train = {u: _windows(xs) for u, (xs, _) in train.items()}
-        test = {u: _windows(xs) for u, (xs, _) in test.items()}
+    train, test = _splits_of("shakespeare", root, download, _leaf_examples, ("snippets",), _role_windows)
     kept, test_users = _kept("shakespeare", train, test, users)
-    parts = [_sequences(*train[u]) for u in kept]
-    x, y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-    ids = np.concatenate([np.full(len(p[1]), i, dtype=np.int64) for i, p in enumerate(parts)])
-    tests = [_sequences(xs, ys) for _, (xs, ys) in test_users]
-    tx, ty = np.concatenate([t[0] for t in tests]), np.concatenate([t[1] for t in tests])
+    x, y, ids = _gathered(train, kept)
+    tx, ty, _ = _gathered(test, test_users)
     if len(x) == 0 or len(tx) == 0:
         raise DatasetNotFoundError("dataset 'shakespeare': no training or test sequences found")
     return DatasetSplits(
