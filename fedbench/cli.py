@@ -611,6 +611,11 @@ def plot(
             console.print(f"wrote {p}")
 
 
+REPORT_SCALE = typer.Option(
+    None, "--scale", help="runs at this scale only, e.g. tiny (default: one table per scale in the store)"
+)
+
+
 @app.command()
 def continual(
     out: Path | None = READ_OUT,
@@ -619,11 +624,22 @@ def continual(
     figures_dir: Path = typer.Option(
         Path("figures"), help="where the accuracy-matrix heat map and the average-accuracy-per-task curve are written"
     ),
+    sweep: Path | None = typer.Option(
+        None, "--sweep", help="a grid file: its points' Acc and Forgetting against the varied value, in one figure"
+    ),
+    scale: str | None = REPORT_SCALE,
 ) -> None:
     """Continual scenarios: Acc and Forgetting per algorithm (mean ± std over seeds), accuracy-matrix heat maps and
-    the average accuracy over the tasks seen after each task (C-FLAG Fig. 2)."""
+    the average accuracy over the tasks seen after each task (C-FLAG Fig. 2); with --sweep, a grid's points
+    summarised against the value it varies (C-FLAG Figs. 5–6)."""
     from fedbench.report import forgetting as report
 
+    if sweep is not None:
+        from fedbench.report.sweep_summary import write_sweep
+
+        paths = _or_exit(write_sweep, _read_store(out, None), sweep, scale, tables_dir, figures_dir)
+        console.print(paths[0].read_text() + "\n".join(f"wrote {p}" for p in paths))
+        return
     store = _read_store(out, scenario)
     paths = _or_exit(report.write_continual, store, tables_dir, figures_dir, scenario)
     for p in paths:
@@ -635,9 +651,6 @@ def continual(
 
 
 PAPER = typer.Option(..., "--paper", help="paper key, e.g. fedmim (its room: fedbench/papers/<paper>/)")
-REPORT_SCALE = typer.Option(
-    None, "--scale", help="runs at this scale only, e.g. tiny (default: one table per scale in the store)"
-)
 TABLES_DIR = typer.Option(Path("tables"), help="where the report files are written")
 
 

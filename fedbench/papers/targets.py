@@ -10,6 +10,7 @@ file. Every step writes exactly what the matching ``fedbench`` report command wr
     ScenarioTable(file)             fedbench table --scenario <file's scenario at S>
     Plot(file, x=("round",), ...)   fedbench plot --scenario … --x round [--metric m] [--algorithm a]… [--name n]
     Continual(file | None)          fedbench continual --scenario … (None: each scenario the target runs)
+    ContinualSweep(grid)            fedbench continual --sweep GRID --scale S
     Claims()                        fedbench claims --paper P --scale S
     Partitions(files, name)         fedbench partitions FILE... --scale S --name <paper>_<name>_<S>
     Tuning()                        fedbench tuning --paper P --scale S
@@ -37,6 +38,7 @@ from fedbench.report.forgetting import continual_stem, write_continual
 from fedbench.report.paper import comparison_stem, write_comparison
 from fedbench.report.partition_plot import partition_name, write_partitions
 from fedbench.report.plots import figure_name, plot_curves
+from fedbench.report.sweep_summary import sweep_stem, write_sweep
 from fedbench.report.tables import file_stem, write_tables
 from fedbench.report.tuning_table import paper_tuning_stem, write_paper_tuning
 from fedbench.scenario import Scenario
@@ -203,6 +205,23 @@ class Continual:
                 ctx.figures_dir / f"{continual_stem(s)}_curve.png",
             )
         ]
+
+
+@dataclass(frozen=True)
+class ContinualSweep:
+    """A continual grid file's points in one table and figure: Acc and Forgetting against the varied value."""
+
+    file: str
+
+    def describe(self, ctx: Context) -> str:
+        return f"continual --sweep {self.file} --scale {ctx.scale}"
+
+    def run(self, ctx: Context) -> list[Path]:
+        return write_sweep(ctx.store, self.file, ctx.scale, ctx.tables_dir, ctx.figures_dir)
+
+    def report_files(self, ctx: Context) -> list[Path]:
+        stem = sweep_stem(self.file, ctx.scale)
+        return [ctx.tables_dir / f"{stem}.md", ctx.figures_dir / f"{stem}.png"]
 
 
 def tuned_scenarios(files: tuple[str, ...], scale: str) -> list[Scenario]:

@@ -3,7 +3,7 @@ Scenario files and every paper-silent choice: configs/cflag/README.md."""
 
 from __future__ import annotations
 
-from fedbench.papers.targets import Claims, Compare, Continual, PaperRoom, Plot, Target
+from fedbench.papers.targets import Claims, Compare, Continual, ContinualSweep, PaperRoom, Plot, Target
 
 D = "configs/cflag"
 DATASETS = ("cifar10", "cifar100", "tinyimagenet")
@@ -15,9 +15,12 @@ SWEEPS = tuple(
     f"configs/sweeps/cflag_{g}.yaml"
     for g in ("fig5_clients_cifar10", "fig5_clients_cifar100", "fig5_memory", "fig5_memory_cifar100", "fig6_epochs")
 )
-FIG4 = tuple(
-    Plot(f"{D}/ti_cifar10_{h}.yaml", metric="cflag.Gamma", algorithms=("C-FLAG",), name="fig4")
-    for h in ("noniid", "iid")
+FIG4 = (
+    *(
+        Plot(f"{D}/ti_cifar10_{h}.yaml", metric="cflag.Gamma", algorithms=("C-FLAG",), name="fig4")
+        for h in ("noniid", "iid")
+    ),
+    Plot(f"{D}/fig3_cifar10_zeta1.yaml", metric="cflag.Gamma", algorithms=("C-FLAG",), name="fig4"),  # Fig. 4 at ζ = 1
 )
 
 ROOM = PaperRoom(
@@ -59,7 +62,7 @@ ROOM = PaperRoom(
             "ablations",
             "C-FLAG Figs. 5–6 (sweeps): clients, memory per task, local epochs",
             runs=SWEEPS,
-            steps=(Continual(),),
+            steps=(Continual(), *(ContinualSweep(g) for g in SWEEPS)),
         ),
         Target("claims", "C-FLAG claims (last: C11, C12 read the figures' runs)", steps=(Claims(),)),
     ),
