@@ -126,3 +126,17 @@ def test_claims_on_the_store(store: ResultsStore) -> None:
         == "MNIST S=10 ω=1.0: GradMA 98.39 − GradMA-S 98.38 = 0.01 ≥ -0.50 (stated 0.5)"
     )
     assert results["3b"].ours.verdict == "not run"  # no GradMA run in this store
+
+
+def test_figs_9_to_20_are_one_full_figure_per_table_1_column(tmp_path: Path) -> None:
+    """The ``curves`` target: every method's curve (no --algorithm selection), one figure per column."""
+    from fedbench.papers.gradma.room import COLUMNS, ROOM
+    from fedbench.papers.targets import Context, Plot
+
+    target = ROOM.target("curves")
+    assert target.needs == ("runs",) and all(isinstance(s, Plot) for s in target.steps)
+    assert [Path(s.file).stem for s in target.steps] == list(COLUMNS)
+    assert all(s.algorithms == () and s.name == "full" for s in target.steps)
+    ctx = Context("gradma", "tiny", tmp_path, tmp_path, tmp_path, None)  # type: ignore[arg-type]
+    files = [p.name for s in target.steps for p in s.report_files(ctx)]
+    assert files[0] == "gradma_mnist_s10_w1.0.tiny_full_acc_vs_rounds.png" and len(set(files)) == len(COLUMNS)

@@ -1,4 +1,4 @@
-"""GradMA (Luo et al., CVPR 2023): Tables 1–2, Figs. 1–8 and the claims as targets.
+"""GradMA (Luo et al., CVPR 2023): Tables 1–2, Figs. 1–20 and the claims as targets.
 Scenario files and every paper-silent choice: configs/gradma/README.md."""
 
 from __future__ import annotations
@@ -82,6 +82,12 @@ ROOM = PaperRoom(
             "GradMA Figs. 1–4 (selected accuracy curves of Table 1's runs)",
             needs=("runs",),
             steps=tuple(Plot(f"{D}/{col}.yaml", algorithms=labels, name=fig) for fig, col, labels in PANELS),
+        ),
+        Target(
+            "curves",
+            "GradMA Figs. 9–20: every method's test-accuracy curve, one figure per Table 1 column",
+            needs=("runs",),
+            steps=tuple(Plot(f"{D}/{c}.yaml", name="full") for c in COLUMNS),
         ),
         Target(
             "fig5",
