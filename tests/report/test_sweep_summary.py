@@ -32,7 +32,14 @@ def store(tmp_path: Path) -> ResultsStore:
         for seed, rows in enumerate(MATRICES[k]):
             spec_hash = hashlib.sha256(f"{k}".encode()).hexdigest()
             rec = RunRecord(
-                f"{spec_hash[:16]}-s{seed}", point.scenario.name, "h" * 64, spec_hash, "C-FLAG", seed, "{}", scale="tiny"
+                f"{spec_hash[:16]}-s{seed}",
+                point.scenario.name,
+                "h" * 64,
+                spec_hash,
+                "C-FLAG",
+                seed,
+                "{}",
+                scale="tiny",
             )
             store.start_run(rec)
             for task, row in enumerate(rows):
@@ -69,7 +76,9 @@ def test_the_command_writes_the_same_files(store: ResultsStore, tmp_path: Path):
 
 def test_a_sweep_without_runs_is_one_line_exit_2(tmp_path: Path):
     ResultsStore(tmp_path / "empty")
-    result = CliRunner().invoke(app, ["continual", "--out", str(tmp_path / "empty"), "--sweep", GRID, "--scale", "tiny"])
+    result = CliRunner().invoke(
+        app, ["continual", "--out", str(tmp_path / "empty"), "--sweep", GRID, "--scale", "tiny"]
+    )
     assert result.exit_code == 2 and "no continual runs of the sweep's points in the store" in result.output
 
 
