@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fedbench import cli_style, cli_warnings
-from fedbench.cli_options import BACKEND, run_options
+from fedbench.cli_options import BACKEND, DECLARED, run_options
 from fedbench.options import RunOptions
 
 cli_style.apply()
@@ -816,7 +816,7 @@ def partitions(
         None, "--name", help="file stem (default: the first file's): <name>_partitions.png"
     ),
     figures_dir: Path = typer.Option(Path("figures"), help="where the PNG (and its PDF) is written"),
-    data_dir: Path = typer.Option(Path("data"), "--data-dir", help="where real datasets are (docs/datasets.md)"),
+    data_dir: Path = DECLARED["data_dir"][1],
 ) -> None:
     """Which classes each client holds, as GradMA's Fig. 8: one scatter panel per scenario (client × class, sized
     by the count), the partition the runs use at that seed; no training."""
@@ -829,8 +829,7 @@ def partitions(
         console.print(_red(missing_line(absent)), soft_wrap=True)
         raise typer.Exit(2)
     stem = name or scenarios[0].stem + (f"_{scale}" if scale else "")
-    files = [(f, overrides or []) for f in scenarios]
-    path = _or_exit(write_partitions, files, scale, figures_dir, stem, seed, data_dir)
+    path = _or_exit(write_partitions, [s.runs[0] for s in loaded], figures_dir, stem, seed, data_dir)
     console.print(f"wrote {path}")
 
 

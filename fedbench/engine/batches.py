@@ -20,6 +20,11 @@ import torch
 from fedbench.seeding import torch_stream
 
 
+def epoch_steps(n: int, batch_size: int, epochs: float) -> int:
+    """Local steps that make ``epochs`` passes over ``n`` samples (n ≥ 1) at batch min(B, n): ⌈E·n/min(B, n)⌉ (≥ 1)."""
+    return max(1, math.ceil(epochs * n / min(batch_size, n)))
+
+
 class ClientBatcher:
     """Minibatch index streams for every client of a partition."""
 
@@ -46,8 +51,7 @@ class ClientBatcher:
 
     def steps_for_epochs(self, client: int, epochs: float) -> int:
         """Local steps that make ``epochs`` passes over the client's data: ⌈E·n_i/B⌉ (≥ 1)."""
-        n = len(self.parts[client])
-        return max(1, math.ceil(epochs * n / self.batch_size_of(client)))
+        return epoch_steps(len(self.parts[client]), self.batch_size, epochs)
 
     def _permutation(self, client: int, epoch: int) -> torch.Tensor:
         cached = self._perm.get(client)

@@ -41,7 +41,7 @@ from fedbench.report.plots import figure_name, plot_curves
 from fedbench.report.sweep_summary import sweep_stem, write_sweep
 from fedbench.report.tables import file_stem, write_tables
 from fedbench.report.tuning_table import paper_tuning_stem, write_paper_tuning
-from fedbench.scenario import Scenario
+from fedbench.scenario import Scenario, load_scenario
 from fedbench.store import ResultsStore
 from fedbench.sweeps.grid import expand_file
 
@@ -171,8 +171,8 @@ class Partitions:
         return f"partitions {' '.join(self.files)} --scale {ctx.scale} --name {self._stem(ctx)}"
 
     def run(self, ctx: Context) -> list[Path]:
-        files = [(f, ()) for f in self.files]
-        return [write_partitions(files, ctx.scale, ctx.figures_dir, self._stem(ctx), data_dir=ctx.data_dir)]
+        specs = [load_scenario(f, (), ctx.scale).runs[0] for f in self.files]
+        return [write_partitions(specs, ctx.figures_dir, self._stem(ctx), data_dir=ctx.data_dir)]
 
     def report_files(self, ctx: Context) -> list[Path]:
         return [ctx.figures_dir / partition_name(self._stem(ctx))]

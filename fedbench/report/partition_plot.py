@@ -33,7 +33,11 @@ class Panel:
 
     hist: np.ndarray
     title: str
-    skew: float
+
+    @property
+    def skew(self) -> float:
+        """The partition's label skew: mean TV distance of a client's labels from the global ones."""
+        return float(partition_summary(self.hist)["label_skew_tv"])
 
 
 def panel(spec: RunSpec, seed: int, data_dir: Path, download: bool = False) -> Panel:
@@ -48,8 +52,7 @@ def panel(spec: RunSpec, seed: int, data_dir: Path, download: bool = False) -> P
     parts = partition_clients(spec, data, seed)
     hist = label_histogram(data.train.y.numpy(), [p.numpy() for p in parts], data.num_classes)
     setting = {"dataset": spec.dataset, "clients": spec.clients.model_dump(), "partition": spec.partition}
-    title = f"{spec.scenario}\n{figures.setting([json.dumps(setting)])}"
-    return Panel(hist, title, float(partition_summary(hist)["label_skew_tv"]))
+    return Panel(hist, f"{spec.scenario}\n{figures.setting([json.dumps(setting)])}")
 
 
 def draw(panels: Sequence[Panel], path: Path, title: str, columns: int = 3) -> Path:
@@ -83,19 +86,16 @@ def partition_name(stem: str) -> str:
 
 
 def write_partitions(
-    files: Sequence[tuple[str | Path, Sequence[str]]],
-    scale: str | None,
+    specs: Sequence[RunSpec],
     figures_dir: Path,
     stem: str,
     seed: int = 0,
     data_dir: Path = Path("data"),
     download: bool = False,
 ) -> Path:
-    """One figure of the partitions of ``files`` (each a scenario file and its ``--set`` overrides) at ``scale``:
-    ``<figures_dir>/<stem>_partitions.png``. Raises ScenarioError for a bad file, ValueError for a continual one."""
-    from fedbench.scenario import load_scenario
-
-    panels = [panel(load_scenario(f, list(sets), scale).runs[0], seed, data_dir, download) for f, sets in files]
+    """One figure of the partitions of ``specs`` (each scenario's first run): ``<figures_dir>/<stem>_partitions.png``.
+    Raises ValueError for a continual scenario."""
+    panels = [panel(spec, seed, data_dir, download) for spec in specs]
     return draw(
         panels, Path(figures_dir) / partition_name(stem), f"{stem}: which classes each client holds (seed {seed})"
     )

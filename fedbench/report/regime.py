@@ -89,7 +89,9 @@ def steps_per_round(local: LocalSpec, sizes: list[int]) -> float:
     else:
         assert local.epochs is not None
         epochs = [local.epochs]
-    steps = [max(1, math.ceil(e * n / min(local.batch_size, n))) for e in epochs for n in sizes if n > 0]
+    from fedbench.engine.batches import epoch_steps  # the engine's own count (it imports torch)
+
+    steps = [epoch_steps(n, local.batch_size, e) for e in epochs for n in sizes if n > 0]
     return sum(steps) / len(steps)
 
 

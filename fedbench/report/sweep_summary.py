@@ -9,7 +9,6 @@ seeds). The x axis names the keys the points differ in, each tick their values (
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from matplotlib.figure import Figure
 
 from fedbench.report.figures import legend, save, style
 from fedbench.report.forgetting import continual_summary
-from fedbench.report.tables import file_stem
+from fedbench.report.tables import file_stem, write_formats
 from fedbench.sweeps.grid import SweepPoint, expand_file
 
 
@@ -42,9 +41,8 @@ def varied(points: list[SweepPoint]) -> tuple[str, list[str]]:
     return ", ".join(keys), [", ".join(f"{x.get(k)}" for k in keys) for x in leaves]
 
 
-def sweep_summary(store, points: list[SweepPoint]) -> pd.DataFrame:
-    """One row per (point, algorithm): the point's tick, then the continual summary's columns."""
-    _, ticks = varied(points)
+def sweep_summary(store, points: list[SweepPoint], ticks: list[str]) -> pd.DataFrame:
+    """One row per (point, algorithm): the point's tick (:func:`varied`), then the continual summary's columns."""
     frames = []
     for tick, point in zip(ticks, points):
         summary = continual_summary(store, point.scenario.name)
@@ -86,24 +84,17 @@ def sweep_stem(grid_file: str | Path, scale: str | None) -> str:
 def write_sweep(store, grid_file: str | Path, scale: str | None, tables_dir: Path, figures_dir: Path) -> list[Path]:
     """``<stem>.md``/``.csv`` (the summary) in ``tables_dir`` and ``<stem>.png``/``.pdf`` in ``figures_dir``."""
     points = expand_file(grid_file, scale)
-    summary = sweep_summary(store, points)
-    xlabel, _ = varied(points)
+    xlabel, ticks = varied(points)
+    xlabel = xlabel or "point"
+    summary = sweep_summary(store, points, ticks)
     stem = sweep_stem(grid_file, scale)
-    tables_dir.mkdir(parents=True, exist_ok=True)
-    shown = summary.assign(
-        **{c: (100 * summary[c]).round(2) for c in ("acc_mean", "acc_std", "forget_mean", "forget_std")}
-    ).drop(columns=["scenario"])
-    md = tables_dir / f"{stem}.md"
-    md.write_text(
-        f"## {stem}\n\n{xlabel or 'point'} against Acc and Forgetting (%)\n\n{shown.to_markdown(index=False)}\n"
-    )
-    buf = io.StringIO()
-    summary.to_csv(buf, index=False, na_rep="", lineterminator="\n")
-    (tables_dir / f"{stem}.csv").write_text(buf.getvalue())
-    png = draw(
-        summary,
-        xlabel or "point",
-        f"{Path(grid_file).stem} ({scale or 'paper'}): Acc and Forgetting",
-        figures_dir / f"{stem}.png",
-    )
-    return [md, tables_dir / f"{stem}.csv", png]
+
+    def render(fmt: str) -> str:
+        if fmt == "csv":
+            return summary.to_csv(index=False, na_rep="", lineterminator="\n")
+        percent = {c: (100 * summary[c]).round(2) for c in ("acc_mean", "acc_std", "forget_mean", "forget_std")}
+        shown = summary.assign(**percent).drop(columns=["scenario"])
+        return f"## {stem}\n\n{xlabel} against Acc and Forgetting (%)\n\n{shown.to_markdown(index=False)}\n"
+
+    title = f"{Path(grid_file).stem} ({scale or 'paper'}): Acc and Forgetting"
+    return [*write_formats(tables_dir, stem, render), draw(summary, xlabel, title, figures_dir / f"{stem}.png")]

@@ -40,7 +40,7 @@ def tuning_rows(choices: list[Choice]) -> list[list[str]]:
         if tune is None or c.best is None:
             rows.append([c.entry.label, "untuned", "0", "—", "—", "—", "—"])
             continue
-        metric = tune.select.metric + (f" {tune.select.target:g}" if tune.select.target is not None else "")
+        metric = tune.select.describe()
         chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c.best.values.items())
         best = c.scores[c.best.index]
         rows.append(

@@ -79,7 +79,7 @@ def test_the_command_writes_one_figure_byte_reproducible(tmp_path: Path):
     args = ["partitions", *files, "--figures-dir", str(tmp_path / "a"), "--name", "kinds"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    again = write_partitions([(f, ()) for f in files], None, tmp_path / "b", "kinds", data_dir=Path("data"))
+    again = write_partitions([load_scenario(f).runs[0] for f in files], tmp_path / "b", "kinds", data_dir=Path("data"))
     assert (tmp_path / "a" / "kinds_partitions.png").read_bytes() == again.read_bytes()
     assert (tmp_path / "a" / "kinds_partitions.pdf").read_bytes() == again.with_suffix(".pdf").read_bytes()
 
