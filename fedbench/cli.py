@@ -390,7 +390,10 @@ def tune(
     plan = tuning.plan(sc)
     with _store_errors(out):
         if dry_run:
-            lines = tuning.plan_lines(plan) + _trial_status(plan.trial_runs(), out)
+            from fedbench.store import DB_NAME, ResultsStore
+
+            store = ResultsStore(out, read_only=True) if (out / DB_NAME).exists() else None
+            lines = tuning.plan_lines(plan, store) + _trial_status(plan.trial_runs(store), out)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
             return
         _before_runs(sc.runs, options, out)

@@ -146,13 +146,14 @@ def borrow(c: CostClass, probed: Sequence[CostClass]) -> None:
 
 
 def scenario_runs(sc: Scenario) -> list[SweepRun]:
-    """A scenario's runs, a tuned one's trial runs first (:func:`fedbench.sweeps.tuning.plan`), then its
-    final runs as its entries are written, marked tuned (the chosen values change no round's cost)."""
+    """A scenario's runs, a tuned one's trial runs first (:func:`fedbench.sweeps.tuning.plan`; every rung of
+    a successive halving, with stand-ins for its survivors), then its final runs as its entries are
+    written, marked tuned (the chosen values change no round's cost)."""
     from fedbench.sweeps.tuning import plan, projected_final_runs
 
     if sc.tuned:
         tuning = plan(sc)
-        return tuning.trial_runs() + projected_final_runs(tuning, None)
+        return tuning.projected_trial_runs() + projected_final_runs(tuning, None)
     shash = scenario_hash(sc)
     return [SweepRun(spec, seed, shash) for spec in sc.runs for seed in sc.seeds]
 

@@ -111,10 +111,24 @@ def _unique_runs(points: list[SweepPoint], listed: Callable[[SweepPoint], list[S
     return list(runs.values())
 
 
-def known_runs(points: list[SweepPoint]) -> list[SweepRun]:
-    """The runs known before any training, in file order: an untuned scenario's runs, a tuned one's
-    trial runs (its final runs follow from them, :func:`final_runs_of`)."""
-    return _unique_runs(points, lambda p: tuning.plan(p.scenario).trial_runs() if p.scenario.tuned else sweep_runs([p]))
+def known_runs(points: list[SweepPoint], store: ResultsStore | None = None, project: bool = False) -> list[SweepRun]:
+    """The runs known before the final runs, in file order: an untuned scenario's runs, a tuned one's
+    trial runs known from ``store`` (the first rung's without one; under successive halving each later
+    rung's once the rung below is done; ``project``: stand-ins for those not known yet, for a cost
+    estimate). A tuned scenario's final runs follow from its trials (:func:`final_runs_of`)."""
+
+    def listed(p: SweepPoint) -> list[SweepRun]:
+        if not p.scenario.tuned:
+            return sweep_runs([p])
+        plan = tuning.plan(p.scenario)
+        return plan.projected_trial_runs(store) if project else plan.trial_runs(store)
+
+    return _unique_runs(points, listed)
+
+
+def _read_store(out: Path) -> ResultsStore | None:
+    """The store at ``out`` opened read-only, None where there is none."""
+    return ResultsStore(out, read_only=True) if (Path(out) / DB_NAME).is_file() else None
 
 
 def final_runs_of(points: list[SweepPoint], store: ResultsStore) -> list[SweepRun]:
@@ -137,9 +151,10 @@ def list_lines(opts: Options) -> list[str]:
     for paper in paper_names():
         r = room(paper)
         lines.append(f"{paper}: {r.title}")
+        store = _read_store(opts.out_dir)
         for t in r.targets:
             points = target_points(t, opts.scale)
-            runs = known_runs(points)
+            runs = known_runs(points, store)
             status = read_statuses(opts.out_dir, [x.run_id for x in runs])
             done = sum(s in DONE for s in status.values())
             count = f"{len(runs)} runs, {done} done" if runs else "no runs"
@@ -167,9 +182,10 @@ def _context(paper: str, target: Target, opts: Options, console: Console) -> Con
 def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
     """What :func:`reproduce` would run and write (``--dry-run``); reads the store, writes nothing."""
     lines = []
+    store = _read_store(opts.out_dir)
     for t in targets:
         points = target_points(t, opts.scale)
-        runs = known_runs(points)
+        runs = known_runs(points, store)
         status = read_statuses(opts.out_dir, [x.run_id for x in runs])
         todo = [x for x in runs if status.get(x.run_id) not in DONE]
         lines.append(
@@ -215,18 +231,19 @@ def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: 
     """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`; a tuned target's
     also without its trials), then what was probed."""
     lines = []
-    store = ResultsStore(opts.out_dir, read_only=True) if (Path(opts.out_dir) / DB_NAME).is_file() else None
+    store = _read_store(opts.out_dir)
     for t in targets:
         points = target_points(t, opts.scale)
         tuned = [tuning.plan(p.scenario) for p in points if p.scenario.tuned]
-        runs = known_runs(points) + [r for plan in tuned for r in tuning.projected_final_runs(plan, store)]
+        runs = known_runs(points, store, project=True)
+        runs += [r for plan in tuned for r in tuning.projected_final_runs(plan, store)]
         if runs:
             est = estimator.estimate(runs, opts.out_dir, opts.run_options(t))
             lines += [
                 f"{paper} {t.name}: {line}" if i == 0 else line
                 for i, line in enumerate(estimate.lines(est, estimator, default_jobs_at(opts)))
             ]
-            trials = {r.run_id for plan in tuned for r in plan.trial_runs()}
+            trials = {r.run_id for plan in tuned for r in plan.projected_trial_runs(store)}
             if trials and est.todo and any(c.cost is not None for c in est.classes):
                 final = estimator.estimate(
                     [r for r in runs if r.run_id not in trials], opts.out_dir, opts.run_options(t)
@@ -264,8 +281,13 @@ def _run(target: Target, opts: Options, console: Console) -> bool:
     points = target_points(target, opts.scale)
     if any(p.scenario.tuned for p in points):
         console.print(f"the trials of {sum(p.scenario.tuned for p in points)} tuned scenario(s) (docs/tuning.md):")
-        if not _sweep(known_runs(points), target, opts, console):
-            return False
+        seen: set[str] = set()  # rung by rung under successive halving: a rung done makes the next one known
+        while runs := [r for r in known_runs(points, ResultsStore(opts.out_dir)) if r.run_id not in seen]:
+            if seen:
+                console.print("the next rung of the trials (successive halving):")
+            if not _sweep(runs, target, opts, console):
+                return False
+            seen.update(r.run_id for r in runs)
         console.print("the chosen settings:")
     try:
         finals = final_runs_of(points, ResultsStore(opts.out_dir))

@@ -25,20 +25,22 @@ def tuned_labels(runs: pd.DataFrame) -> set[str]:
 
 
 def tuning_notes(runs: pd.DataFrame) -> list[str]:
-    """One line per way of tuning found in ``runs`` (protocol, metric, trial rounds and seeds): the
-    marked methods and how many settings each compared; none when no run is tuned."""
+    """One line per way of tuning found in ``runs`` (protocol, metric, trial rounds and seeds, halving's
+    rungs): the marked methods and how many settings each compared; none when no run is tuned."""
     ways: dict[tuple, dict[str, set[int]]] = {}
     for label, spec_json in zip(runs["algorithm"], runs["spec_json"]):
         t = _tuned(spec_json)
         if t is not None:
-            key = (t["protocol"], t["metric"], t["rounds"], tuple(t["seeds"]))
+            rungs = tuple(r for r, _ in t.get("rungs") or ())  # successive halving's rung rounds
+            key = (t["protocol"], t["metric"], t["rounds"], tuple(t["seeds"]), rungs)
             ways.setdefault(key, {}).setdefault(label, set()).add(int(t["trials"]))
     lines = []
-    for (protocol, metric, rounds, seeds), labels in ways.items():
+    for (protocol, metric, rounds, seeds, rungs), labels in ways.items():
         counts = sorted(set().union(*labels.values()))
         n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+        halving = f" (successive halving, rungs of {', '.join(map(str, rungs))} rounds)" if rungs else ""
         lines.append(
-            f"{MARK} tuned ({', '.join(labels)}): each setting chosen among {n} trial settings by {metric} "
+            f"{MARK} tuned ({', '.join(labels)}): each setting chosen among {n} trial settings{halving} by {metric} "
             f"{_ON[protocol]}, trials of {rounds} rounds × seed(s) {', '.join(map(str, seeds))}; "
             "the chosen values and scores are in the tuning table"
         )

@@ -148,7 +148,7 @@ def _space_values(value: list[Any] | Range) -> list[Any]:
 
 def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> list[str]:
     """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: its trials are no
-    longer than the scenario (``trials.rounds`` ≤ ``rounds``), each space key is one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
+    longer than the scenario (``trials.rounds`` ≤ ``rounds``, ``halving.min_rounds`` ≤ the trial rounds), each space key is one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
     values (a range: both bounds) passes that key's own validation. Problems name the YAML path."""
     algo = scenario.algorithms[i]
     where = f"algorithms[{i}].tune" if algo.tune else "tune"
@@ -169,6 +169,12 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
         problems.append(
             f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
             "a trial is a shortened run, so trials.rounds ≤ rounds"
+        )
+    trial_rounds = tune.trials.rounds or scenario.rounds
+    if tune.halving is not None and tune.halving.min_rounds > trial_rounds:
+        problems.append(
+            f"{where}.halving.min_rounds: {tune.halving.min_rounds} exceeds the trial rounds ({trial_rounds}); "
+            "rung 0 runs min_rounds, the last rung the trial rounds"
         )
     for key, value in tune.space.items():
         head, _, rest = key.partition(".")

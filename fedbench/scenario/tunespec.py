@@ -10,6 +10,8 @@
       budget: 8                             # trials drawn when the space has a range (grids need none)
       budget_fraction: 0.25                 # or, on a grid: that share of each entry's own grid (at least 1)
       seed: 0                               # the sampler's seed (same scenario and seed → same trials)
+      scheduler: halving                    # grid | random | halving (absent: grid, or random with a budget)
+      halving: {min_rounds: 2, eta: 3}      # halving: rung k runs min_rounds·eta^k rounds, keeps the top 1/eta
       trials: {seeds: [0], rounds: 20}      # what each trial runs (default: the scenario's seeds, rounds)
       select: {metric: top_acc, max_drop: 0.05}  # top_acc | final_acc | rounds_to (with target); max_drop:
                                             # a trial run ending more than that below its top counts its final
@@ -24,6 +26,18 @@ distinct grid points (random search over the grid), the same count for every ent
 ``budget_fraction`` draws ⌈f·|grid|⌉ of each entry's own grid, so a method with a larger grid is searched
 as widely as one with a small grid.
 
+``scheduler`` says how the candidates (the settings above: the grid, or the budget's draws) are run.
+Absent, it is today's rule, and it changes no trial: ``grid`` for a pure grid without a budget (every
+point), ``random`` otherwise (the seeded draws). Given, ``grid`` insists on the whole grid (no range,
+no budget) and ``random`` on a budget; ``halving`` is successive halving (Jamieson & Talwalkar 2016)
+over the candidates with the trial's rounds as the resource, rung by rung as :meth:`HalvingSpec.rungs`
+states; each rung's runs are ordinary trial runs, and the survivors are chosen from the store by the
+``select`` metric (:mod:`fedbench.sweeps.tuning`). Optuna's ``SuccessiveHalvingPruner`` is not used:
+it is the asynchronous variant (a trial is judged against the peers that reached its rung so far, so
+the outcome depends on which run finished first) and it prunes inside a running trial through
+``trial.report``; fedbench's trials are store runs of fixed rounds, run in parallel and resumed by run
+id, so the synchronous schedule is computed here from the store, the same whatever the order.
+
 The block changes no run of the scenario itself (``fedbench run`` ignores it, and no spec's JSON or
 hash holds it); its trials are runs of their own (:mod:`fedbench.sweeps.tuning`). Keys an entry can
 take (checked with their values by :func:`fedbench.scenario.resolve.tune_problems`): ``local.<key>``
@@ -35,7 +49,16 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from fedbench.strict import Seed, StrictModel
 
@@ -148,6 +171,26 @@ class SelectSpec(StrictModel):
         return self.metric + target + (f" max_drop {self.max_drop:g}" if self.max_drop is not None else "")
 
 
+class HalvingSpec(StrictModel):
+    """Successive halving on the trials' rounds (``scheduler: halving``)."""
+
+    min_rounds: int = Field(ge=1, description="rounds of rung 0 (at most the trial rounds)")
+    eta: int = Field(default=3, ge=2, description="each rung keeps the top 1/eta of its candidates (at least one)")
+
+    def rungs(self, candidates: int, rounds: int) -> list[tuple[int, int]]:
+        """(rounds, candidates) of each rung: rung k runs ``min_rounds·eta^k`` rounds, capped at the trial
+        ``rounds``, with the top ⌊n/eta⌋ (at least one) of the rung below, until a rung at ``rounds``; a
+        lone survivor goes straight to ``rounds`` (there is nothing left to compare below it)."""
+        out: list[tuple[int, int]] = []
+        n, r = candidates, self.min_rounds
+        while True:
+            r = rounds if n == 1 else min(r, rounds)
+            out.append((r, n))
+            if r >= rounds:
+                return out
+            n, r = max(1, n // self.eta), r * self.eta
+
+
 class TuneSpec(StrictModel):
     """A ``tune:`` block (see the module docstring)."""
 
@@ -155,6 +198,10 @@ class TuneSpec(StrictModel):
     budget: int | None = Field(default=None, ge=1, description="trials drawn when the space holds a range")
     budget_fraction: float | None = Field(default=None, gt=0, le=1, description="on a grid: this share of it")
     seed: int = Field(default=0, ge=0, description="the sampler's seed")
+    scheduler: Literal["grid", "random", "halving"] | None = Field(
+        default=None, description="how the candidates run (absent: grid, or random with a budget)"
+    )
+    halving: HalvingSpec | None = Field(default=None, description="scheduler halving: its rungs")
     trials: TrialsSpec = Field(default_factory=TrialsSpec)
     select: SelectSpec = Field(default_factory=SelectSpec)
     protocol: Literal["validation", "paper"] = "validation"
@@ -168,7 +215,34 @@ class TuneSpec(StrictModel):
             raise ValueError("budget and budget_fraction: give one (a count, or a share of each entry's grid)")
         if self.sampled and self.budget_fraction is not None:
             raise ValueError("budget_fraction: a share of a grid; a space with a range needs a budget (a count)")
+        drawn = self.budget is not None or self.budget_fraction is not None
+        if self.scheduler == "grid" and (self.sampled or drawn):
+            what = "a range" if self.sampled else "a budget" if self.budget is not None else "a budget_fraction"
+            raise ValueError(
+                f"scheduler: grid runs every point of a grid of lists, got {what}; "
+                "draws are scheduler random (or halving)"
+            )
+        if self.scheduler == "random" and not drawn:
+            raise ValueError("scheduler: random draws budget (or budget_fraction) settings; give one")
+        if self.scheduler == "halving" and self.halving is None:
+            raise ValueError("halving: scheduler halving needs halving: {min_rounds: r0, eta: 3}")
+        if self.halving is not None and self.scheduler != "halving":
+            raise ValueError(f"halving: given with scheduler {self.scheduler or 'absent'}; set scheduler: halving")
         return self
+
+    @property
+    def search(self) -> Literal["grid", "random", "halving"]:
+        """The scheduler in effect: the one given, else ``grid`` for a pure grid run whole (no budget,
+        or one that covers it), else ``random`` (the seeded draws)."""
+        if self.scheduler is not None:
+            return self.scheduler
+        budget, grid = self.trial_budget(), self.grid_size()
+        return "grid" if grid is not None and (budget is None or budget >= grid) else "random"
+
+    def rungs(self, candidates: int, rounds: int) -> list[tuple[int, int]]:
+        """(rounds, candidates) of each rung: one rung of every candidate at ``rounds`` (grid, random),
+        or successive halving's (:meth:`HalvingSpec.rungs`)."""
+        return [(rounds, candidates)] if self.halving is None else self.halving.rungs(candidates, rounds)
 
     def grid_size(self) -> int | None:
         """The number of settings of a pure grid (None when a range is searched)."""
@@ -195,6 +269,8 @@ class EntryTune(StrictModel):
     budget: int | None = Field(default=None, ge=1)
     budget_fraction: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = Field(default=None, ge=0)
+    scheduler: Literal["grid", "random", "halving"] | None = None
+    halving: HalvingSpec | None = None
     trials: TrialsSpec | None = None
     select: SelectSpec | None = None
     protocol: Literal["validation", "paper"] | None = None
@@ -203,8 +279,9 @@ class EntryTune(StrictModel):
 
 def merge_tune(base: TuneSpec | None, entry: EntryTune) -> TuneSpec:
     """``entry`` laid over ``base``: space keys added (the entry's win), ``trials`` key by key, every
-    other key the entry gives replaces the base's. Raises ``ValidationError`` for a merged block that
-    cannot run (no space; a range without a budget)."""
+    other key the entry gives replaces the base's; an entry's ``scheduler: grid`` drops the base's
+    budgets and ``halving`` block, ``scheduler: random`` its ``halving`` block. Raises ``ValidationError`` for a
+    merged block that cannot run (no space; a range without a budget)."""
     merged: dict[str, Any] = base.model_dump(exclude_unset=True) if base is not None else {}
     merged["space"] = {**(base.space if base is not None else {}), **entry.space}
     if entry.trials is not None:
@@ -212,9 +289,22 @@ def merge_tune(base: TuneSpec | None, entry: EntryTune) -> TuneSpec:
     for one, other in (("budget", "budget_fraction"), ("budget_fraction", "budget")):
         if getattr(entry, one) is not None:  # the entry's kind of budget replaces the scenario's
             merged.pop(other, None)
-    for key in ("budget", "budget_fraction", "seed", "select", "protocol", "validation_fraction"):
+    dropped = {"grid": ("budget", "budget_fraction", "halving"), "random": ("halving",)}.get(entry.scheduler or "", ())
+    for key in dropped:  # an entry's scheduler drops what the scenario's block gave only for another
+        merged.pop(key, None)
+    for key in (
+        "budget",
+        "budget_fraction",
+        "seed",
+        "scheduler",
+        "halving",
+        "select",
+        "protocol",
+        "validation_fraction",
+    ):
         if getattr(entry, key) is not None:
-            merged[key] = getattr(entry, key).model_dump() if key == "select" else getattr(entry, key)
+            value = getattr(entry, key)
+            merged[key] = value.model_dump() if key in ("select", "halving") else value
     return TuneSpec.model_validate(merged)
 
 
@@ -243,6 +333,17 @@ class TunedFrom(StrictModel):
     metric: str = Field(description="the selection metric, e.g. top_acc or rounds_to 0.8")
     rounds: int = Field(ge=1, description="rounds of each trial run")
     seeds: list[int] = Field(description="seeds of each trial")
+    rungs: list[tuple[int, int]] | None = Field(
+        default=None, description="successive halving: (rounds, candidates) of each rung (absent: one rung)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_one_rung(self, handler: Any) -> dict[str, Any]:
+        """No ``rungs`` key without halving: a tuned run of one rung keeps the JSON and hash it had."""
+        data = handler(self)
+        if self.rungs is None:
+            data.pop("rungs", None)
+        return data
 
 
 class ValidationSplit(StrictModel):

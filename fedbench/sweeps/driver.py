@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -149,6 +149,23 @@ def populations_line(runs: list[SweepRun], options: RunOptions, backend: str, gp
     return groups_line(groups, why)
 
 
+def run_trials(
+    tuning: TuningPlan, out: Path, backend: str, jobs: int | None, options: RunOptions, console: Console
+) -> SweepSummary:
+    """Every trial run of ``tuning``, rung by rung: the runs the store makes known
+    (:meth:`~fedbench.sweeps.tuning.TuningPlan.trial_runs`) through :func:`run_sweep`, again while a rung
+    done makes the next one known (successive halving); one summary of them all. A rung with a failed run
+    makes nothing new known: :func:`~fedbench.sweeps.tuning.select` then names it."""
+    seen: set[str] = set()
+    parts = []
+    while runs := [r for r in tuning.trial_runs(ResultsStore(out)) if r.run_id not in seen]:
+        if seen:
+            console.print(f"trials of {tuning.scenario.name}, the next rung (successive halving):")
+        parts.append(run_sweep(runs, out, backend, jobs, options, console=console))
+        seen.update(r.run_id for r in runs)
+    return SweepSummary(*(sum(getattr(p, f.name) for p in parts) for f in fields(SweepSummary)))
+
+
 def run_tuning(
     tuning: TuningPlan,
     out: Path,
@@ -163,7 +180,7 @@ def run_tuning(
     :class:`~fedbench.sweeps.tuning.TuningError` when a trial failed (the next call retries it)."""
     console = console or Console()
     console.print(f"trials of {tuning.scenario.name}:")
-    trials = run_sweep(tuning.trial_runs(), out, backend, jobs, options, console=console)
+    trials = run_trials(tuning, out, backend, jobs, options, console)
     choices = select(ResultsStore(out), tuning)
     console.print(f"final runs of {tuning.scenario.name} (chosen settings):")
     final = run_sweep(final_runs(tuning, choices), out, backend, jobs, options, console=console)

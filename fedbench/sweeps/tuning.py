@@ -6,15 +6,27 @@ A trial is an ordinary run (same store, run ids, resume and skip through
 the trial rounds, no ``paper`` cell and, under the ``validation`` protocol, a
 :class:`~fedbench.scenario.tunespec.ValidationSplit`. Its scenario is named like a grid point,
 ``<scenario>--tune--<key>-<value>…[.scale]``, so its run id is the hash of everything that changes
-its numbers. The trials of an entry are the cartesian product of a pure grid, or ``budget`` draws
+its numbers. The candidates of an entry are the cartesian product of a pure grid, or ``budget`` draws
 of the sampler (NumPy, the ``("tune", crc(scenario name), crc(entry label))`` stream under the
 block's ``seed``): the same scenario and seed propose the same trials.
 
+The scheduler runs them in rungs (:class:`Rung`, :func:`ladder`). ``grid`` and ``random``: one rung,
+every candidate at the trial rounds. ``halving``: successive halving, the rungs of
+:meth:`~fedbench.scenario.tunespec.HalvingSpec.rungs`; a rung below the trial rounds runs under
+``<scenario>--tune-<r>rounds--<key>-<value>…`` (its own name and hash), the last rung under the trial's
+own name (the run a grid search of that candidate makes). Rung k+1's candidates are the top of rung k
+by the ``select`` score, ties to the earlier candidate, and are known only once every run of rung k is
+done in the store: the runs of a tuning are found rung by rung from the store (:meth:`TuningPlan.trial_runs`),
+so an interrupted tuning resumes where it stopped and promotes what an uninterrupted one would have,
+whatever order parallel runs finished in. Optuna is not used (its ``SuccessiveHalvingPruner`` is the
+asynchronous variant, which judges a trial against the peers that reached its rung so far, and it prunes
+inside a running trial; see docs/tuning.md).
+
 :func:`select` scores each trial (mean over its seeds of ``top_acc``, ``final_acc`` or
 ``rounds_to``, on ``val_acc`` under ``validation`` and ``test_acc`` under ``paper``; a diverged run
-scores worst) and keeps the best, ties going to the earlier trial. The final runs are the chosen
-settings (every default elsewhere) on the scenario's own name, rounds and seeds, training on the
-clients' whole data; entries without a block run as written.
+scores worst) and keeps the best of the last rung, ties going to the earlier trial. The final runs are
+the chosen settings (every default elsewhere) on the scenario's own name, rounds and seeds, training on
+the clients' whole data; entries without a block run as written.
 """
 
 from __future__ import annotations
@@ -43,13 +55,15 @@ class TuningError(ValueError):
 
 @dataclass(frozen=True)
 class Trial:
-    """One proposed setting of an entry: its values by dotted key, its spec and seeds."""
+    """One proposed setting of an entry (``index``: its place among the candidates, grid or draw order)
+    at one rung: its values by dotted key, its spec and seeds."""
 
     entry: int
     index: int
     values: dict[str, Any]
     spec: RunSpec
     seeds: tuple[int, ...]
+    rung: int = 0
 
     def runs(self) -> list[SweepRun]:
         shash = _hash([self.spec.spec_hash(), *map(str, self.seeds)])
@@ -58,16 +72,41 @@ class Trial:
 
 @dataclass(frozen=True)
 class EntryPlan:
-    """An algorithm entry with its tune block (None: not tuned) and its trials."""
+    """An algorithm entry with its tune block (None: not tuned), its candidates as trials of the trial
+    rounds, and the (rounds, candidates) of each rung (one rung of them all, but under halving)."""
 
     index: int
     base: RunSpec
     tune: TuneSpec | None
     trials: tuple[Trial, ...]
+    rungs: tuple[tuple[int, int], ...] = ()
 
     @property
     def label(self) -> str:
         return self.base.label
+
+    def at_rung(self, trial: Trial, k: int) -> Trial:
+        """``trial`` (a candidate) at rung ``k``: its rounds, and below the trial rounds its own name."""
+        rounds = self.rungs[k][0]
+        if rounds == trial.spec.rounds:
+            return dataclasses.replace(trial, rung=k)
+        update = {"scenario": _trial_name(self.base, trial.values, rounds), "rounds": rounds}
+        spec = trial.spec.model_copy(update=update).resolved(trial.spec.scale, trial.spec.components)
+        return dataclasses.replace(trial, spec=spec, rung=k)
+
+    def trial_rounds(self) -> int:
+        """Rounds trained per trial seed over every rung (Σ candidates × rounds)."""
+        return sum(r * n for r, n in self.rungs)
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of an entry's search: its rounds, its trials (candidate order), and their scores
+    (None until every run of the rung is done, or when not needed)."""
+
+    rounds: int
+    trials: tuple[Trial, ...]
+    scores: tuple[float, ...] | None
 
 
 @dataclass(frozen=True)
@@ -77,31 +116,47 @@ class TuningPlan:
     scenario: Scenario
     entries: tuple[EntryPlan, ...]
 
-    def trial_runs(self) -> list[SweepRun]:
-        """Every trial's runs, entry by entry, in trial order (a run listed twice is kept once)."""
+    def trial_runs(self, store: ResultsStore | None = None) -> list[SweepRun]:
+        """Every trial run known so far, entry by entry, rung by rung, in trial order (a run listed twice
+        is kept once): the first rung's without ``store`` (grid and random: the whole search), and each
+        later rung's once ``store`` holds every run of the rung below done (:func:`ladder`)."""
+        return self._runs(lambda e: ladder(e, store))
+
+    def projected_trial_runs(self, store: ResultsStore | None = None) -> list[SweepRun]:
+        """:meth:`trial_runs`, with stand-ins for the rungs not known yet (the first candidates of the
+        rung below): as many runs of each rung's rounds as the search will make, for a cost estimate."""
+        return self._runs(lambda e: ladder(e, store, project=True))
+
+    def _runs(self, rungs_of: Any) -> list[SweepRun]:
         runs: dict[str, SweepRun] = {}
         for e in self.entries:
-            for trial in e.trials:
-                for run in trial.runs():
-                    runs.setdefault(run.run_id, run)
+            for rung in rungs_of(e):
+                for trial in rung.trials:
+                    for run in trial.runs():
+                        runs.setdefault(run.run_id, run)
         return list(runs.values())
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The chosen trial of an entry, with every trial's score (trial order) and the protocol."""
+    """The chosen trial of an entry, with every candidate's score (candidate order) at the last rung it
+    reached, and that rung (``reached``; empty: every candidate ran the one rung)."""
 
     entry: EntryPlan
     best: Trial | None
     scores: tuple[float, ...]
+    reached: tuple[int, ...] = ()
 
     @property
     def runner_up(self) -> float | None:
-        """The second-best score (None with one trial)."""
-        if self.best is None or len(self.scores) < 2:
+        """The second-best score among the candidates of the chosen one's rung (None when it ran alone)."""
+        if self.best is None:
             return None
-        rest = [s for i, s in enumerate(self.scores) if i != self.best.index]
-        return _best(rest, self.entry.tune)[1]  # type: ignore[arg-type]
+        b = self.best.index
+        rest = [
+            s for i, s in enumerate(self.scores) if i != b and (not self.reached or self.reached[i] == self.reached[b])
+        ]
+        return _best(rest, self.entry.tune)[1] if rest else None  # type: ignore[arg-type]
 
 
 def _hash(parts: list[str]) -> str:
@@ -161,14 +216,21 @@ def with_values(spec: RunSpec, values: dict[str, Any], where: str) -> RunSpec:
     return spec.model_copy(update=update).resolved(spec.scale, components)
 
 
-def _trial_spec(scenario: Scenario, base: RunSpec, tune: TuneSpec, values: dict[str, Any]) -> RunSpec:
+def _trial_name(base: RunSpec, values: dict[str, Any], rounds: int | None = None) -> str:
+    """``<scenario>--tune--<key>-<value>…[.scale]``; a halving rung below the trial rounds:
+    ``<scenario>--tune-<rounds>rounds--…``."""
+    scale = base.scale
+    prefix = base.scenario.removesuffix(f".{scale}") if scale != "paper" else base.scenario
+    return point_name(f"{prefix}--tune" + ("" if rounds is None else f"-{rounds}rounds"), values, scale)
+
+
+def _trial_spec(base: RunSpec, tune: TuneSpec, values: dict[str, Any]) -> RunSpec:
     """A trial's spec: ``values`` set, the trial rounds, no paper cell, the validation split if asked."""
     scale = base.scale
-    prefix = scenario.name.removesuffix(f".{scale}") if scale != "paper" else scenario.name
     spec = with_values(base, values, f"tune of {base.label}")
     validation = ValidationSplit(fraction=tune.validation_fraction) if tune.protocol == "validation" else None
     update = {
-        "scenario": point_name(f"{prefix}--tune", values, scale),
+        "scenario": _trial_name(base, values),
         "rounds": tune.trials.rounds or base.rounds,
         "paper": None,
         "validation": validation,
@@ -182,11 +244,13 @@ def plan(scenario: Scenario) -> TuningPlan:
     for i, base in enumerate(scenario.runs):
         tune = scenario.tune_of(i)
         trials: list[Trial] = []
+        rungs: list[tuple[int, int]] = []
         if tune is not None:
             seeds = tuple(tune.trials.seeds or scenario.seeds)
             for k, values in enumerate(proposals(scenario, i, tune)):
-                trials.append(Trial(i, k, values, _trial_spec(scenario, base, tune, values), seeds))
-        entries.append(EntryPlan(i, base, tune, tuple(trials)))
+                trials.append(Trial(i, k, values, _trial_spec(base, tune, values), seeds))
+            rungs = tune.rungs(len(trials), tune.trials.rounds or base.rounds)
+        entries.append(EntryPlan(i, base, tune, tuple(trials), tuple(rungs)))
     return TuningPlan(scenario, tuple(entries))
 
 
@@ -215,17 +279,63 @@ def run_score(series: list[tuple[int, float]], tune: TuneSpec) -> float:
     return top if metric == "top_acc" else last
 
 
-def _best(scores: list[float], tune: TuneSpec) -> tuple[int, float]:
-    """Index and score of the best trial (lowest rounds_to, else highest accuracy); ties: the earlier."""
+def ranking(scores: list[float] | tuple[float, ...], tune: TuneSpec) -> list[int]:
+    """Positions of ``scores`` best first (lowest rounds_to, else highest accuracy); ties: the earlier."""
     sign = -1.0 if tune.select.metric == "rounds_to" else 1.0
-    best = max(range(len(scores)), key=lambda k: (sign * scores[k], -k))
+    return sorted(range(len(scores)), key=lambda k: (-sign * scores[k], k))
+
+
+def _best(scores: list[float], tune: TuneSpec) -> tuple[int, float]:
+    """Index and score of the best trial; ties: the earlier."""
+    best = ranking(scores, tune)[0]
     return best, scores[best]
 
 
+def trial_scores(store: ResultsStore, trials: tuple[Trial, ...], tune: TuneSpec) -> tuple[float, ...] | None:
+    """Each trial's score, the mean over its seeds of :func:`run_score` (a diverged run: the worst
+    score); None while a run is not done (finished or diverged)."""
+    runs = [trial.runs() for trial in trials]
+    if any(store.status(run.run_id) not in DONE for rs in runs for run in rs):
+        return None
+    worst = math.inf if tune.select.metric == "rounds_to" else -math.inf
+    scores = []
+    for rs in runs:
+        per_seed = [
+            worst
+            if store.status(run.run_id) == "diverged"
+            else run_score(_accuracy(store.metrics([run.run_id]), tune.protocol), tune)
+            for run in rs
+        ]
+        scores.append(sum(per_seed) / len(per_seed))
+    return tuple(scores)
+
+
+def ladder(entry: EntryPlan, store: ResultsStore | None, project: bool = False) -> list[Rung]:
+    """The rungs of ``entry`` known from ``store``: rung 0 runs every candidate; rung k+1 the top
+    ``entry.rungs[k+1]`` candidates of rung k by :func:`trial_scores` (ties to the earlier candidate),
+    in candidate order, known once every run of rung k is done. Stops at the first rung not done, or
+    (``project``) goes on with stand-ins, the first candidates of the rung below. Scores are read for
+    the rungs below the last only (:func:`select` scores the last)."""
+    out: list[Rung] = []
+    tune, survivors = entry.tune, entry.trials
+    for k, (rounds, _) in enumerate(entry.rungs):  # an untuned entry has none
+        assert tune is not None
+        trials = tuple(entry.at_rung(t, k) for t in survivors)
+        below_last = k + 1 < len(entry.rungs)
+        scores = trial_scores(store, trials, tune) if store is not None and below_last else None
+        out.append(Rung(rounds, trials, scores))
+        if not below_last or (scores is None and not project):
+            break
+        keep = entry.rungs[k + 1][1]
+        top = range(keep) if scores is None else sorted(ranking(scores, tune)[:keep])
+        survivors = tuple(survivors[j] for j in top)
+    return out
+
+
 def select(store: ResultsStore, tuning: TuningPlan) -> list[Choice]:
-    """The chosen trial of every tuned entry (an entry without a block: ``best`` None). Raises
-    :class:`TuningError` naming the trial runs that are not finished or diverged."""
-    missing = [r for r in tuning.trial_runs() if store.status(r.run_id) not in DONE]
+    """The chosen trial of every tuned entry (an entry without a block: ``best`` None): the best of its
+    last rung. Raises :class:`TuningError` naming the trial runs that are not finished or diverged."""
+    missing = [r for r in tuning.trial_runs(store) if store.status(r.run_id) not in DONE]
     if missing:
         listed = ", ".join(f"{r.describe()} ({store.status(r.run_id) or 'not run'})" for r in missing[:5])
         raise TuningError(
@@ -237,17 +347,16 @@ def select(store: ResultsStore, tuning: TuningPlan) -> list[Choice]:
         if e.tune is None:
             choices.append(Choice(e, None, ()))
             continue
-        worst = math.inf if e.tune.select.metric == "rounds_to" else -math.inf
-        scores = []
-        for trial in e.trials:
-            per_seed = []
-            for run in trial.runs():
-                if store.status(run.run_id) == "diverged":
-                    per_seed.append(worst)
-                else:
-                    per_seed.append(run_score(_accuracy(store.metrics([run.run_id]), e.tune.protocol), e.tune))
-            scores.append(sum(per_seed) / len(per_seed))
-        choices.append(Choice(e, e.trials[_best(scores, e.tune)[0]], tuple(scores)))
+        rungs = ladder(e, store)
+        assert len(rungs) == len(e.rungs), "every trial run is done, so every rung is known"
+        last = trial_scores(store, rungs[-1].trials, e.tune)
+        assert last is not None
+        scores, reached = [math.nan] * len(e.trials), [0] * len(e.trials)
+        for k, rung in enumerate(rungs):
+            for trial, score in zip(rung.trials, last if rung is rungs[-1] else rung.scores or ()):
+                scores[trial.index], reached[trial.index] = score, k
+        best = rungs[-1].trials[_best(list(last), e.tune)[0]]
+        choices.append(Choice(e, best, tuple(scores), tuple(reached) if len(rungs) > 1 else ()))
     return choices
 
 
@@ -264,6 +373,7 @@ def tuned_spec(choice: Choice) -> RunSpec:
         metric=metric,
         rounds=best.spec.rounds,
         seeds=list(best.seeds),
+        rungs=list(choice.entry.rungs) if tune.halving is not None else None,
     )
     return spec.model_copy(update={"tuned": tuned}).resolved(spec.scale, spec.components)
 
@@ -292,12 +402,13 @@ def projected_final_runs(tuning: TuningPlan, store: ResultsStore | None) -> list
     return final_runs(tuning, as_written)
 
 
-def plan_lines(tuning: TuningPlan) -> list[str]:
-    """The trials and the runs they imply (``fedbench validate`` and ``fedbench tune --dry-run``)."""
+def plan_lines(tuning: TuningPlan, store: ResultsStore | None = None) -> list[str]:
+    """The trials and the runs they imply (``fedbench validate`` and ``fedbench tune --dry-run``); under
+    halving each entry's rungs (candidates × rounds, trial-rounds) and, with ``store``, how far it got."""
     sc = tuning.scenario
     trials = sum(len(e.trials) for e in tuning.entries)
     lines = [
-        f"tuning: {trials} trial(s), {len(tuning.trial_runs())} trial run(s), then "
+        f"tuning: {trials} trial(s), {len(tuning.projected_trial_runs())} trial run(s), then "
         f"{len(sc.runs) * len(sc.seeds)} final run(s) of the chosen settings (seeds {sc.seeds}, {sc.rounds} rounds)"
     ]
     for e in tuning.entries:
@@ -307,8 +418,25 @@ def plan_lines(tuning: TuningPlan) -> list[str]:
         t = e.tune
         grid = t.grid_size()
         searched = f" ({len(e.trials)} of {grid} settings, {100 * len(e.trials) / grid:.0f} %)" if grid else ""
+        seeds = list(e.trials[0].seeds) if e.trials else []
+        if t.halving is None:
+            lines.append(
+                f"  {e.label}: {len(e.trials)} trial(s){searched} × seeds {seeds} "
+                f"of {e.trials[0].spec.rounds if e.trials else '?'} rounds, {t.protocol} protocol, {t.select.describe()}"
+            )
+            continue
+        rounds = e.rungs[-1][0]
+        whole = len(e.trials) * rounds
         lines.append(
-            f"  {e.label}: {len(e.trials)} trial(s){searched} × seeds {list(e.trials[0].seeds) if e.trials else []} "
-            f"of {e.trials[0].spec.rounds if e.trials else '?'} rounds, {t.protocol} protocol, {t.select.describe()}"
+            f"  {e.label}: successive halving of {len(e.trials)} candidate(s){searched} × seeds {seeds}, "
+            f"rungs {' → '.join(f'{n}×{r}' for r, n in e.rungs)} (candidates × rounds, top 1/{t.halving.eta} kept): "
+            f"{e.trial_rounds()} trial-rounds per seed (every candidate at {rounds} rounds: {whole}, "
+            f"{100 * e.trial_rounds() / whole:.0f} %), {t.protocol} protocol, {t.select.describe()}"
         )
+        if store is not None:
+            reached = ladder(e, store)  # the rungs below its last are done
+            lines.append(
+                f"    at rung {len(reached)} of {len(e.rungs)}: {len(reached[-1].trials)} candidate(s) of "
+                f"{reached[-1].rounds} rounds"
+            )
     return lines

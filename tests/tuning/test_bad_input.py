@@ -58,6 +58,44 @@ CASES = {
         "tune.select: metric rounds_to needs a target",
     ),
     "unknown protocol": ({**GOOD, "protocol": "holdout"}, "tune.protocol: Input should be 'validation' or 'paper'"),
+    "unknown scheduler": (
+        {**GOOD, "scheduler": "bayes"},
+        "tune.scheduler: Input should be 'grid', 'random' or 'halving', got 'bayes'",
+    ),
+    "grid with a budget": ({**GOOD, "scheduler": "grid", "budget": 1}, "tune: scheduler: grid runs every point"),
+    "grid with a range": (
+        {"space": {"local.lr": {"uniform": [0.01, 0.1]}}, "budget": 2, "scheduler": "grid"},
+        "tune: scheduler: grid runs every point of a grid of lists, got a range",
+    ),
+    "random without a budget": ({**GOOD, "scheduler": "random"}, "tune: scheduler: random draws budget"),
+    "halving without its block": (
+        {**GOOD, "scheduler": "halving"},
+        "tune: halving: scheduler halving needs halving: {min_rounds: r0, eta: 3}",
+    ),
+    "a halving block without the scheduler": (
+        {**GOOD, "halving": {"min_rounds": 1}},
+        "tune: halving: given with scheduler absent; set scheduler: halving",
+    ),
+    "eta 1": (
+        {**GOOD, "scheduler": "halving", "halving": {"min_rounds": 1, "eta": 1}},
+        "tune.halving.eta: Input should be greater than or equal to 2, got 1",
+    ),
+    "min_rounds 0": (
+        {**GOOD, "scheduler": "halving", "halving": {"min_rounds": 0}},
+        "tune.halving.min_rounds: Input should be greater than or equal to 1, got 0",
+    ),
+    "min_rounds missing": (
+        {**GOOD, "scheduler": "halving", "halving": {"eta": 2}},
+        "tune.halving.min_rounds: Field required",
+    ),
+    "min_rounds above the trial rounds": (
+        {**GOOD, "scheduler": "halving", "halving": {"min_rounds": 5}},
+        "tune.halving.min_rounds: 5 exceeds the trial rounds (3)",
+    ),
+    "unknown halving key": (
+        {**GOOD, "scheduler": "halving", "halving": {"min_rounds": 1, "rate": 2}},
+        "tune.halving.rate: unknown key",
+    ),
 }
 
 
@@ -115,12 +153,26 @@ def test_a_continual_scenario_cannot_be_tuned_yet():
         parse_scenario(raw)
 
 
+BAD_CLI = {
+    "range": (
+        {"space": {"local.lr": {"uniform": [0.1, 0.01]}}, "budget": 2},
+        "tune.space.local.lr: uniform: low must be ≤ high, got [0.1, 0.01]",
+    ),
+    "halving": (
+        {**GOOD, "scheduler": "halving", "halving": {"min_rounds": 1, "eta": 1}},
+        "tune.halving.eta: Input should be greater than or equal to 2, got 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_CLI))
 @pytest.mark.parametrize("command", ["tune", "validate"])
-def test_the_commands_exit_2_before_training(tmp_path, command):
+def test_the_commands_exit_2_before_training(tmp_path, command, bad):
+    tune, line = BAD_CLI[bad]
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(tiny_scenario(tune={"space": {"local.lr": {"uniform": [0.1, 0.01]}}, "budget": 2})))
+    path.write_text(yaml.safe_dump(tiny_scenario(tune=tune)))
     args = [command, str(path)] + (["--out", str(tmp_path / "out")] if command == "tune" else [])
     result = CliRunner().invoke(app, args, terminal_width=250)
     assert result.exit_code == 2
-    assert "tune.space.local.lr: uniform: low must be ≤ high, got [0.1, 0.01]" in result.output
+    assert line in result.output
     assert not (tmp_path / "out").exists()
