@@ -1,7 +1,8 @@
 """Tuning tables: per entry of a scenario (``<tables>/<scenario>_tuning.md`` and ``.csv``, written by
 ``fedbench tune``), or per method and column of a paper's tuned scenarios at a scale
 (``<tables>/<paper>_tuning_<scale>.md``, written by ``fedbench reproduce``): the chosen values, the
-trial count, the best and runner-up scores and the protocol."""
+trial count, the search budget (``searched``: the settings run of the method's own grid, or drawn from its
+ranges, and the scheduler), the best and runner-up scores and the protocol."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from fedbench.scenario import Scenario
 from fedbench.store import ResultsStore
 from fedbench.sweeps.tuning import Choice, TuningError, plan, select
 
-HEADERS = ["method", "chosen", "trials", "metric", "best", "runner-up", "protocol"]
-ALIGN = ["left", "left", "right", "left", "right", "right", "left"]
+HEADERS = ["method", "chosen", "trials", "searched", "metric", "best", "runner-up", "protocol"]
+ALIGN = ["left", "left", "right", "left", "left", "right", "right", "left"]
 PROTOCOL_NOTE = {
     "validation": "selected on the federated validation accuracy (a held-out {f:g} of each client's training data); "
     "the tables report the chosen setting's test numbers",
@@ -32,13 +33,26 @@ def _score(value: float | None, metric: str) -> str:
     return f"{value:.0f}" if metric == "rounds_to" else f"{100 * value:.2f}"
 
 
+def searched(c: Choice) -> str:
+    """An entry's search budget: the settings run of its own grid and their share (``4 / 54 (7 %)``) or
+    the settings drawn from its ranges (``8 drawn``), then the scheduler (halving: its candidates per
+    rung, ``54 / 54 (100 %) halving 54→18→6→2``)."""
+    tune, n = c.entry.tune, len(c.entry.trials)
+    if tune is None:
+        return "—"
+    grid = tune.grid_size()
+    rungs = " " + "→".join(str(k) for _, k in c.entry.rungs) if tune.halving is not None else ""
+    share = f"{n} / {grid} ({100 * n / grid:.0f} %)" if grid is not None else f"{n} drawn"
+    return f"{share} {tune.search}{rungs}"
+
+
 def tuning_rows(choices: list[Choice]) -> list[list[str]]:
     """One row per entry (an entry without a tune block: ``untuned``)."""
     rows = []
     for c in choices:
         tune = c.entry.tune
         if tune is None or c.best is None:
-            rows.append([c.entry.label, "untuned", "0", "—", "—", "—", "—"])
+            rows.append([c.entry.label, "untuned", "0", "—", "—", "—", "—", "—"])
             continue
         metric = tune.select.describe()
         chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c.best.values.items())
@@ -48,6 +62,7 @@ def tuning_rows(choices: list[Choice]) -> list[list[str]]:
                 c.entry.label,
                 chosen,
                 str(len(c.scores)),
+                searched(c),
                 metric,
                 _score(best, tune.select.metric),
                 _score(c.runner_up, tune.select.metric),
@@ -58,11 +73,20 @@ def tuning_rows(choices: list[Choice]) -> list[list[str]]:
 
 
 def _trials_note(choices: list[Choice]) -> str:
-    """What each trial ran (rounds × seeds), once per distinct way."""
+    """What each trial ran (rounds × seeds), once per distinct way; halving's rungs, once per way."""
     ways = dict.fromkeys((len(c.entry.trials), c.best.spec.rounds, c.best.seeds) for c in choices if c.best is not None)
+    rungs = dict.fromkeys(
+        (tuple(r for r, _ in c.entry.rungs), c.entry.tune.halving.eta)
+        for c in choices
+        if c.best is not None and c.entry.tune is not None and c.entry.tune.halving is not None
+    )
     return "".join(
         f"_trials: {n} setting(s) per method, each {r} rounds × seed(s) {', '.join(map(str, s))}_\n\n"
         for n, r, s in ways
+    ) + "".join(
+        f"_halving: rungs of {', '.join(map(str, rs))} rounds, each keeping the top 1/{eta} of its candidates "
+        "by the metric (ties: the earlier); best and runner-up are scores at the last rung_\n\n"
+        for rs, eta in rungs
     )
 
 
@@ -84,7 +108,12 @@ def render(choices: list[Choice], scenario: str, fmt: str, columns: list[str] | 
         if c.entry.tune is not None
     }
     lines = "".join(f"_{p}: {text}_\n\n" for p, text in notes.items()) + _trials_note(choices)
-    scores = "_accuracy in %, mean over the trial seeds; rounds_to: the first round reaching the target_\n"
+    scores = (
+        "_searched: the settings run of the method's own grid and their share (or the settings drawn from its "
+        "ranges), and the scheduler "
+        "(grid: every point; random: seeded draws; halving: candidates per rung)_\n\n"
+        "_accuracy in %, mean over the trial seeds; rounds_to: the first round reaching the target_\n"
+    )
     return f"## {scenario}: tuning\n\n{markdown_grid(headers, rows, align)}\n{lines}{scores}"
 
 

@@ -34,8 +34,8 @@ def test_tune_runs_selects_and_writes_its_table(tmp_path):
     result = runner.invoke(app, args, terminal_width=250)
     assert result.exit_code == 0, result.output
     csv = (tables / "tiny_tuning.csv").read_text().splitlines()
-    assert csv[0] == "method,chosen,trials,metric,best,runner-up,protocol"
-    assert csv[1].startswith("FedAvg,local.lr=0.3,2,top_acc,") and csv[1].endswith(",validation")
+    assert csv[0] == "method,chosen,trials,searched,metric,best,runner-up,protocol"
+    assert csv[1].startswith("FedAvg,local.lr=0.3,2,2 / 2 (100 %) grid,top_acc,") and csv[1].endswith(",validation")
     assert "held-out 0.1 of each client's training data" in (tables / "tiny_tuning.md").read_text()
     again = runner.invoke(app, args, terminal_width=250)
     assert "2 run(s): 0 finished, 2 skipped" in again.output
