@@ -26,7 +26,7 @@ from fedbench.registry import Registry, UnknownNameError
 from fedbench.scenario.errors import ScenarioError, format_errors
 from fedbench.scenario.runspec import Components, RunSpec
 from fedbench.scenario.schema import AlgorithmSpec, CompressionSpec, LocalSpec, PrivacySpec, Scenario
-from fedbench.scenario.tunespec import Range
+from fedbench.scenario.tunespec import Range, TuneSpec
 from fedbench.strict import param_problems, strict_params
 
 
@@ -146,6 +146,23 @@ def _space_values(value: list[Any] | Range) -> list[Any]:
     return list(value.choice or value.uniform or value.log_uniform or ())
 
 
+def _rounds_problems(tune: TuneSpec, rounds: int, where: str) -> list[str]:
+    """``trials.rounds`` ≤ the scenario's ``rounds``; ``halving.min_rounds`` ≤ the trial rounds."""
+    problems = []
+    if tune.trials.rounds is not None and tune.trials.rounds > rounds:
+        problems.append(
+            f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({rounds}); "
+            "a trial is a shortened run, so trials.rounds ≤ rounds"
+        )
+    trial_rounds = tune.trials.rounds or rounds
+    if tune.halving is not None and tune.halving.min_rounds > trial_rounds:
+        problems.append(
+            f"{where}.halving.min_rounds: {tune.halving.min_rounds} exceeds the trial rounds ({trial_rounds}); "
+            "rung 0 runs min_rounds, the last rung the trial rounds"
+        )
+    return problems
+
+
 def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> list[str]:
     """The ``tune`` block of ``algorithms[i]`` (its own or the scenario's) can run: its trials are no
     longer than the scenario (``trials.rounds`` ≤ ``rounds``, ``halving.min_rounds`` ≤ the trial rounds), each space key is one the entry takes (``local.<key>``, ``server.<key>``, an algorithm parameter) and each of its
@@ -164,18 +181,7 @@ def tune_problems(scenario: Scenario, i: int, server: ServerSpec, path: str) -> 
     fields = set(ALGORITHMS.get(algo.name).params.model_fields)
     base = {"local": scenario.local.model_dump(), "server": server.model_dump()}
     schemas: dict[str, type[BaseModel]] = {"local": LocalSpec, "server": ServerSpec}
-    problems = []
-    if tune.trials.rounds is not None and tune.trials.rounds > scenario.rounds:
-        problems.append(
-            f"{where}.trials.rounds: {tune.trials.rounds} exceeds the scenario's rounds ({scenario.rounds}); "
-            "a trial is a shortened run, so trials.rounds ≤ rounds"
-        )
-    trial_rounds = tune.trials.rounds or scenario.rounds
-    if tune.halving is not None and tune.halving.min_rounds > trial_rounds:
-        problems.append(
-            f"{where}.halving.min_rounds: {tune.halving.min_rounds} exceeds the trial rounds ({trial_rounds}); "
-            "rung 0 runs min_rounds, the last rung the trial rounds"
-        )
+    problems = _rounds_problems(tune, scenario.rounds, where)
     for key, value in tune.space.items():
         head, _, rest = key.partition(".")
         at = f"{where}.space.{key}"
