@@ -182,6 +182,31 @@ def test_reproduce_tunes_a_tuned_scenario_then_marks_it(tmp_path: Path, monkeypa
     assert rp.plan_lines("fake", chosen, opts)[-3].startswith("  then 2 run(s) of the chosen settings, 0 to run")
 
 
+def test_reproduce_runs_a_halving_search_rung_by_rung(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``scheduler: halving``: 4 candidates for 1 round, the top 2 for 2, then the chosen setting; the
+    tuning table states the rungs; a second call finds every rung done and runs nothing."""
+    file = _tiny_scenario(tmp_path / "halving.yaml")  # 2 rounds at the paper scale
+    raw = yaml.safe_load(file.read_text())
+    raw["algorithms"][1]["tune"] = {
+        "space": {"local.lr": [0.01, 0.05, 0.2, 0.4]},
+        "scheduler": "halving",
+        "halving": {"min_rounds": 1, "eta": 2},
+        "protocol": "paper",
+    }
+    file.write_text(yaml.safe_dump(raw))
+    room = PaperRoom("fake", "a fake paper", (Target("t1", "one table", runs=(str(file),), steps=(Tuning(),)),))
+    monkeypatch.setattr(rp, "room", lambda paper: room)
+    opts = rp.Options(scale="paper", out=tmp_path / "out", jobs=1, tables_dir=tmp_path / "tables")
+    chosen = rp.check("fake", ["t1"], opts)
+    assert rp.reproduce("fake", chosen, opts, rp.Console(quiet=True)) == 0
+    runs = rp.ResultsStore(opts.out_dir).runs()
+    rung0 = runs[runs["scenario"].str.startswith("roomtest--tune-1rounds--")]
+    rung1 = runs[runs["scenario"].str.startswith("roomtest--tune--")]
+    assert (len(rung0), len(rung1), len(runs)) == (4, 2, 4 + 2 + 2)
+    assert "| 4 / 4 (100 %) halving 4→2 |" in (tmp_path / "tables" / "fake_tuning_paper.md").read_text()
+    assert rp.plan_lines("fake", chosen, opts)[0].startswith("fake t1: 6 run(s), 0 to run")  # the trials: 4 + 2
+
+
 def test_reproduce_gives_the_run_options_to_every_run_trials_included(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
