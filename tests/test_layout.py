@@ -51,6 +51,8 @@ def modules_of(package: str) -> list[str]:
         ("fedbench.optim.spec", ("torch",)),
         ("fedbench.sweeps.grid", ("fedbench.engine", "fedbench.report")),
         ("fedbench.sweeps.tuning", ("fedbench.engine", "fedbench.report")),
+        ("fedbench.sweeps.halving", ("fedbench.engine", "fedbench.report")),
+        ("fedbench.sweeps.trials", ("fedbench.engine", "fedbench.report")),
         ("fedbench.trackers.*", ("torch", "mlflow", "tensorboard", "fedbench.engine", "fedbench.cli")),  # lazy
     ],
 )

@@ -32,7 +32,7 @@ point), ``random`` otherwise (the seeded draws). Given, ``grid`` insists on the 
 no budget) and ``random`` on a budget; ``halving`` is successive halving (Jamieson & Talwalkar 2016)
 over the candidates with the trial's rounds as the resource, rung by rung as :meth:`HalvingSpec.rungs`
 states; each rung's runs are ordinary trial runs, and the survivors are chosen from the store by the
-``select`` metric (:mod:`fedbench.sweeps.tuning`). Optuna's ``SuccessiveHalvingPruner`` is not used:
+``select`` metric (:mod:`fedbench.sweeps.halving`). Optuna's ``SuccessiveHalvingPruner`` is not used:
 it is the asynchronous variant (a trial is judged against the peers that reached its rung so far, so
 the outcome depends on which run finished first) and it prunes inside a running trial through
 ``trial.report``; fedbench's trials are store runs of fixed rounds, run in parallel and resumed by run

@@ -10,31 +10,21 @@ its numbers. The candidates of an entry are the cartesian product of a pure grid
 of the sampler (NumPy, the ``("tune", crc(scenario name), crc(entry label))`` stream under the
 block's ``seed``): the same scenario and seed propose the same trials.
 
-The scheduler runs them in rungs (:class:`Rung`, :func:`ladder`). ``grid`` and ``random``: one rung,
-every candidate at the trial rounds. ``halving``: successive halving, the rungs of
-:meth:`~fedbench.scenario.tunespec.HalvingSpec.rungs`; a rung below the trial rounds runs under
-``<scenario>--tune-<r>rounds--<key>-<value>…`` (its own name and hash), the last rung under the trial's
-own name (the run a grid search of that candidate makes). Rung k+1's candidates are the top of rung k
-by the ``select`` score, ties to the earlier candidate, and are known only once every run of rung k is
-done in the store: the runs of a tuning are found rung by rung from the store (:meth:`TuningPlan.trial_runs`),
-so an interrupted tuning resumes where it stopped and promotes what an uninterrupted one would have,
-whatever order parallel runs finished in. Optuna is not used (its ``SuccessiveHalvingPruner`` is the
-asynchronous variant, which judges a trial against the peers that reached its rung so far, and it prunes
-inside a running trial; see docs/tuning.md).
+The scheduler runs them in rungs (:mod:`fedbench.sweeps.halving`): ``grid`` and ``random`` one rung,
+every candidate at the trial rounds; ``halving`` successive halving, whose later rungs are known only
+from the store (:meth:`TuningPlan.trial_runs`).
 
-:func:`select` scores each trial (mean over its seeds of ``top_acc``, ``final_acc`` or
-``rounds_to``, on ``val_acc`` under ``validation`` and ``test_acc`` under ``paper``; a diverged run
-scores worst) and keeps the best of the last rung, ties going to the earlier trial. The final runs are
-the chosen settings (every default elsewhere) on the scenario's own name, rounds and seeds, training on
-the clients' whole data; entries without a block run as written.
+:func:`select` scores each trial (:func:`~fedbench.sweeps.halving.trial_scores`: mean over its seeds
+of ``top_acc``, ``final_acc`` or ``rounds_to``, on ``val_acc`` under ``validation`` and ``test_acc``
+under ``paper``; a diverged run scores worst) and keeps the best of the last rung, ties going to the
+earlier trial. The final runs are the chosen settings (every default elsewhere) on the scenario's own
+name, rounds and seeds, training on the clients' whole data; entries without a block run as written.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import math
 import zlib
 from dataclasses import dataclass
@@ -46,67 +36,13 @@ from fedbench.scenario.resolve import check_component
 from fedbench.scenario.tunespec import Range, TunedFrom, TuneSpec, ValidationSplit
 from fedbench.seeding import numpy_stream
 from fedbench.store import DONE, ResultsStore
-from fedbench.sweeps.grid import SweepRun, point_name
+from fedbench.sweeps.grid import SweepRun
+from fedbench.sweeps.halving import ladder, ranking, trial_scores
+from fedbench.sweeps.trials import EntryPlan, Trial, hash_parts, trial_name
 
 
 class TuningError(ValueError):
     """Selection cannot be made yet (trials missing or failed); the message lists them."""
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One proposed setting of an entry (``index``: its place among the candidates, grid or draw order)
-    at one rung: its values by dotted key, its spec and seeds."""
-
-    entry: int
-    index: int
-    values: dict[str, Any]
-    spec: RunSpec
-    seeds: tuple[int, ...]
-    rung: int = 0
-
-    def runs(self) -> list[SweepRun]:
-        shash = _hash([self.spec.spec_hash(), *map(str, self.seeds)])
-        return [SweepRun(self.spec, seed, shash) for seed in self.seeds]
-
-
-@dataclass(frozen=True)
-class EntryPlan:
-    """An algorithm entry with its tune block (None: not tuned), its candidates as trials of the trial
-    rounds, and the (rounds, candidates) of each rung (one rung of them all, but under halving)."""
-
-    index: int
-    base: RunSpec
-    tune: TuneSpec | None
-    trials: tuple[Trial, ...]
-    rungs: tuple[tuple[int, int], ...] = ()
-
-    @property
-    def label(self) -> str:
-        return self.base.label
-
-    def at_rung(self, trial: Trial, k: int) -> Trial:
-        """``trial`` (a candidate) at rung ``k``: its rounds, and below the trial rounds its own name."""
-        rounds = self.rungs[k][0]
-        if rounds == trial.spec.rounds:
-            return dataclasses.replace(trial, rung=k)
-        update = {"scenario": _trial_name(self.base, trial.values, rounds), "rounds": rounds}
-        spec = trial.spec.model_copy(update=update).resolved(trial.spec.scale, trial.spec.components)
-        return dataclasses.replace(trial, spec=spec, rung=k)
-
-    def trial_rounds(self) -> int:
-        """Rounds trained per trial seed over every rung (Σ candidates × rounds)."""
-        return sum(r * n for r, n in self.rungs)
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One rung of an entry's search: its rounds, its trials (candidate order), and their scores
-    (None until every run of the rung is done, or when not needed)."""
-
-    rounds: int
-    trials: tuple[Trial, ...]
-    scores: tuple[float, ...] | None
 
 
 @dataclass(frozen=True)
@@ -119,7 +55,8 @@ class TuningPlan:
     def trial_runs(self, store: ResultsStore | None = None) -> list[SweepRun]:
         """Every trial run known so far, entry by entry, rung by rung, in trial order (a run listed twice
         is kept once): the first rung's without ``store`` (grid and random: the whole search), and each
-        later rung's once ``store`` holds every run of the rung below done (:func:`ladder`)."""
+        later rung's once ``store`` holds every run of the rung below done
+        (:func:`~fedbench.sweeps.halving.ladder`)."""
         return self._runs(lambda e: ladder(e, store))
 
     def projected_trial_runs(self, store: ResultsStore | None = None) -> list[SweepRun]:
@@ -157,10 +94,6 @@ class Choice:
             s for i, s in enumerate(self.scores) if i != b and (not self.reached or self.reached[i] == self.reached[b])
         ]
         return _best(rest, self.entry.tune)[1] if rest else None  # type: ignore[arg-type]
-
-
-def _hash(parts: list[str]) -> str:
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 def _key(name: str) -> int:
@@ -216,21 +149,13 @@ def with_values(spec: RunSpec, values: dict[str, Any], where: str) -> RunSpec:
     return spec.model_copy(update=update).resolved(spec.scale, components)
 
 
-def _trial_name(base: RunSpec, values: dict[str, Any], rounds: int | None = None) -> str:
-    """``<scenario>--tune--<key>-<value>…[.scale]``; a halving rung below the trial rounds:
-    ``<scenario>--tune-<rounds>rounds--…``."""
-    scale = base.scale
-    prefix = base.scenario.removesuffix(f".{scale}") if scale != "paper" else base.scenario
-    return point_name(f"{prefix}--tune" + ("" if rounds is None else f"-{rounds}rounds"), values, scale)
-
-
 def _trial_spec(base: RunSpec, tune: TuneSpec, values: dict[str, Any]) -> RunSpec:
     """A trial's spec: ``values`` set, the trial rounds, no paper cell, the validation split if asked."""
     scale = base.scale
     spec = with_values(base, values, f"tune of {base.label}")
     validation = ValidationSplit(fraction=tune.validation_fraction) if tune.protocol == "validation" else None
     update = {
-        "scenario": _trial_name(base, values),
+        "scenario": trial_name(base, values),
         "rounds": tune.trials.rounds or base.rounds,
         "paper": None,
         "validation": validation,
@@ -254,82 +179,10 @@ def plan(scenario: Scenario) -> TuningPlan:
     return TuningPlan(scenario, tuple(entries))
 
 
-def _accuracy(metrics: Any, protocol: str) -> list[tuple[int, float]]:
-    """(round, accuracy) of one run's rows: ``val_acc`` from the round logs, or ``test_acc``."""
-    out = []
-    for rnd, test_acc, extra in zip(metrics["round"], metrics["test_acc"], metrics["extra"]):
-        value = (json.loads(extra) if extra else {}).get("val_acc") if protocol == "validation" else test_acc
-        if value is not None and not math.isnan(value):
-            out.append((int(rnd), float(value)))
-    return out
-
-
-def run_score(series: list[tuple[int, float]], tune: TuneSpec) -> float:
-    """One run's score: best or last accuracy, or the first round reaching the target (inf: never). With
-    ``select.max_drop``, a run whose last accuracy is more than that below its best scores its last: a
-    setting that collapsed late is not chosen on the top it reached before."""
-    metric = tune.select.metric
-    if metric == "rounds_to":
-        return next((float(r) for r, a in series if a >= (tune.select.target or 1.0)), math.inf)
-    if not series:
-        return -math.inf
-    top, last = max(a for _, a in series), series[-1][1]
-    if metric == "top_acc" and tune.select.max_drop is not None and top - last > tune.select.max_drop:
-        return last
-    return top if metric == "top_acc" else last
-
-
-def ranking(scores: list[float] | tuple[float, ...], tune: TuneSpec) -> list[int]:
-    """Positions of ``scores`` best first (lowest rounds_to, else highest accuracy); ties: the earlier."""
-    sign = -1.0 if tune.select.metric == "rounds_to" else 1.0
-    return sorted(range(len(scores)), key=lambda k: (-sign * scores[k], k))
-
-
 def _best(scores: list[float], tune: TuneSpec) -> tuple[int, float]:
     """Index and score of the best trial; ties: the earlier."""
     best = ranking(scores, tune)[0]
     return best, scores[best]
-
-
-def trial_scores(store: ResultsStore, trials: tuple[Trial, ...], tune: TuneSpec) -> tuple[float, ...] | None:
-    """Each trial's score, the mean over its seeds of :func:`run_score` (a diverged run: the worst
-    score); None while a run is not done (finished or diverged)."""
-    runs = [trial.runs() for trial in trials]
-    if any(store.status(run.run_id) not in DONE for rs in runs for run in rs):
-        return None
-    worst = math.inf if tune.select.metric == "rounds_to" else -math.inf
-    scores = []
-    for rs in runs:
-        per_seed = [
-            worst
-            if store.status(run.run_id) == "diverged"
-            else run_score(_accuracy(store.metrics([run.run_id]), tune.protocol), tune)
-            for run in rs
-        ]
-        scores.append(sum(per_seed) / len(per_seed))
-    return tuple(scores)
-
-
-def ladder(entry: EntryPlan, store: ResultsStore | None, project: bool = False) -> list[Rung]:
-    """The rungs of ``entry`` known from ``store``: rung 0 runs every candidate; rung k+1 the top
-    ``entry.rungs[k+1]`` candidates of rung k by :func:`trial_scores` (ties to the earlier candidate),
-    in candidate order, known once every run of rung k is done. Stops at the first rung not done, or
-    (``project``) goes on with stand-ins, the first candidates of the rung below. Scores are read for
-    the rungs below the last only (:func:`select` scores the last)."""
-    out: list[Rung] = []
-    tune, survivors = entry.tune, entry.trials
-    for k, (rounds, _) in enumerate(entry.rungs):  # an untuned entry has none
-        assert tune is not None
-        trials = tuple(entry.at_rung(t, k) for t in survivors)
-        below_last = k + 1 < len(entry.rungs)
-        scores = trial_scores(store, trials, tune) if store is not None and below_last else None
-        out.append(Rung(rounds, trials, scores))
-        if not below_last or (scores is None and not project):
-            break
-        keep = entry.rungs[k + 1][1]
-        top = range(keep) if scores is None else sorted(ranking(scores, tune)[:keep])
-        survivors = tuple(survivors[j] for j in top)
-    return out
 
 
 def select(store: ResultsStore, tuning: TuningPlan) -> list[Choice]:
@@ -382,7 +235,7 @@ def final_runs(tuning: TuningPlan, choices: list[Choice]) -> list[SweepRun]:
     """The scenario's runs with each tuned entry's chosen values (its own name, rounds and seeds)."""
     sc = tuning.scenario
     specs = [c.entry.base if c.best is None else tuned_spec(c) for c in choices]
-    shash = _hash([s.spec_hash() for s in specs] + [str(s) for s in sc.seeds])  # scenario_hash's formula
+    shash = hash_parts([s.spec_hash() for s in specs] + [str(s) for s in sc.seeds])  # scenario_hash's formula
     return [SweepRun(spec, seed, shash) for spec in specs for seed in sc.seeds]
 
 

@@ -245,7 +245,7 @@ def test_bad_budgets_and_guards_name_their_key(block, needle):
 
 def test_max_drop_scores_a_collapsed_trial_by_its_final_accuracy():
     """A setting that peaked then collapsed is not chosen on its peak (issue 27: 25 chosen runs blew up)."""
-    from fedbench.sweeps.tuning import run_score
+    from fedbench.sweeps.halving import run_score
 
     guarded = plan(parse_scenario(tuned({**GRID, "select": {"metric": "top_acc", "max_drop": 0.05}}))).entries[0]
     plain = plan(parse_scenario(tuned(GRID))).entries[0]

@@ -13,7 +13,8 @@ from fedbench.scenario import parse_scenario
 from fedbench.scenario.tunespec import HalvingSpec
 from fedbench.store import ResultsStore
 from fedbench.sweeps.driver import run_sweep, run_tuning
-from fedbench.sweeps.tuning import TuningError, final_runs, ladder, plan, plan_lines, select
+from fedbench.sweeps.halving import ladder
+from fedbench.sweeps.tuning import TuningError, final_runs, plan, plan_lines, select
 from fedbench.sweeps.worker import record_of
 from tests.factories import tiny_scenario
 
