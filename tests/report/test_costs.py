@@ -165,11 +165,12 @@ def test_engine_round_bits_match_the_formulas(tmp_path):
     """One round of each Table I algorithm with the Table I settings (configs/fedqvr, tiny scale, a
     small MLP): the engine's bits_up per sampled client is :func:`uplink_bits` of the module."""
     overrides = ["rounds=1", "clients.num=6", "clients.per_round=3", "model.hidden=[8]", "local.epochs=1", "seeds=[0]"]
+    overrides += ["local.batch_size=200"]  # 4 steps a client (the bits do not depend on them)
     sc = load_scenario(CONFIGS / "table1_mnist.yaml", overrides, "tiny")
     specs = resolve_runs(sc)
     assert [s.algorithm["name"] for s in specs] == list(costs.TABLE_I_ALGORITHMS.values())
     cache = DataCache(tmp_path / "data", False, torch.device("cpu"))
-    d, tensors = 64 * 8 + 8 + 8 * 10 + 10, 4  # digits 8×8 → 8 → 10
+    d, tensors = 784 * 8 + 8 + 8 * 10 + 10, 4  # mnist5k 28×28 → 8 → 10
     for spec in specs:
         name = spec.algorithm["name"]
         quantized = name in costs.QUANTIZED

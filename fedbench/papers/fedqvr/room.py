@@ -66,6 +66,7 @@ ROOM = PaperRoom(
                     for fig, case, labels in PANELS
                 ),
                 *(Plot(f) for f in FIG1_4),
+                *(ScenarioTable(f) for f in FIG1_4 if "fig4_" in f),  # Fig. 4's m = 5 numbers (claim 6)
             ),
         ),
         *(fig5_target(name) for name in FIG5),
