@@ -203,7 +203,9 @@ class TaskData:
 
     For algorithms that run the network on inputs of their own (TARGET's server-side generator):
     ``model``, the run's :class:`~fedbench.models.flat.FlatModel`, ``buffers``, the global BatchNorm
-    statistics (empty without BatchNorm; not to be mutated), and ``input_shape``, one sample's shape."""
+    statistics (empty without BatchNorm; not to be mutated), ``input_shape``, one sample's shape, and
+    ``input_range``, the smallest and largest training input value (the domain's bounds, e.g. the pixel
+    range after normalisation)."""
 
     task: int
     sizes: torch.Tensor
@@ -215,6 +217,7 @@ class TaskData:
     model: FlatModel | None = None
     buffers: Mapping[str, torch.Tensor] = field(default_factory=lambda: MappingProxyType({}))
     input_shape: tuple[int, ...] = ()
+    input_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ mode, as the authors' ``_KD_loss``; one per old task in task-incremental mode), 
 (the authors' ``--kd``; no T² factor). During task 0 there are no old classes: plain masked
 cross-entropy, i.e. Fine-FL's step exactly.
 
-Choices where the paper and code leave room (C-11 in ``configs/cflag/README.md``):
+Choices where the paper and code leave room (C-9, C-12 in ``configs/cflag/README.md``; the generator's: C-11):
 
 - Each step draws its ``synthetic_batch`` pool samples without replacement from the
   ``("target_synthetic", round, client, step)`` stream. The authors zip the real loader with a
@@ -183,11 +183,21 @@ class Target(Algorithm):
         state = dataclasses.replace(state, old_model=x.clone(), heads=heads)
         if data.task + 1 >= data.stream.num_tasks:
             return state, {}
-        if data.model is None or not data.input_shape:
-            raise ValueError("target_fl's end_task needs the model and the input shape (TaskData.model, input_shape)")
+        if data.model is None or not data.input_shape or data.input_range is None:
+            raise ValueError(
+                "target_fl's end_task needs the model, the input shape and range (TaskData.model, input_shape, input_range)"
+            )
         classes = (heads >= 0).nonzero().squeeze(1)
         synth = Synthesizer(
-            self.params, data.model, x, data.buffers, data.input_shape, classes, self.ctx.seed, data.task
+            self.params,
+            data.model,
+            x,
+            data.buffers,
+            data.input_shape,
+            data.input_range,
+            classes,
+            self.ctx.seed,
+            data.task,
         )
         pool, logs = synth.run()
         bits = self.ctx.num_clients * pool.numel() * BITS_PER_FLOAT

@@ -35,7 +35,12 @@ Randomness: the generator's and the student's initialisation come from the ``("t
 task)`` and ``("target_student_init", task)`` streams, each round's z and ŷ from ``("target_noise",
 task, r)`` and each student batch from ``("target_student", task, r, k)``; everything runs in the
 teacher's dtype on its device (draws are made on the CPU and moved). No augmentation (the authors
-crop and flip 32×32 images); the generator emits inputs in the dataset's normalised space directly.
+crop and flip 32×32 images). The authors' generator ends in a Sigmoid (pixels in [0, 1]) followed by
+the dataset's normalisation; here it ends in lo + (hi − lo)·sigmoid(·) with [lo, hi] the range of the
+training inputs as the engine holds them (normalised; ``TaskData.input_range``, the domain's public
+bounds as the authors' pixel range and normalisation constants are), so that the synthetic inputs stay
+in the data's domain: an unbounded output lets L_adv grow without limit (measured on Split-digits:
+L_gen reached −10²¹³).
 """
 
 from __future__ import annotations
@@ -59,12 +64,23 @@ if TYPE_CHECKING:
 NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
 
 
+class Bounded(nn.Module):
+    """lo + (hi − lo)·sigmoid(x): the generator's last layer (module docstring)."""
+
+    def __init__(self, lo: float, hi: float):
+        super().__init__()
+        self.lo, self.hi = lo, hi
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lo + (self.hi - self.lo) * torch.sigmoid(x)
+
+
 class ConvGenerator(nn.Module):
     """The authors' generator for ``(C, H, W)`` inputs (H, W divisible by 4): Linear(nz → 2w·H/4·W/4) →
-    BN → up×2 → conv3 (2w) → BN → LeakyReLU(0.2) → up×2 → conv3 (w) → BN → LeakyReLU(0.2) → conv3 (C),
-    without their final Sigmoid (module docstring: normalised space)."""
+    BN → up×2 → conv3 (2w) → BN → LeakyReLU(0.2) → up×2 → conv3 (w) → BN → LeakyReLU(0.2) → conv3 (C) →
+    :class:`Bounded`."""
 
-    def __init__(self, noise_dim: int, width: int, shape: tuple[int, ...]):
+    def __init__(self, noise_dim: int, width: int, shape: tuple[int, ...], bounds: tuple[float, float]):
         super().__init__()
         c, h, w = shape
         self.start = (h // 4, w // 4)
@@ -80,15 +96,16 @@ class ConvGenerator(nn.Module):
             nn.BatchNorm2d(width),
             nn.LeakyReLU(0.2),
             nn.Conv2d(width, c, 3, padding=1),
+            Bounded(*bounds),
         )
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.conv_blocks(self.l1(z).view(len(z), -1, *self.start))
 
 
-def mlp_generator(noise_dim: int, width: int, shape: tuple[int, ...]) -> nn.Module:
+def mlp_generator(noise_dim: int, width: int, shape: tuple[int, ...], bounds: tuple[float, float]) -> nn.Module:
     """Inputs of any shape: Linear(nz → w) → BN → LeakyReLU(0.2) → Linear(w → w) → BN → LeakyReLU(0.2)
-    → Linear(w → ∏shape), reshaped to ``shape`` (the conv generator's layers, fully connected)."""
+    → Linear(w → ∏shape) → :class:`Bounded`, reshaped to ``shape`` (the conv generator's layers, fully connected)."""
     return nn.Sequential(
         nn.Linear(noise_dim, width),
         nn.BatchNorm1d(width),
@@ -97,11 +114,12 @@ def mlp_generator(noise_dim: int, width: int, shape: tuple[int, ...]) -> nn.Modu
         nn.BatchNorm1d(width),
         nn.LeakyReLU(0.2),
         nn.Linear(width, math.prod(shape)),
+        Bounded(*bounds),
         nn.Unflatten(1, shape),
     )
 
 
-def build_generator(params: TargetParams, shape: tuple[int, ...]) -> nn.Module:
+def build_generator(params: TargetParams, shape: tuple[int, ...], bounds: tuple[float, float]) -> nn.Module:
     """``generator: conv`` (images whose sides divide by 4), ``mlp``, or ``auto`` (conv where it fits)."""
     fits = len(shape) == 3 and shape[1] % 4 == 0 and shape[2] % 4 == 0
     kind = ("conv" if fits else "mlp") if params.generator == "auto" else params.generator
@@ -110,8 +128,8 @@ def build_generator(params: TargetParams, shape: tuple[int, ...]) -> nn.Module:
             raise ValueError(
                 f"target_fl: generator 'conv' needs (C, H, W) inputs with H, W divisible by 4, got {shape}"
             )
-        return ConvGenerator(params.noise_dim, params.generator_width, shape)
-    return mlp_generator(params.noise_dim, params.generator_width, shape)
+        return ConvGenerator(params.noise_dim, params.generator_width, shape, bounds)
+    return mlp_generator(params.noise_dim, params.generator_width, shape, bounds)
 
 
 @torch.no_grad()
@@ -212,6 +230,7 @@ class Synthesizer:
         teacher: torch.Tensor,
         buffers: Mapping[str, torch.Tensor],
         shape: tuple[int, ...],
+        bounds: tuple[float, float],
         classes: torch.Tensor,
         seed: int,
         task: int,
@@ -220,7 +239,9 @@ class Synthesizer:
         self.buffers = dict(buffers)
         self.classes, self.seed, self.task = classes.to(teacher.device), seed, task
         dtype, device = teacher.dtype, teacher.device
-        self.generator = initialise(build_generator(params, self.shape), torch_stream(seed, "target_generator", task))
+        self.generator = initialise(
+            build_generator(params, self.shape, bounds), torch_stream(seed, "target_generator", task)
+        )
         self.generator.to(device, dtype).train()
         self.meta = torch.optim.Adam(
             self.generator.parameters(), lr=params.lr_generator * params.generator_steps, betas=(0.5, 0.999)

@@ -203,6 +203,7 @@ class ContinualStream(RoundPlugin):
             s.model,
             MappingProxyType(buffers),
             s.data.input_shape,
+            (float(s.data.train.x.min()), float(s.data.train.x.max())),
         )
         state, logs = algo.end_task(state, data)
         return state, {"memory_sizes": [self.memory.size(c) for c in range(self.spec.clients.num)], **logs}

@@ -28,6 +28,7 @@ from tests.continual.common import COLS, P, loop_of, matrix, raw_with, run
 
 CFG = LocalConfig(weight_decay=0.0, clip_grad_norm=None, augment=AugmentSpec(), seed=0)
 CLASS_TASK = np.array([0, 0, 1, 1, 2, 2])  # 3 tasks × 2 classes; training task 2, tasks 0 and 1 are old
+BOUNDS = (-2.0, 3.0)  # the range of the inputs (TaskData.input_range)
 SMALL = {  # a server-side generation that takes well under a second
     "synthetic_batch": 4,
     "pool_size": 10,
@@ -159,7 +160,7 @@ def synthesizer(make, classes, buffers=None, seed=3, task=1, **changes):
     teacher = flat.flatten() + 0.2 * torch.randn(flat.dim, generator=g, dtype=torch.float64)
     buffers = bn_buffers(flat, g) if buffers is None else buffers
     params = TargetParams(**{**SMALL, **changes})
-    return Synthesizer(params, flat, teacher, buffers, (4,), torch.tensor(classes), seed, task), flat
+    return Synthesizer(params, flat, teacher, buffers, (4,), BOUNDS, torch.tensor(classes), seed, task), flat
 
 
 @pytest.mark.parametrize("make", [tiny_bn, tiny_mlp], ids=["batchnorm", "no_batchnorm"])
@@ -222,7 +223,7 @@ def test_one_round_moves_the_generator_by_one_meta_adam_step_and_keeps_the_best_
     synth.synthesis_round(0)
     synth.bn.close()
     # by hand: one step of the fast copy = gradient at G itself; meta Adam's first step is −lr·g/(|g| + ε)
-    gen = build_generator(synth.p, (4,)).double()
+    gen = build_generator(synth.p, (4,), BOUNDS).double()
     vector_to_parameters(torch.cat([b.reshape(-1) for b in before]), gen.parameters())
     draw = torch_stream(3, "target_noise", 1, 0)
     z = torch.randn(4, 5, generator=draw, dtype=torch.float64)
@@ -265,11 +266,12 @@ def test_generation_is_seeded_capped_and_absent_without_batchnorm_terms():
     assert pa.shape == (10, 4) and logs["target_pool"] == 10  # 3 rounds × 4, capped at 10
     assert torch.equal(pa, pb) and not torch.equal(pa, pc)
     assert "target_student_loss" in logs and math.isfinite(logs["target_generator_loss"])
-    gen = initialise(build_generator(TargetParams(**SMALL), (4,)), torch_stream(0, "target_generator", 0))
+    assert pa.min() >= BOUNDS[0] and pa.max() <= BOUNDS[1]  # in the data's domain
+    gen = initialise(build_generator(TargetParams(**SMALL), (4,), BOUNDS), torch_stream(0, "target_generator", 0))
     assert [m.weight.tolist() for m in gen.modules() if isinstance(m, torch.nn.BatchNorm1d)][0] == [1.0] * 7
-    assert build_generator(TargetParams(generator_width=2), (3, 8, 8)).__class__.__name__ == "ConvGenerator"
+    assert build_generator(TargetParams(generator_width=2), (3, 8, 8), BOUNDS).__class__.__name__ == "ConvGenerator"
     with pytest.raises(ValueError, match="divisible by 4"):
-        build_generator(TargetParams(generator="conv"), (1, 6, 6))
+        build_generator(TargetParams(generator="conv"), (1, 6, 6), BOUNDS)
 
 
 # -- through the engine ----------------------------------------------------------------------------
