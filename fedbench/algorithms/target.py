@@ -1,13 +1,13 @@
 """TARGET: federated class-continual learning via exemplar-free distillation (Zhang, Chen, Zhuang, Lyu,
 ICCV 2023), a baseline of C-FLAG's Table 8.
 
-**Server, at each task's end** (TARGET Sec. 4.2; :mod:`~fedbench.algorithms.target_synthesis`): the
+**Server, at each task's end** (the authors' ``data_generation``; :mod:`~fedbench.algorithms.target_synthesis`): the
 global model T is kept as the old model θ_old, and a generator trained by data-free distillation from
 T (cross-entropy on sampled old-class labels, BatchNorm-statistics matching, an adversarial term
 against a student S that learns T by KL on the synthetic data) fills a pool of ``pool_size`` synthetic
 inputs of the old classes, sent to every client. Nothing is generated after the last task.
 
-**Client, during a later task** (TARGET Sec. 4.3, the authors' ``_local_finetune``): each local step
+**Client, during a later task** (the authors' ``_local_finetune``): each local step
 pairs the current minibatch (x, y) with ``synthetic_batch`` pool samples x̂ and minimises
 
     CE over the current task's classes (x, y) + λ_KD · Σ_{old heads h} mean_b −Σ_{c∈h} softmax(θ_old(x̂)_h/T)_c · log softmax(θ(x̂)_h/T)_c,
@@ -16,7 +16,8 @@ where the cross-entropy sees only the classes the sample may be predicted as (th
 the old classes (the authors: ``CE(logits[:, known:], y − known)``), and the distillation is LwF's
 (:func:`~fedbench.algorithms.lwf.distillation`: one head over the old classes in class-incremental
 mode, as the authors' ``_KD_loss``; one per old task in task-incremental mode), T = 2 and λ_KD = 25
-(the authors' ``--kd``; no T² factor). During task 0 there are no old classes: plain masked
+(the authors' ``--kd``; no T² factor). The soft cross-entropy is KL(θ_old ‖ θ) plus the old model's entropy:
+the same gradient, and the authors' form. During task 0 there are no old classes: plain masked
 cross-entropy, i.e. Fine-FL's step exactly.
 
 Choices where the paper and code leave room (C-9, C-12 in ``configs/cflag/README.md``; the generator's: C-11):

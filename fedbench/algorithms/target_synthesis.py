@@ -1,4 +1,5 @@
-"""TARGET's server-side data generation (Zhang et al., ICCV 2023, Sec. 4.2; the authors' ``GlobalSynthesizer``).
+"""TARGET's server-side data generation (Zhang et al., ICCV 2023; the authors' ``GlobalSynthesizer``,
+``zj-jayzhang/Federated-Class-Continual-Learning`` ``methods/target.py``).
 
 When a task ends, the server holds the global model T (the teacher, eval mode, its global BatchNorm
 statistics) and builds a pool of synthetic inputs for the old classes C_old (the classes of every task

@@ -126,6 +126,27 @@ def test_before_any_task_end_the_step_is_fine_fl_exactly():
     assert torch.equal(got, plain)
 
 
+def test_with_batchnorm_both_passes_move_the_step_statistics_and_the_old_model_uses_batch_statistics():
+    flat = FlatModel(tiny_bn())
+    flat.label_mask = label_mask("class")
+    g = torch.Generator().manual_seed(11)
+    x, y = torch.randn(6, 4, generator=g, dtype=torch.float64), torch.tensor([4, 5, 4, 5, 5, 4])
+    xs = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    w, w_old = (flat.flatten() + 0.2 * torch.randn(flat.dim, generator=g, dtype=torch.float64) for _ in range(2))
+    buffers = flat.buffers()
+    oracle = GradientOracle(flat, buffers, x, y, CFG)
+    got = oracle(w.unsqueeze(0), objective=TargetObjective(w_old, old_heads(CLASS_TASK, 1, "class"), xs, 3.0, 2.0))[0]
+    net, old_net = net_at(tiny_bn, w).train(), net_at(tiny_bn, w_old).train()
+    z, zs, zs_old = net(x), net(xs), old_net(xs).detach()  # train mode: batch statistics, running stats move
+    ce = F.cross_entropy(z[:, [4, 5]], y - 4)
+    p_old = torch.softmax(zs_old[:, :4] / 2.0, 1)
+    loss = ce + 3.0 * (-(p_old * torch.log_softmax(zs[:, :4] / 2.0, 1)).sum(1)).mean()
+    want = torch.cat([q.reshape(-1) for q in torch.autograd.grad(loss, list(net.parameters()))])
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for name, value in net.named_buffers():  # the step's buffers saw the real and then the synthetic batch
+        torch.testing.assert_close(buffers[name], value, rtol=1e-12, atol=1e-14)
+
+
 # -- the server's generator ----------------------------------------------------------------------
 def bn_buffers(flat: FlatModel, g: torch.Generator) -> dict[str, torch.Tensor]:
     """Random running statistics (means around 0, variances around 1) so that the matching is not trivial."""
