@@ -96,11 +96,13 @@ GENERIC_ENGINE = sorted(p for p in (ROOT / "fedbench/engine").glob("*.py"))
 
 
 def _named_things() -> re.Pattern:
-    """Every registered algorithm's name and label, every paper room's name, the papers' methods."""
+    """Every registered algorithm's name and label, every paper room's name, the papers' methods; a label
+    in capitals (TARGET) only as written, so that an English word in code (``Thread(target=…)``) is not one."""
     from fedbench.algorithms import ALGORITHMS
     from fedbench.rooms import paper_names
 
-    words = {w for e in ALGORITHMS for w in (e.name, e.obj.caps.label)} | set(paper_names())
+    acronyms = {e.obj.caps.label for e in ALGORITHMS if e.obj.caps.label.isupper()}
+    words = {w for e in ALGORITHMS for w in (e.name, e.obj.caps.label)} - acronyms | set(paper_names())
     words |= {
         "GradMA",
         "C-FLAG",
@@ -118,7 +120,8 @@ def _named_things() -> re.Pattern:
         "qp_fallbacks",
     }
     alternatives = "|".join(sorted(map(re.escape, words), key=len, reverse=True))
-    return re.compile(rf"(?<![A-Za-z0-9_])({alternatives})(?![A-Za-z0-9_])", re.IGNORECASE)
+    exact = "|".join(sorted(map(re.escape, acronyms), key=len, reverse=True))
+    return re.compile(rf"(?<![A-Za-z0-9_])((?i:{alternatives})|{exact})(?![A-Za-z0-9_])")
 
 
 @pytest.mark.parametrize("path", GENERIC_ENGINE, ids=lambda p: str(p.relative_to(ROOT)))
@@ -140,3 +143,4 @@ def test_the_name_scan_finds_names():
     assert _named_things().search("the wireless uplink of FedQVR-E") and not _named_things().search(
         "plain FL, a fedavg_x"
     )
+    assert _named_things().search("TARGET's generator") and not _named_things().search("Thread(target=beat)")

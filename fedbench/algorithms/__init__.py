@@ -24,6 +24,7 @@ from fedbench.algorithms import (  # noqa: F401
     moon,
     nccl,
     scaffold,
+    target,
 )
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, AlgorithmContext, RoundContext, Upload
 from fedbench.algorithms.state import ServerState

@@ -61,6 +61,7 @@ from fedbench.registry import NoParams, Registry
 if TYPE_CHECKING:
     from fedbench.continual.memory import ReplayMemory
     from fedbench.continual.tasks import TaskStream
+    from fedbench.models.flat import FlatModel
 
 Message = dict[str, torch.Tensor]
 """Named tensors on the wire (a broadcast): each entry is charged as communication."""
@@ -198,7 +199,13 @@ class TaskData:
     logits ``[n, K]``, labels ``[n]``) of ``split``'s (``"train"``/``"test"``) samples, all of them when
     ``indices`` is None, in eval mode with the global BatchNorm statistics (models with ``stages()``), and
     ``memory``: the clients' replay memories with the finished task's slot filled, which the algorithm
-    may replace (``memory.slots[client][task]``, e.g. by herding)."""
+    may replace (``memory.slots[client][task]``, e.g. by herding).
+
+    For algorithms that run the network on inputs of their own (TARGET's server-side generator):
+    ``model``, the run's :class:`~fedbench.models.flat.FlatModel`, ``buffers``, the global BatchNorm
+    statistics (empty without BatchNorm; not to be mutated), ``input_shape``, one sample's shape, and
+    ``input_range``, the smallest and largest training input value (the domain's bounds, e.g. the pixel
+    range after normalisation)."""
 
     task: int
     sizes: torch.Tensor
@@ -207,6 +214,10 @@ class TaskData:
     parts: tuple[torch.Tensor, ...] = ()
     outputs: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     memory: ReplayMemory | None = None
+    model: FlatModel | None = None
+    buffers: Mapping[str, torch.Tensor] = field(default_factory=lambda: MappingProxyType({}))
+    input_shape: tuple[int, ...] = ()
+    input_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ After the last round of a task: the global model is scored on every task's test 
 ``task_acc`` of the accuracy matrix, in that round's ``extra``), every client's memory gets the
 task's slot (:class:`~fedbench.continual.memory.ReplayMemory`), and ``Algorithm.end_task`` runs with a
 :class:`~fedbench.algorithms.base.TaskData` (gradients on the task's data, the stream, the clients' task
-indices, features/logits at any point, the memories); its logs may replace the ``task_acc`` row (an algorithm's own classifier).
+indices, features/logits at any point, the memories, the model with the global BatchNorm statistics);
+its logs may replace the ``task_acc`` row (an algorithm's own classifier).
 ``test_acc``/``test_loss`` of a continual run are over the test samples of the tasks seen so far.
 
 Memory use: the engine inputs ``memory_grad`` = ∇f_i†(x_t) on ``replay_batch`` memory samples drawn
@@ -31,6 +32,7 @@ its ``end_task``), checkpoint entry ``continual``.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -185,10 +187,24 @@ class ContinualStream(RoundPlugin):
                 return full_local_gradients(s.model, buffers, s.data.train, parts, point, batch_size, cfg)
             return client_gradients(s.model, buffers, s.data.train, parts, point, batch_size, squared=True)
 
-        def outputs(point: torch.Tensor, split: str, indices: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        def outputs(
+            point: torch.Tensor, split: str, indices: torch.Tensor | None = None
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             return split_outputs(s, buffers, point, split, indices, self.spec.eval.batch_size)
 
-        data = TaskData(task, self.fed.sizes.clone(), gradients, self.stream, tuple(parts), outputs, self.memory)
+        data = TaskData(
+            task,
+            self.fed.sizes.clone(),
+            gradients,
+            self.stream,
+            tuple(parts),
+            outputs,
+            self.memory,
+            s.model,
+            MappingProxyType(buffers),
+            s.data.input_shape,
+            (float(s.data.train.x.min()), float(s.data.train.x.max())),
+        )
         state, logs = algo.end_task(state, data)
         return state, {"memory_sizes": [self.memory.size(c) for c in range(self.spec.clients.num)], **logs}
 

@@ -1,0 +1,205 @@
+"""TARGET: federated class-continual learning via exemplar-free distillation (Zhang, Chen, Zhuang, Lyu,
+ICCV 2023), a baseline of C-FLAG's Table 8.
+
+**Server, at each task's end** (the authors' ``data_generation``; :mod:`~fedbench.algorithms.target_synthesis`): the
+global model T is kept as the old model θ_old, and a generator trained by data-free distillation from
+T (cross-entropy on sampled old-class labels, BatchNorm-statistics matching, an adversarial term
+against a student S that learns T by KL on the synthetic data) fills a pool of ``pool_size`` synthetic
+inputs of the old classes, sent to every client. Nothing is generated after the last task.
+
+**Client, during a later task** (the authors' ``_local_finetune``): each local step
+pairs the current minibatch (x, y) with ``synthetic_batch`` pool samples x̂ and minimises
+
+    CE over the current task's classes (x, y) + λ_KD · Σ_{old heads h} mean_b −Σ_{c∈h} softmax(θ_old(x̂)_h/T)_c · log softmax(θ(x̂)_h/T)_c,
+
+where the cross-entropy sees only the classes the sample may be predicted as (the engine's head) minus
+the old classes (the authors: ``CE(logits[:, known:], y − known)``), and the distillation is LwF's
+(:func:`~fedbench.algorithms.lwf.distillation`: one head over the old classes in class-incremental
+mode, as the authors' ``_KD_loss``; one per old task in task-incremental mode), T = 2 and λ_KD = 25
+(the authors' ``--kd``; no T² factor). The soft cross-entropy is KL(θ_old ‖ θ) plus the old model's entropy:
+the same gradient, and the authors' form. During task 0 there are no old classes: plain masked
+cross-entropy, i.e. Fine-FL's step exactly.
+
+Choices where the paper and code leave room (C-9, C-12 in ``configs/cflag/README.md``; the generator's: C-11):
+
+- Each step draws its ``synthetic_batch`` pool samples without replacement from the
+  ``("target_synthetic", round, client, step)`` stream. The authors zip the real loader with a
+  shuffled synthetic loader of batch ``nums / ⌈50000/(N·tasks·B)⌉`` (500 on CIFAR-100, 5 clients, 5
+  tasks, B = 128: the default), which also cuts a local epoch to the synthetic loader's length; here
+  local epochs keep their length.
+- θ_old and the pool are client state (free per round); the pool's download, N·M·∏shape floats once
+  per task, is logged as ``synthetic_bits_down`` at the task's end, outside the per-round counters.
+  Per round TARGET costs FedAvg's bits (model down, Δ up).
+- The old model runs on the synthetic batch in train mode with scratch BatchNorm buffers, as LwF-FL's
+  and MOON's frozen models (the authors: eval mode); without BatchNorm (mlp) the two are the same.
+  The model's own pass over x̂ uses the step's buffers, as the authors' ``model(syn_input)`` in train mode.
+- A sample whose label is an old class (a replay draw under ``memory.replay: per_step``) keeps its own
+  class in its cross-entropy (the authors' code has no such sample).
+- Local steps go through ``local.optimizer`` (C-8: the same optimizer for every method; the authors use
+  SGD with momentum 0.9 and weight decay 5e-4 at lr 0.01). Custom loss: ``batchable = False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
+from fedbench.algorithms.lwf import distillation, old_heads
+from fedbench.algorithms.state import ServerState, extend, state
+from fedbench.algorithms.target_synthesis import Synthesizer
+from fedbench.compress import BITS_PER_FLOAT
+from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel
+from fedbench.seeding import torch_stream
+
+
+class TargetParams(BaseModel):
+    """Defaults: the authors' CIFAR-100 settings (``methods/target.py``, ``main.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kd: float = Field(default=25.0, ge=0, description="weight λ_KD of the clients' distillation loss (--kd 25)")
+    temperature: float = Field(default=2.0, gt=0, description="the clients' distillation temperature (2)")
+    synthetic_batch: int = Field(default=500, ge=1, description="pool samples per local step (8000 / 16 iters)")
+    pool_size: int = Field(default=8000, ge=1, description="synthetic samples kept per task, at most (--nums)")
+    synthesis_rounds: int = Field(default=10, ge=1, description="generator rounds per task end (syn_round)")
+    generator_steps: int = Field(default=10, ge=1, description="Adam steps of the fast generator per round (g_steps)")
+    synthesis_batch: int = Field(default=256, ge=2, description="synthetic samples per round (synthesis_batch_size)")
+    warmup: int = Field(default=20, ge=0, description="rounds before the adversarial term and the student (warmup)")
+    student_steps: int = Field(default=400, ge=0, description="student SGD steps per round after warmup (kd_steps)")
+    student_batch: int = Field(default=256, ge=1, description="pool samples per student step (sample_batch_size)")
+    noise_dim: int = Field(default=256, ge=1, description="generator noise dimension nz")
+    generator_width: int = Field(default=64, ge=1, description="generator width (ngf)")
+    generator: Literal["auto", "conv", "mlp"] = Field(
+        default="auto", description="generator architecture: the authors' conv net, an MLP, or conv where it fits"
+    )
+    lr_generator: float = Field(default=0.002, gt=0, description="Adam lr of the fast generator (lr_g)")
+    lr_noise: float = Field(default=0.01, gt=0, description="Adam lr of the noise z (lr_z)")
+    lam_ce: float = Field(default=0.5, ge=0, description="weight of the teacher's cross-entropy in L_gen (oh)")
+    lam_bn: float = Field(default=10.0, ge=0, description="weight of BatchNorm-statistics matching in L_gen (bn)")
+    lam_adv: float = Field(default=1.0, ge=0, description="weight of the adversarial term in L_gen (adv)")
+    bn_momentum: float = Field(default=0.9, ge=0, lt=1, description="momentum of the matched statistics (bn_mmt)")
+    student_lr: float = Field(default=0.2, gt=0, description="student SGD learning rate")
+    student_lr_min: float = Field(default=2e-4, ge=0, description="cosine schedule's floor (eta_min)")
+    student_cosine_epochs: int = Field(default=200, ge=1, description="cosine schedule's length in rounds (T_max)")
+    student_momentum: float = Field(default=0.9, ge=0, lt=1, description="student SGD momentum")
+    student_weight_decay: float = Field(default=1e-4, ge=0, description="student SGD weight decay")
+    student_temperature: float = Field(default=20.0, gt=0, description="temperature τ of the student's KL (T)")
+
+
+@state
+class TargetState(ServerState):
+    old_model: torch.Tensor  # θ_old [P], the global model at the end of the last task
+    heads: torch.Tensor  # the old heads [K] int64 (lwf.old_heads; [0] before any task has ended)
+    synthetic: torch.Tensor  # the pool [M, *input_shape] ([0] before the first task end)
+
+
+class Held(NamedTuple):
+    old_model: torch.Tensor  # [S, P]
+    heads: torch.Tensor  # [S, K]
+    synthetic: torch.Tensor  # [S, M, *input_shape]
+
+
+@dataclass(frozen=True)
+class TargetObjective:
+    """CE over the current task's classes + λ_KD·KD on a synthetic batch (module docstring)."""
+
+    old_model: torch.Tensor  # [P]
+    heads: torch.Tensor  # [K] int64, or [0] before any task has ended
+    synthetic: torch.Tensor  # [b, *input_shape], the step's pool samples (may be empty)
+    kd: float
+    temperature: float
+
+    def __call__(
+        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
+        logits = model.logits(point, buffers, x)
+        old = self.heads >= 0
+        if not bool(old.any()):
+            return F.cross_entropy(model.masked(logits, y), y)
+        allowed = ~old.to(logits.device).unsqueeze(0).expand_as(logits)
+        if model.label_mask is not None:
+            allowed = allowed & model.label_mask[y]
+        allowed = allowed | F.one_hot(y, logits.shape[1]).bool()
+        loss = F.cross_entropy(logits.masked_fill(~allowed, MASKED_LOGIT), y)
+        if len(self.synthetic) == 0 or self.kd == 0:
+            return loss
+        new = model.logits(point, buffers, self.synthetic)
+        with torch.no_grad():
+            teacher = model.logits(self.old_model, {k: v.clone() for k, v in buffers.items()}, self.synthetic)
+        return loss + self.kd * distillation(new, teacher, self.heads, self.temperature)
+
+
+@ALGORITHMS.register(
+    "target_fl",
+    "TARGET: clients distill the previous task's global model on synthetic data from a server-side generator",
+    TargetParams,
+    label="TARGET",
+    compression=True,
+    local_optimizer=True,
+    batchable=False,
+)
+class Target(Algorithm):
+    """Local steps on CE + λ_KD·KD on synthetic data; FedAvg server; generator and pool at task ends."""
+
+    params: TargetParams
+
+    def init_state(self, x0: torch.Tensor) -> TargetState:
+        heads = torch.zeros(0, dtype=torch.int64, device=x0.device)
+        pool = x0.new_zeros(0)
+        return extend(super().init_state(x0), TargetState, old_model=x0.clone(), heads=heads, synthetic=pool)
+
+    def client_state(self, state: TargetState, clients: torch.Tensor) -> Held:
+        """θ_old, the old heads and the pool, held by every client (free; module docstring)."""
+        rows = len(clients)
+        pool = state.synthetic
+        return Held(state.old_model.expand(rows, -1), state.heads.expand(rows, -1), pool.expand(rows, *pool.shape))
+
+    def objective(self, ctx: RoundContext, step: int) -> TargetObjective:
+        if len(ctx.clients) != 1:
+            raise RuntimeError(
+                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
+            )
+        held, p = ctx.held, self.params
+        pool = held.synthetic[0]
+        batch = pool[:0]
+        if len(pool) and bool((held.heads[0] >= 0).any()):
+            draw = torch_stream(self.ctx.seed, "target_synthetic", ctx.round, int(ctx.clients[0]), step)
+            batch = pool[torch.randperm(len(pool), generator=draw)[: p.synthetic_batch].to(pool.device)]
+        return TargetObjective(held.old_model[0], held.heads[0], batch, p.kd, p.temperature)
+
+    def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
+        return self.ctx.local_optimizer.step(x, grad(x, self.objective(ctx, grad.step)), carry, ctx.lr)
+
+    def end_task(self, state: TargetState, data: TaskData) -> tuple[TargetState, Logs]:
+        """θ_old ← x, the old heads now include the task's classes; a new pool unless it was the last task."""
+        if data.stream is None:
+            raise ValueError("target_fl's end_task needs the task stream (TaskData.stream)")
+        x = state.x
+        heads = old_heads(data.stream.class_task, data.task, data.stream.mode).to(x.device)
+        state = dataclasses.replace(state, old_model=x.clone(), heads=heads)
+        if data.task + 1 >= data.stream.num_tasks:
+            return state, {}
+        if data.model is None or not data.input_shape or data.input_range is None:
+            raise ValueError(
+                "target_fl's end_task needs the model, the input shape and range (TaskData.model, input_shape, input_range)"
+            )
+        classes = (heads >= 0).nonzero().squeeze(1)
+        synth = Synthesizer(
+            self.params,
+            data.model,
+            x,
+            data.buffers,
+            data.input_shape,
+            data.input_range,
+            classes,
+            self.ctx.seed,
+            data.task,
+        )
+        pool, logs = synth.run()
+        bits = self.ctx.num_clients * pool.numel() * BITS_PER_FLOAT
+        return dataclasses.replace(state, synthetic=pool), {"synthetic_bits_down": bits, **logs}
