@@ -43,52 +43,29 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
 from fedbench.algorithms.lwf import distillation, old_heads
 from fedbench.algorithms.state import ServerState, extend, state
-from fedbench.algorithms.target_synthesis import Synthesizer
+from fedbench.algorithms.target_synthesis import SynthesisParams, Synthesizer
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel
 from fedbench.seeding import torch_stream
 
 
-class TargetParams(BaseModel):
-    """Defaults: the authors' CIFAR-100 settings (``methods/target.py``, ``main.py``)."""
+class TargetParams(SynthesisParams):
+    """Defaults: the authors' CIFAR-100 settings (``methods/target.py``, ``main.py``); the server's generator
+    and student knobs are :class:`~fedbench.algorithms.target_synthesis.SynthesisParams`."""
 
     model_config = ConfigDict(extra="forbid")
     kd: float = Field(default=25.0, ge=0, description="weight λ_KD of the clients' distillation loss (--kd 25)")
     temperature: float = Field(default=2.0, gt=0, description="the clients' distillation temperature (2)")
     synthetic_batch: int = Field(default=500, ge=1, description="pool samples per local step (8000 / 16 iters)")
-    pool_size: int = Field(default=8000, ge=1, description="synthetic samples kept per task, at most (--nums)")
-    synthesis_rounds: int = Field(default=10, ge=1, description="generator rounds per task end (syn_round)")
-    generator_steps: int = Field(default=10, ge=1, description="Adam steps of the fast generator per round (g_steps)")
-    synthesis_batch: int = Field(default=256, ge=2, description="synthetic samples per round (synthesis_batch_size)")
-    warmup: int = Field(default=20, ge=0, description="rounds before the adversarial term and the student (warmup)")
-    student_steps: int = Field(default=400, ge=0, description="student SGD steps per round after warmup (kd_steps)")
-    student_batch: int = Field(default=256, ge=1, description="pool samples per student step (sample_batch_size)")
-    noise_dim: int = Field(default=256, ge=1, description="generator noise dimension nz")
-    generator_width: int = Field(default=64, ge=1, description="generator width (ngf)")
-    generator: Literal["auto", "conv", "mlp"] = Field(
-        default="auto", description="generator architecture: the authors' conv net, an MLP, or conv where it fits"
-    )
-    lr_generator: float = Field(default=0.002, gt=0, description="Adam lr of the fast generator (lr_g)")
-    lr_noise: float = Field(default=0.01, gt=0, description="Adam lr of the noise z (lr_z)")
-    lam_ce: float = Field(default=0.5, ge=0, description="weight of the teacher's cross-entropy in L_gen (oh)")
-    lam_bn: float = Field(default=10.0, ge=0, description="weight of BatchNorm-statistics matching in L_gen (bn)")
-    lam_adv: float = Field(default=1.0, ge=0, description="weight of the adversarial term in L_gen (adv)")
-    bn_momentum: float = Field(default=0.9, ge=0, lt=1, description="momentum of the matched statistics (bn_mmt)")
-    student_lr: float = Field(default=0.2, gt=0, description="student SGD learning rate")
-    student_lr_min: float = Field(default=2e-4, ge=0, description="cosine schedule's floor (eta_min)")
-    student_cosine_epochs: int = Field(default=200, ge=1, description="cosine schedule's length in rounds (T_max)")
-    student_momentum: float = Field(default=0.9, ge=0, lt=1, description="student SGD momentum")
-    student_weight_decay: float = Field(default=1e-4, ge=0, description="student SGD weight decay")
-    student_temperature: float = Field(default=20.0, gt=0, description="temperature τ of the student's KL (T)")
 
 
 @state

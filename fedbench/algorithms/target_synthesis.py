@@ -50,19 +50,47 @@ import copy
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from fedbench.models.flat import FlatModel
 from fedbench.seeding import torch_stream
 
-if TYPE_CHECKING:
-    from fedbench.algorithms.target import TargetParams
-
 NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
+
+
+class SynthesisParams(BaseModel):
+    """The server's generator, pool and student knobs (defaults: the authors' CIFAR-100 settings)."""
+
+    model_config = ConfigDict(extra="forbid")
+    pool_size: int = Field(default=8000, ge=1, description="synthetic samples kept per task, at most (--nums)")
+    synthesis_rounds: int = Field(default=10, ge=1, description="generator rounds per task end (syn_round)")
+    generator_steps: int = Field(default=10, ge=1, description="Adam steps of the fast generator per round (g_steps)")
+    synthesis_batch: int = Field(default=256, ge=2, description="synthetic samples per round (synthesis_batch_size)")
+    warmup: int = Field(default=20, ge=0, description="rounds before the adversarial term and the student (warmup)")
+    student_steps: int = Field(default=400, ge=0, description="student SGD steps per round after warmup (kd_steps)")
+    student_batch: int = Field(default=256, ge=1, description="pool samples per student step (sample_batch_size)")
+    noise_dim: int = Field(default=256, ge=1, description="generator noise dimension nz")
+    generator_width: int = Field(default=64, ge=1, description="generator width (ngf)")
+    generator: Literal["auto", "conv", "mlp"] = Field(
+        default="auto", description="generator architecture: the authors' conv net, an MLP, or conv where it fits"
+    )
+    lr_generator: float = Field(default=0.002, gt=0, description="Adam lr of the fast generator (lr_g)")
+    lr_noise: float = Field(default=0.01, gt=0, description="Adam lr of the noise z (lr_z)")
+    lam_ce: float = Field(default=0.5, ge=0, description="weight of the teacher's cross-entropy in L_gen (oh)")
+    lam_bn: float = Field(default=10.0, ge=0, description="weight of BatchNorm-statistics matching in L_gen (bn)")
+    lam_adv: float = Field(default=1.0, ge=0, description="weight of the adversarial term in L_gen (adv)")
+    bn_momentum: float = Field(default=0.9, ge=0, lt=1, description="momentum of the matched statistics (bn_mmt)")
+    student_lr: float = Field(default=0.2, gt=0, description="student SGD learning rate")
+    student_lr_min: float = Field(default=2e-4, ge=0, description="cosine schedule's floor (eta_min)")
+    student_cosine_epochs: int = Field(default=200, ge=1, description="cosine schedule's length in rounds (T_max)")
+    student_momentum: float = Field(default=0.9, ge=0, lt=1, description="student SGD momentum")
+    student_weight_decay: float = Field(default=1e-4, ge=0, description="student SGD weight decay")
+    student_temperature: float = Field(default=20.0, gt=0, description="temperature τ of the student's KL (T)")
 
 
 class Bounded(nn.Module):
@@ -120,7 +148,7 @@ def mlp_generator(noise_dim: int, width: int, shape: tuple[int, ...], bounds: tu
     )
 
 
-def build_generator(params: TargetParams, shape: tuple[int, ...], bounds: tuple[float, float]) -> nn.Module:
+def build_generator(params: SynthesisParams, shape: tuple[int, ...], bounds: tuple[float, float]) -> nn.Module:
     """``generator: conv`` (images whose sides divide by 4), ``mlp``, or ``auto`` (conv where it fits)."""
     fits = len(shape) == 3 and shape[1] % 4 == 0 and shape[2] % 4 == 0
     kind = ("conv" if fits else "mlp") if params.generator == "auto" else params.generator
@@ -226,7 +254,7 @@ class Synthesizer:
 
     def __init__(
         self,
-        params: TargetParams,
+        params: SynthesisParams,
         model: FlatModel,
         teacher: torch.Tensor,
         buffers: Mapping[str, torch.Tensor],
