@@ -77,8 +77,7 @@ class ICaRLObjective:
         targets = F.one_hot(y, logits.shape[1]).to(logits.dtype)
         allowed = torch.ones_like(logits, dtype=torch.bool) if model.label_mask is None else model.label_mask[y]
         if bool(self.old.any()):
-            with torch.no_grad():
-                old_logits = model.logits(self.old_model, {k: v.clone() for k, v in buffers.items()}, x)
+            old_logits = model.frozen_logits(self.old_model, buffers, x)
             targets = torch.where(self.old, torch.sigmoid(old_logits), targets)
             allowed = allowed | self.old
         bce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")

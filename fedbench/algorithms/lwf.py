@@ -92,8 +92,7 @@ class LwFObjective:
         loss = F.cross_entropy(model.masked(logits, y), y)
         if not bool((self.heads >= 0).any()):
             return loss
-        with torch.no_grad():
-            old = model.logits(self.old_model, {k: v.clone() for k, v in buffers.items()}, x)
+        old = model.frozen_logits(self.old_model, buffers, x)
         return loss + self.lam * distillation(logits, old, self.heads, self.temperature)
 
 

@@ -106,8 +106,7 @@ class TargetObjective:
         if len(self.synthetic) == 0 or self.kd == 0:
             return loss
         new = model.logits(point, buffers, self.synthetic)
-        with torch.no_grad():
-            teacher = model.logits(self.old_model, {k: v.clone() for k, v in buffers.items()}, self.synthetic)
+        teacher = model.frozen_logits(self.old_model, buffers, self.synthetic)
         return loss + self.kd * distillation(new, teacher, self.heads, self.temperature)
 
 

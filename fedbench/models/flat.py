@@ -103,6 +103,13 @@ class FlatModel:
             out = functional_call(self.module, {**self.unflatten(flat), **buffers}, (x,))
         return out.float()
 
+    def frozen_logits(self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`logits` of a frozen model (an old or global one in a client's objective): no gradient, and
+        a scratch copy of ``buffers``, so that its train-mode pass leaves the step's BatchNorm statistics as
+        they are."""
+        with torch.no_grad():
+            return self.logits(flat, {k: v.clone() for k, v in buffers.items()}, x)
+
     def loss_and_grad(
         self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor, objective: Objective | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
