@@ -390,9 +390,9 @@ def tune(
     plan = tuning.plan(sc)
     with _store_errors(out):
         if dry_run:
-            from fedbench.store import DB_NAME, ResultsStore
+            from fedbench.store import existing_store
 
-            store = ResultsStore(out, read_only=True) if (out / DB_NAME).exists() else None
+            store = existing_store(out)
             lines = tuning.plan_lines(plan, store) + _trial_status(plan.trial_runs(store), out)
             console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
             return
@@ -414,11 +414,11 @@ def tune(
 
 def _trial_status(runs, out: Path) -> list[str]:
     """Each trial run with its run id and whether ``out`` holds it done."""
-    from fedbench.store import DB_NAME, ResultsStore
+    from fedbench.store import read_statuses
 
-    status = ResultsStore(out, read_only=True).status if (out / DB_NAME).exists() else (lambda run_id: None)
+    status = read_statuses(out, [r.run_id for r in runs])
     return [
-        f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status(r.run_id) or 'to run'}"
+        f"  {r.spec.scenario}  {r.spec.label:<12} seed {r.seed:<3} {r.run_id}  {status.get(r.run_id) or 'to run'}"
         for r in runs
     ]
 
@@ -929,6 +929,7 @@ def regime(
     non-IID accuracy and their gap, the best accuracy and its headroom, Fine-FL's forgetting (issue 27)."""
     from fedbench.report import regime as report
     from fedbench.runs import run_scenario
+    from fedbench.store import existing_store
 
     columns = [_or_exit(report.load_column, path, scale) for path in scenarios]
     if run_twins:
@@ -938,7 +939,7 @@ def regime(
             for twin in twins:
                 run_scenario(twin, out, options, console=console, quiet=True)
     with _store_errors(out):
-        rows = _or_exit(report.regime_rows, columns, report.open_store(out), options.data_dir)
+        rows = _or_exit(report.regime_rows, columns, existing_store(out), options.data_dir)
     console.print(report.markdown(rows), markup=False, highlight=False, soft_wrap=True)
 
 

@@ -515,6 +515,11 @@ def _versions_used(stored: str | None, new: str | None) -> str | None:
     return json.dumps(used, sort_keys=True) if used else None
 
 
+def existing_store(out_dir: Path) -> ResultsStore | None:
+    """The store in ``out_dir`` opened for reading only, None where there is none (nothing is created)."""
+    return ResultsStore(out_dir, read_only=True) if (Path(out_dir) / DB_NAME).is_file() else None
+
+
 def read_statuses(out_dir: Path, run_ids: Iterable[str]) -> dict[str, str]:
     """The status of each of ``run_ids`` the store in ``out_dir`` holds (absent ones left out), read
     without opening the store for writing: nothing is created or migrated (an absent store holds none;

@@ -23,7 +23,7 @@ from fedbench.options import BACKENDS, RunOptions
 from fedbench.papers import check_paper, paper_names, paper_part
 from fedbench.papers.targets import SCALES, Context, PaperRoom, StepFailed, Target
 from fedbench.scenario import RunSpec
-from fedbench.store import DB_NAME, DONE, ResultsStore, read_statuses
+from fedbench.store import DONE, ResultsStore, existing_store, read_statuses
 from fedbench.sweeps import tuning
 from fedbench.sweeps.driver import run_sweep
 from fedbench.sweeps.grid import SweepPoint, SweepRun, expand, sweep_runs
@@ -126,11 +126,6 @@ def known_runs(points: list[SweepPoint], store: ResultsStore | None = None, proj
     return _unique_runs(points, listed)
 
 
-def _read_store(out: Path) -> ResultsStore | None:
-    """The store at ``out`` opened read-only, None where there is none."""
-    return ResultsStore(out, read_only=True) if (Path(out) / DB_NAME).is_file() else None
-
-
 def final_runs_of(points: list[SweepPoint], store: ResultsStore) -> list[SweepRun]:
     """Every scenario's runs in file order, a tuned scenario's being its chosen settings' (raises
     :class:`~fedbench.sweeps.tuning.TuningError` while a trial is not done)."""
@@ -148,10 +143,10 @@ def list_lines(opts: Options) -> list[str]:
     """Every paper's targets with their run counts and how many ``opts.out_dir`` holds done
     (read-only: an absent store counts none and is not created)."""
     lines = [f"targets at the {opts.scale} scale; done = finished or diverged in {opts.out_dir}/"]
+    store = existing_store(opts.out_dir)
     for paper in paper_names():
         r = room(paper)
         lines.append(f"{paper}: {r.title}")
-        store = _read_store(opts.out_dir)
         for t in r.targets:
             points = target_points(t, opts.scale)
             runs = known_runs(points, store)
@@ -182,7 +177,7 @@ def _context(paper: str, target: Target, opts: Options, console: Console) -> Con
 def plan_lines(paper: str, targets: list[Target], opts: Options) -> list[str]:
     """What :func:`reproduce` would run and write (``--dry-run``); reads the store, writes nothing."""
     lines = []
-    store = _read_store(opts.out_dir)
+    store = existing_store(opts.out_dir)
     for t in targets:
         points = target_points(t, opts.scale)
         runs = known_runs(points, store)
@@ -231,7 +226,7 @@ def estimate_lines(paper: str, targets: list[Target], opts: Options, estimator: 
     """Each target's runs still to do timed on this device (:mod:`fedbench.estimate`; a tuned target's
     also without its trials), then what was probed."""
     lines = []
-    store = _read_store(opts.out_dir)
+    store = existing_store(opts.out_dir)
     for t in targets:
         points = target_points(t, opts.scale)
         tuned = [tuning.plan(p.scenario) for p in points if p.scenario.tuned]
@@ -281,13 +276,11 @@ def _run(target: Target, opts: Options, console: Console) -> bool:
     points = target_points(target, opts.scale)
     if any(p.scenario.tuned for p in points):
         console.print(f"the trials of {sum(p.scenario.tuned for p in points)} tuned scenario(s) (docs/tuning.md):")
-        seen: set[str] = set()  # rung by rung under successive halving: a rung done makes the next one known
-        while runs := [r for r in known_runs(points, ResultsStore(opts.out_dir)) if r.run_id not in seen]:
-            if seen:
+        for k, runs in enumerate(tuning.rung_batches(lambda: known_runs(points, ResultsStore(opts.out_dir)))):
+            if k:
                 console.print("the next rung of the trials (successive halving):")
             if not _sweep(runs, target, opts, console):
                 return False
-            seen.update(r.run_id for r in runs)
         console.print("the chosen settings:")
     try:
         finals = final_runs_of(points, ResultsStore(opts.out_dir))

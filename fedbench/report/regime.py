@@ -39,7 +39,7 @@ from fedbench.report.tables import DASH, markdown_grid, summarize
 from fedbench.rooms import paper_names
 from fedbench.scenario import LocalSpec, RunSpec, Scenario, ScenarioError, parse_scenario
 from fedbench.scenario.files import apply_scale, read_yaml
-from fedbench.store import DB_NAME, ResultsStore
+from fedbench.store import ResultsStore
 
 TWINS = ("noniid", "iid")  # the twins' kinds, in the order they run
 BASELINES = ("fedavg", "fine_fl")  # the twins' algorithm: the scenario's FedAvg entry, or a continual one's Fine-FL
@@ -282,11 +282,6 @@ def load_column(path: Path, scale: str | None) -> Column:
     except ScenarioError:  # the paper's data only labels the paper's row
         written = None
     return Column(sc, twins(raw, str(path), scale), written)
-
-
-def open_store(out: Path) -> ResultsStore | None:
-    """The store in ``out`` for reading, None when there is none (every measured value is then "—")."""
-    return ResultsStore(out, read_only=True) if (out / DB_NAME).is_file() else None
 
 
 def regime_rows(columns: list[Column], store: ResultsStore | None, data_dir: Path) -> list[Regime]:

@@ -16,7 +16,7 @@ from fedbench.options import BACKENDS, RunOptions
 from fedbench.store import DB_NAME, DONE, ResultsStore
 from fedbench.sweeps.grid import SweepError, SweepPoint, SweepRun
 from fedbench.sweeps.pool import default_jobs, run_local
-from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, select
+from fedbench.sweeps.tuning import Choice, TuningPlan, final_runs, rung_batches, select
 from fedbench.sweeps.worker import population_groups
 from fedbench.trackers import RunLogger
 
@@ -156,13 +156,11 @@ def run_trials(
     (:meth:`~fedbench.sweeps.tuning.TuningPlan.trial_runs`) through :func:`run_sweep`, again while a rung
     done makes the next one known (successive halving); one summary of them all. A rung with a failed run
     makes nothing new known: :func:`~fedbench.sweeps.tuning.select` then names it."""
-    seen: set[str] = set()
     parts = []
-    while runs := [r for r in tuning.trial_runs(ResultsStore(out)) if r.run_id not in seen]:
-        if seen:
+    for k, runs in enumerate(rung_batches(lambda: tuning.trial_runs(ResultsStore(out)))):
+        if k:
             console.print(f"trials of {tuning.scenario.name}, the next rung (successive halving):")
         parts.append(run_sweep(runs, out, backend, jobs, options, console=console))
-        seen.update(r.run_id for r in runs)
     return SweepSummary(*(sum(getattr(p, f.name) for p in parts) for f in fields(SweepSummary)))
 
 

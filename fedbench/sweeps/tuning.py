@@ -27,6 +27,7 @@ import dataclasses
 import itertools
 import math
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,16 @@ class TuningPlan:
                     for run in trial.runs():
                         runs.setdefault(run.run_id, run)
         return list(runs.values())
+
+
+def rung_batches(known: Callable[[], list[SweepRun]]) -> Iterator[list[SweepRun]]:
+    """The runs ``known()`` lists, then, each time the caller has run a batch, the runs it lists anew,
+    until none is new: under successive halving a finished rung makes the next one known (read from the
+    store each time); a rung with a failed run makes nothing new known, which ends the batches."""
+    seen: set[str] = set()
+    while runs := [r for r in known() if r.run_id not in seen]:
+        yield runs
+        seen.update(r.run_id for r in runs)
 
 
 @dataclass(frozen=True)
