@@ -199,7 +199,8 @@ def _best(scores: list[float], tune: TuneSpec) -> tuple[int, float]:
 def select(store: ResultsStore, tuning: TuningPlan) -> list[Choice]:
     """The chosen trial of every tuned entry (an entry without a block: ``best`` None): the best of its
     last rung. Raises :class:`TuningError` naming the trial runs that are not finished or diverged."""
-    missing = [r for r in tuning.trial_runs(store) if store.status(r.run_id) not in DONE]
+    ladders = {e.index: ladder(e, store) for e in tuning.entries}  # read once: they score the rungs below
+    missing = [r for r in tuning._runs(lambda e: ladders[e.index]) if store.status(r.run_id) not in DONE]
     if missing:
         listed = ", ".join(f"{r.describe()} ({store.status(r.run_id) or 'not run'})" for r in missing[:5])
         raise TuningError(
@@ -211,7 +212,7 @@ def select(store: ResultsStore, tuning: TuningPlan) -> list[Choice]:
         if e.tune is None:
             choices.append(Choice(e, None, ()))
             continue
-        rungs = ladder(e, store)
+        rungs = ladders[e.index]
         assert len(rungs) == len(e.rungs), "every trial run is done, so every rung is known"
         last = trial_scores(store, rungs[-1].trials, e.tune)
         assert last is not None
