@@ -11,10 +11,11 @@ dropout modules, so its forward pass is deterministic.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from torch import nn
 
 from fedbench.models.registry import MODELS, Stage, conv_out, image_shape
@@ -37,19 +38,38 @@ def _min_size_error(name: str, minimum: int, input_shape: tuple[int, ...]) -> Va
 
 # --- TinyNN ----------------------------------------------------------------------------------
 
+TINYNN_HIDDEN = (200, 100)
+
+
+class TinyNNParams(BaseModel):
+    """``hidden``: the two hidden widths (the paper's 200, 100 by default). At its default the key is left out
+    of the resolved JSON, so run specs written before it existed keep their hash."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hidden: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] = Field(
+        default=TINYNN_HIDDEN, description="the two hidden widths (the paper's: 200, 100)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_default(self, handler: SerializerFunctionWrapHandler) -> dict:
+        dumped = handler(self)
+        return {} if self.hidden == TINYNN_HIDDEN else dumped
+
 
 class TinyNN(nn.Module):
     """GradMA's MNIST "NN with three linear hidden layers" (code: TinyNN, notes §5.1 and §9 item 9):
-    flatten → Linear(D,200) → BN1d → ReLU → Linear(200,100) → BN1d → ReLU → Linear(100,K).
+    flatten → Linear(D,h1) → BN1d → ReLU → Linear(h1,h2) → BN1d → ReLU → Linear(h2,K), h = (200, 100).
     178,710 parameters for 784 inputs and 10 classes (BN affine included)."""
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, int] = TINYNN_HIDDEN):
         super().__init__()
-        self.fc1 = nn.Linear(math.prod(input_shape), 200)
-        self.bn1 = nn.BatchNorm1d(200)
-        self.fc2 = nn.Linear(200, 100)
-        self.bn2 = nn.BatchNorm1d(100)
-        self.fc3 = nn.Linear(100, num_classes)
+        h1, h2 = hidden
+        self.fc1 = nn.Linear(math.prod(input_shape), h1)
+        self.bn1 = nn.BatchNorm1d(h1)
+        self.fc2 = nn.Linear(h1, h2)
+        self.bn2 = nn.BatchNorm1d(h2)
+        self.fc3 = nn.Linear(h2, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.relu(self.bn1(self.fc1(torch.flatten(x, 1))))
@@ -65,9 +85,13 @@ class TinyNN(nn.Module):
         ]
 
 
-@MODELS.register("tinynn", "GradMA MNIST NN: flatten → FC 200 → BN → ReLU → FC 100 → BN → ReLU → FC (178,710 params)")
-def tinynn(input_shape: tuple[int, ...], num_classes: int, params: NoParams) -> nn.Module:
-    return TinyNN(input_shape, num_classes)
+@MODELS.register(
+    "tinynn",
+    "GradMA MNIST NN: flatten → FC 200 → BN → ReLU → FC 100 → BN → ReLU → FC (178,710 params); `hidden` narrows it",
+    params=TinyNNParams,
+)
+def tinynn(input_shape: tuple[int, ...], num_classes: int, params: TinyNNParams) -> nn.Module:
+    return TinyNN(input_shape, num_classes, params.hidden)
 
 
 # --- LeNet-5 with BatchNorm -----------------------------------------------------------------

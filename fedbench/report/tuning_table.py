@@ -72,17 +72,27 @@ def tuning_rows(choices: list[Choice]) -> list[list[str]]:
     return rows
 
 
+def _counts(ns: list[int]) -> str:
+    """``[2]`` → "2 setting(s)"; ``[2, 6, 18]`` → "2, 6 or 18 settings (the trials column)"."""
+    if len(ns) == 1:
+        return f"{ns[0]} setting(s)"
+    return f"{', '.join(map(str, ns[:-1]))} or {ns[-1]} settings (the trials column)"
+
+
 def _trials_note(choices: list[Choice]) -> str:
     """What each trial ran (rounds × seeds), once per distinct way; halving's rungs, once per way."""
-    ways = dict.fromkeys((len(c.entry.trials), c.best.spec.rounds, c.best.seeds) for c in choices if c.best is not None)
+    ways: dict[tuple[int, tuple[int, ...]], set[int]] = {}
+    for c in choices:
+        if c.best is not None:
+            ways.setdefault((c.best.spec.rounds, tuple(c.best.seeds)), set()).add(len(c.entry.trials))
     rungs = dict.fromkeys(
         (tuple(r for r, _ in c.entry.rungs), c.entry.tune.halving.eta)
         for c in choices
         if c.best is not None and c.entry.tune is not None and c.entry.tune.halving is not None
     )
     return "".join(
-        f"_trials: {n} setting(s) per method, each {r} rounds × seed(s) {', '.join(map(str, s))}_\n\n"
-        for n, r, s in ways
+        f"_trials: {_counts(sorted(ns))} per method, each {r} rounds × seed(s) {', '.join(map(str, s))}_\n\n"
+        for (r, s), ns in ways.items()
     ) + "".join(
         f"_halving: rungs of {', '.join(map(str, rs))} rounds, each keeping the top 1/{eta} of its candidates "
         "by the metric (ties: the earlier); best and runner-up are scores at the last rung_\n\n"

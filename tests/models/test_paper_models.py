@@ -15,6 +15,7 @@ from fedbench.models.flat import FlatModel
 CASES = [
     ("tinynn", {}, (1, 28, 28), 10),
     ("tinynn", {}, (1, 8, 8), 10),
+    ("tinynn", {"hidden": [50, 25]}, (1, 28, 28), 10),
     ("lenet5_bn", {}, (3, 32, 32), 10),
     ("lenet5_bn", {"dropout": 0.2}, (1, 28, 28), 10),
     ("lenet5_bn", {"dropout": 0}, (3, 32, 32), 10),
@@ -52,6 +53,15 @@ def bn(c):
     [
         # GradMA notes §5.1 "#params (my count)", BN affine included
         ("tinynn", {}, (1, 28, 28), 10, 178_710, fc(784, 200) + bn(200) + fc(200, 100) + bn(100) + fc(100, 10)),
+        # GradMA's tiny MNIST columns (configs/gradma/README.md, "Tiny regime")
+        (
+            "tinynn",
+            {"hidden": [50, 25]},
+            (1, 28, 28),
+            10,
+            40_935,
+            fc(784, 50) + bn(50) + fc(50, 25) + bn(25) + fc(25, 10),
+        ),
         (
             "lenet5_bn",
             {},
@@ -223,6 +233,8 @@ def test_smallest_accepted_images():
         ("resnet20", {"norm": "group", "groups": 3}, "groups must divide 16"),
         ("resnet20", {"stem": "imagenet"}, "stem"),
         ("tinynn", {"dropout": 0.5}, "dropout"),
+        ("tinynn", {"hidden": [50]}, "hidden"),
+        ("tinynn", {"hidden": [50, 0]}, "hidden"),
         ("cnn_fedqvr", {"width": 2}, "width"),
     ],
 )
@@ -258,6 +270,7 @@ def test_stages_compose_to_the_forward_pass_on_any_flat_vector(name, params, sha
     "name,params,shape,blocks",
     [  # GradMA notes §9 item 14: FedMLB branches after every block but the last
         ("tinynn", {}, (1, 28, 28), 2),
+        ("tinynn", {"hidden": [50, 25]}, (1, 28, 28), 2),
         ("lenet5_bn", {}, (3, 32, 32), 4),
         ("vgg11", {}, (3, 32, 32), 4),
         ("resnet20", {}, (3, 32, 32), 3),
@@ -270,7 +283,14 @@ def test_number_of_blocks_and_representation_width(name, params, shape, blocks):
     flat_model = FlatModel(model)
     outputs = flat_model.run_stages(flat_model.flatten(), flat_model.buffers(), torch.randn(2, *shape))
     assert len(outputs) == blocks + 1
-    width = {"tinynn": 100, "lenet5_bn": 128, "vgg11": 128, "resnet20": 64, "cnn_fedqvr": 128, "mlp": 16}[name]
+    width = {
+        "tinynn": params.get("hidden", [200, 100])[1],
+        "lenet5_bn": 128,
+        "vgg11": 128,
+        "resnet20": 64,
+        "cnn_fedqvr": 128,
+        "mlp": 16,
+    }[name]
     assert outputs[-2].shape == (2, width)
 
 
@@ -322,3 +342,14 @@ def test_batchnorm_running_statistics_update_in_train_mode_and_serve_eval():
     after = model(x)
     assert not torch.allclose(before, after)
     torch.testing.assert_close(model(x[:1]), after[:1])  # eval mode: per-sample, batch-independent
+
+
+def test_tinynn_hidden_is_left_out_of_the_resolved_json_at_its_default():
+    """Run specs written before ``hidden`` existed keep their hash: the default resolves to no key at all."""
+    from fedbench.models import MODELS
+    from fedbench.scenario.resolve import check_component
+
+    assert check_component(MODELS, "tinynn", {}, "model").resolved == {"name": "tinynn"}
+    assert check_component(MODELS, "tinynn", {"hidden": [200, 100]}, "model").resolved == {"name": "tinynn"}
+    narrow = check_component(MODELS, "tinynn", {"hidden": [50, 25]}, "model")
+    assert narrow.resolved == {"name": "tinynn", "hidden": [50, 25]} and narrow.model.hidden == (50, 25)
