@@ -142,10 +142,7 @@ class ICaRLFL(Algorithm):
         return OldClasses(state.old_model.expand(rows, -1), state.old.expand(rows, -1))
 
     def objective(self, ctx: RoundContext) -> ICaRLObjective:
-        if len(ctx.clients) != 1:
-            raise RuntimeError(
-                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
-            )
+        self.one_client(ctx)
         return ICaRLObjective(ctx.held.old_model[0], ctx.held.old[0])
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:

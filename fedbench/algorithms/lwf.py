@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -69,6 +69,17 @@ def distillation(new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temp
 class LwFState(ServerState):
     old_model: torch.Tensor  # θ_old [P], the global model at the end of the last task
     heads: torch.Tensor  # the old heads [K] int64 ([0] before any task has ended)
+
+
+OldModelState = TypeVar("OldModelState", bound=LwFState)  # LwF-FL's state, or TARGET's (it adds the pool)
+
+
+def keep_old_model(state: OldModelState, data: TaskData, name: str) -> OldModelState:
+    """At a task's end: θ_old ← x and the old heads now include the task's classes (LwF-FL, TARGET)."""
+    if data.stream is None:
+        raise ValueError(f"{name}'s end_task needs the task stream (TaskData.stream)")
+    heads = old_heads(data.stream.class_task, data.task, data.stream.mode).to(state.x.device)
+    return dataclasses.replace(state, old_model=state.x.clone(), heads=heads)
 
 
 class OldModel(NamedTuple):
@@ -120,10 +131,7 @@ class LwFFL(Algorithm):
         return OldModel(state.old_model.expand(rows, -1), state.heads.expand(rows, -1))
 
     def objective(self, ctx: RoundContext) -> LwFObjective:
-        if len(ctx.clients) != 1:
-            raise RuntimeError(
-                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
-            )
+        self.one_client(ctx)
         held = ctx.held
         return LwFObjective(held.old_model[0], held.heads[0], self.params.lam, self.params.temperature)
 
@@ -132,7 +140,4 @@ class LwFFL(Algorithm):
 
     def end_task(self, state: LwFState, data: TaskData) -> tuple[LwFState, Logs]:
         """θ_old ← x (the global model at the end of this task); the old heads now include its classes."""
-        if data.stream is None:
-            raise ValueError("lwf_fl's end_task needs the task stream (TaskData.stream)")
-        heads = old_heads(data.stream.class_task, data.task, data.stream.mode).to(state.x.device)
-        return dataclasses.replace(state, old_model=state.x.clone(), heads=heads), {}
+        return keep_old_model(state, data, "lwf_fl"), {}

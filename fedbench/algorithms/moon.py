@@ -109,10 +109,7 @@ class Moon(Algorithm):
         return LocalModel(torch.where(seen, state.previous[clients], state.x))
 
     def objective(self, ctx: RoundContext) -> MoonObjective:
-        if len(ctx.clients) != 1:
-            raise RuntimeError(
-                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
-            )
+        self.one_client(ctx)
         return MoonObjective(ctx.broadcast["x"], ctx.held.previous[0], self.params.mu, self.params.temperature)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:

@@ -50,8 +50,8 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
-from fedbench.algorithms.lwf import distillation, old_heads
-from fedbench.algorithms.state import ServerState, extend, state
+from fedbench.algorithms.lwf import LwFState, distillation, keep_old_model
+from fedbench.algorithms.state import extend, state
 from fedbench.algorithms.target_synthesis import SynthesisParams, Synthesizer
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel
@@ -69,9 +69,9 @@ class TargetParams(SynthesisParams):
 
 
 @state
-class TargetState(ServerState):
-    old_model: torch.Tensor  # θ_old [P], the global model at the end of the last task
-    heads: torch.Tensor  # the old heads [K] int64 (lwf.old_heads; [0] before any task has ended)
+class TargetState(LwFState):
+    """LwF-FL's θ_old and old heads, plus the synthetic pool."""
+
     synthetic: torch.Tensor  # the pool [M, *input_shape] ([0] before the first task end)
 
 
@@ -136,10 +136,7 @@ class Target(Algorithm):
         return Held(state.old_model.expand(rows, -1), state.heads.expand(rows, -1), pool.expand(rows, *pool.shape))
 
     def objective(self, ctx: RoundContext, step: int) -> TargetObjective:
-        if len(ctx.clients) != 1:
-            raise RuntimeError(
-                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
-            )
+        self.one_client(ctx)
         held, p = ctx.held, self.params
         pool = held.synthetic[0]
         batch = pool[:0]
@@ -153,11 +150,9 @@ class Target(Algorithm):
 
     def end_task(self, state: TargetState, data: TaskData) -> tuple[TargetState, Logs]:
         """θ_old ← x, the old heads now include the task's classes; a new pool unless it was the last task."""
-        if data.stream is None:
-            raise ValueError("target_fl's end_task needs the task stream (TaskData.stream)")
-        x = state.x
-        heads = old_heads(data.stream.class_task, data.task, data.stream.mode).to(x.device)
-        state = dataclasses.replace(state, old_model=x.clone(), heads=heads)
+        state = keep_old_model(state, data, "target_fl")
+        assert data.stream is not None  # keep_old_model refused a TaskData without it
+        x, heads = state.x, state.heads
         if data.task + 1 >= data.stream.num_tasks:
             return state, {}
         if data.model is None or not data.input_shape or data.input_range is None:
