@@ -11,7 +11,7 @@ dropout modules, so its forward pass is deterministic.
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
@@ -52,9 +52,11 @@ class TinyNNParams(BaseModel):
     )
 
     @model_serializer(mode="wrap")
-    def _omit_default(self, handler: SerializerFunctionWrapHandler) -> dict:
-        dumped = handler(self)
-        return {} if self.hidden == TINYNN_HIDDEN else dumped
+    def _omit_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if self.hidden == TINYNN_HIDDEN:
+            data.pop("hidden", None)
+        return data
 
 
 class TinyNN(nn.Module):
