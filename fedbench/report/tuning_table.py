@@ -14,7 +14,7 @@ from pathlib import Path
 from fedbench.report.tables import file_stem, markdown_grid, write_formats
 from fedbench.scenario import Scenario
 from fedbench.store import ResultsStore
-from fedbench.sweeps.tuning import Choice, TuningError, plan, select
+from fedbench.sweeps.tuning import Choice, TuningError, plan, select, written
 
 HEADERS = ["method", "chosen", "trials", "searched", "metric", "best", "runner-up", "protocol"]
 ALIGN = ["left", "left", "right", "left", "left", "right", "right", "left"]
@@ -46,6 +46,11 @@ def searched(c: Choice) -> str:
     return f"{share} {tune.search}{rungs}"
 
 
+def is_written(c: Choice) -> bool:
+    """True when the chosen setting is the entry's own, as the scenario writes it."""
+    return c.best is not None and written(c.entry.base, list(c.best.values)) == c.best.values
+
+
 def tuning_rows(choices: list[Choice]) -> list[list[str]]:
     """One row per entry (an entry without a tune block: ``untuned``)."""
     rows = []
@@ -56,6 +61,8 @@ def tuning_rows(choices: list[Choice]) -> list[list[str]]:
             continue
         metric = tune.select.describe()
         chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c.best.values.items())
+        if is_written(c):
+            chosen += " (as written)"
         best = c.scores[c.best.index]
         rows.append(
             [
@@ -122,9 +129,25 @@ def render(choices: list[Choice], scenario: str, fmt: str, columns: list[str] | 
         "_searched: the settings run of the method's own grid and their share (or the settings drawn from its "
         "ranges), and the scheduler "
         "(grid: every point; random: seeded draws; halving: candidates per rung)_\n\n"
+        f"{_written_note(choices)}"
         "_accuracy in %, mean over the trial seeds; rounds_to: the first round reaching the target_\n"
     )
     return f"## {scenario}: tuning\n\n{markdown_grid(headers, rows, align)}\n{lines}{scores}"
+
+
+def _written_note(choices: list[Choice]) -> str:
+    """How often the search kept the setting as written, and that a drawn search always ran it."""
+    tuned = [c for c in choices if c.best is not None]
+    if not tuned:
+        return ""
+    kept = sum(is_written(c) for c in tuned)
+    drawn = any(
+        c.entry.tune is not None and c.entry.tune.include_written and c.entry.tune.search != "grid" for c in tuned
+    )
+    always = (
+        "; a drawn search always ran the written setting where its grid holds it (include_written)" if drawn else ""
+    )
+    return f"_as written: the entry's own setting was chosen in {kept} of {len(tuned)} searches{always}_\n\n"
 
 
 def write_tuning_tables(choices: list[Choice], out_dir: Path, scenario: str) -> list[Path]:

@@ -9,6 +9,7 @@
         mu: {choice: [0.01, 0.1, 1]}        # an algorithm parameter by its name
       budget: 8                             # trials drawn when the space has a range (grids need none)
       budget_fraction: 0.25                 # or, on a grid: that share of each entry's own grid (at least 1)
+      include_written: true                 # the entry's own setting is one of the drawn candidates (default)
       seed: 0                               # the sampler's seed (same scenario and seed → same trials)
       scheduler: halving                    # grid | random | halving (absent: grid, or random with a budget)
       halving: {min_rounds: 2, eta: 3}      # halving: rung k runs min_rounds·eta^k rounds, keeps the top 1/eta
@@ -24,7 +25,9 @@ replaces the scenario's; ``tune: false`` on an entry leaves that entry untuned, 
 entry (a scale overlay switches tuning off with it). A ``budget`` on a pure grid draws that many
 distinct grid points (random search over the grid), the same count for every entry whatever its grid;
 ``budget_fraction`` draws ⌈f·|grid|⌉ of each entry's own grid, so a method with a larger grid is searched
-as widely as one with a small grid.
+as widely as one with a small grid. With ``include_written`` (the default), a draw that misses the
+entry's setting as written (the paper's stated values, when the space holds them) gives its last place
+to it, so a search never ranks only settings other than the one the scenario states.
 
 ``scheduler`` says how the candidates (the settings above: the grid, or the budget's draws) are run.
 Absent, it is today's rule, and it changes no trial: ``grid`` for a pure grid without a budget (every
@@ -101,6 +104,13 @@ class Range(StrictModel):
             lo, hi = self.log_uniform
             value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
         return min(max(float(f"{value:.3g}"), lo), hi)
+
+    def holds(self, value: Any) -> bool:
+        """True when ``value`` could be drawn: one of the choices, or a number within the bounds."""
+        if self.choice is not None:
+            return value in self.choice
+        lo, hi = self.uniform if self.uniform is not None else self.log_uniform  # type: ignore[misc]
+        return isinstance(value, int | float) and not isinstance(value, bool) and lo <= value <= hi
 
 
 def _space_value(value: Any) -> list[Any] | Range:
@@ -198,6 +208,7 @@ class TuneSpec(StrictModel):
     budget: int | None = Field(default=None, ge=1, description="trials drawn when the space holds a range")
     budget_fraction: float | None = Field(default=None, gt=0, le=1, description="on a grid: this share of it")
     seed: int = Field(default=0, ge=0, description="the sampler's seed")
+    include_written: bool = Field(default=True, description="the entry's setting as written is a drawn candidate")
     scheduler: Literal["grid", "random", "halving"] | None = Field(
         default=None, description="how the candidates run (absent: grid, or random with a budget)"
     )
@@ -269,6 +280,7 @@ class EntryTune(StrictModel):
     budget: int | None = Field(default=None, ge=1)
     budget_fraction: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = Field(default=None, ge=0)
+    include_written: bool | None = None
     scheduler: Literal["grid", "random", "halving"] | None = None
     halving: HalvingSpec | None = None
     trials: TrialsSpec | None = None
@@ -296,6 +308,7 @@ def merge_tune(base: TuneSpec | None, entry: EntryTune) -> TuneSpec:
         "budget",
         "budget_fraction",
         "seed",
+        "include_written",
         "scheduler",
         "halving",
         "select",

@@ -111,28 +111,59 @@ def _key(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
+def written(spec: RunSpec, keys: list[str]) -> dict[str, Any] | None:
+    """The entry's own values at the searched ``keys`` (``local.<key>``, ``server.<key>``, algorithm
+    parameters by name), or None when one is not set (nothing to include)."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        value: Any = spec
+        for part in key.split(".")[:-1]:
+            value = getattr(value, part, None)
+        name = key.rsplit(".", 1)[-1]
+        value = getattr(value, name, None) if "." in key else spec.algorithm.get(name)
+        if value is None:
+            return None
+        out[key] = value
+    return out
+
+
+def _holds(tune: TuneSpec, point: dict[str, Any]) -> bool:
+    return all(
+        space.holds(point[key]) if isinstance(space, Range) else point[key] in space
+        for key, space in tune.space.items()
+    )
+
+
 def proposals(scenario: Scenario, i: int, tune: TuneSpec) -> list[dict[str, Any]]:
     """The settings proposed for ``algorithms[i]``: a grid's cartesian product (with a ``budget``
     smaller than the grid: that many distinct grid points, in draw order), or ``budget`` draws of a
     space with ranges (lists drawn as choices; a draw equal to an earlier one is kept once), from the
-    ``("tune", crc(scenario), crc(label))`` stream under ``tune.seed``."""
+    ``("tune", crc(scenario), crc(label))`` stream under ``tune.seed``. Under ``include_written``, draws
+    that miss the entry's setting as written (when the space holds it) give it their last place: the
+    written setting and the first ``budget − 1`` draws."""
     keys = list(tune.space)
     label = scenario.runs[i].label
     rng = numpy_stream(tune.seed, "tune", _key(scenario.name), _key(label))
+    out: list[dict[str, Any]]
+    grid: list[dict[str, Any]] = []
     if not tune.sampled:
         grid = [dict(zip(keys, values)) for values in itertools.product(*tune.space.values())]
         budget = tune.trial_budget()
         if budget is None or budget >= len(grid):
             return grid
-        return [grid[int(k)] for k in rng.choice(len(grid), size=budget, replace=False)]
-    out: list[dict[str, Any]] = []
-    for _ in range(tune.budget or 0):
-        point = {}
-        for key, space in tune.space.items():
-            space = space if isinstance(space, Range) else Range(choice=space)
-            point[key] = space.draw(rng)
-        if point not in out:
-            out.append(point)
+        out = [grid[int(k)] for k in rng.choice(len(grid), size=budget, replace=False)]
+    else:
+        out = []
+        for _ in range(tune.budget or 0):
+            point = {}
+            for key, space in tune.space.items():
+                space = space if isinstance(space, Range) else Range(choice=space)
+                point[key] = space.draw(rng)
+            if point not in out:
+                out.append(point)
+    own = written(scenario.runs[i], keys) if tune.include_written else None
+    if own is not None and own not in out and _holds(tune, own):
+        out[-1] = own if tune.sampled else next(p for p in grid if p == own)  # the grid's own spelling
     return out
 
 

@@ -121,6 +121,47 @@ def test_a_budget_on_a_grid_draws_distinct_grid_points():
     assert [t.values for t in plan(parse_scenario(tuned({**grid, "budget": 20}))).entries[0].trials] == full
 
 
+def _drawn(block: dict, **top) -> list[dict]:
+    return [t.values for t in plan(parse_scenario(tuned(block, **top))).entries[0].trials]
+
+
+def test_a_drawn_search_always_holds_the_written_setting():
+    """Issue 27: two draws from FedAvg's 6-point grid missed the paper's setting in 7 of 14 GradMA columns;
+    the written setting (local.lr 0.1, server.lr 1.0) takes the last place of draws that miss it."""
+    grid = {"space": {"local.lr": [0.01, 0.05, 0.1], "server.lr": [0.1, 1.0, 10.0]}, "budget": 3}
+    written = {"local.lr": 0.1, "server.lr": 1.0}
+    plain = [_drawn({**grid, "seed": s, "include_written": False}) for s in range(12)]
+    kept = [_drawn({**grid, "seed": s}) for s in range(12)]
+    assert any(written not in p for p in plain) and any(written in p for p in plain)  # both cases are exercised
+    for p, k in zip(plain, kept):
+        assert written in k and len(k) == 3 and len({tuple(v.items()) for v in k}) == 3
+        assert k == (p if written in p else p[:2] + [written])  # the other draws and their order are kept
+    assert all(type(v["server.lr"]) is float for k in kept for v in k)  # the grid's own spelling (1.0, not 1)
+    # outside the space: nothing to include (server.lr 2.0 is no grid point); the whole grid: unchanged
+    for s in range(4):
+        assert _drawn({**grid, "seed": s}, server={"lr": 2.0}) == _drawn(
+            {**grid, "seed": s, "include_written": False}, server={"lr": 2.0}
+        )
+    assert _drawn({"space": grid["space"]}) == _drawn({"space": grid["space"], "include_written": False})
+
+
+def test_the_written_setting_of_a_parameter_and_of_a_range():
+    """Algorithm parameters are read from the entry; a range holds a number within its bounds."""
+    raw = tuned({"space": {"local.lr": [0.01, 0.1]}, "budget": 1, "protocol": "paper"})
+    raw["algorithms"] = [{"name": "fedprox", "mu": 0.1, "tune": {"space": {"mu": [0.01, 0.1, 1.0]}}}]
+    for seed in range(6):
+        raw["tune"]["seed"] = seed
+        assert [t.values for t in plan(parse_scenario(raw)).entries[0].trials] == [{"local.lr": 0.1, "mu": 0.1}]
+    raw["algorithms"][0]["tune"]["include_written"] = False  # an entry's key wins over the scenario's
+    assert {
+        str(plan(parse_scenario({**raw, "tune": {**raw["tune"], "seed": s}})).entries[0].trials[0].values)
+        for s in range(6)
+    } != {str({"local.lr": 0.1, "mu": 0.1})}
+    ranges = {"space": {"local.lr": {"log_uniform": [1e-3, 1e-1]}}, "budget": 3}
+    assert _drawn(ranges)[-1] == {"local.lr": 0.1}  # 0.1 is the range's upper bound: inside
+    assert 0.1 not in [v["local.lr"] for v in _drawn(ranges, local={"lr": 0.5, "iterations": 3, "batch_size": 16})]
+
+
 RANGES = {
     "space": {
         "local.lr": {"log_uniform": [1e-3, 1e-1]},

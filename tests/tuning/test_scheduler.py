@@ -115,6 +115,10 @@ def test_the_tuning_table_states_each_method_s_budget():
     assert "| 4 / 4 (100 %) halving 4→2→1 |" in md.replace("  ", " ").replace("  ", " ")
     assert "_halving: rungs of 1, 2, 4 rounds, each keeping the top 1/2 of its candidates" in md
     assert "_searched: the settings run of the method's own grid and their share" in md
+    # the chosen setting that is the entry's own is marked, and counted (Ranges drew 0.1 and 1.0, the written ones)
+    chosen = {row[0]: row[1] for row in table[1:]}
+    assert chosen["Ranges"] == "local.lr=0.1, server.lr=1 (as written)" and "written" not in chosen["Grid"]
+    assert "_as written: the entry's own setting was chosen in 1 of 4 searches; a drawn search always ran" in md
     # one note per way the trials ran (rounds × seeds), naming each budget once: Grid's and Halving's 4 are one
     trials = [line for line in md.splitlines() if line.startswith("_trials")]
     assert trials == ["_trials: 2, 3 or 4 settings (the trials column) per method, each 4 rounds × seed(s) 0_"]
