@@ -313,7 +313,11 @@ def plan_lines(tuning: TuningPlan, store: ResultsStore | None = None) -> list[st
             continue
         t = e.tune
         grid = t.grid_size()
-        searched = f" ({len(e.trials)} of {grid} settings, {100 * len(e.trials) / grid:.0f} %)" if grid else ""
+        notes = [f"{len(e.trials)} of {grid} settings, {100 * len(e.trials) / grid:.0f} %"] if grid else []
+        drawn = grid is None or len(e.trials) < grid  # a draw, not the whole grid
+        if drawn and t.include_written and written(e.base, list(t.space)) in [x.values for x in e.trials]:
+            notes.append("the written one among them")
+        searched = f" ({', '.join(notes)})" if notes else ""
         seeds = list(e.trials[0].seeds) if e.trials else []
         if t.halving is None:
             lines.append(

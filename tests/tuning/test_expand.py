@@ -300,4 +300,6 @@ def test_validate_states_each_entry_s_share_of_its_grid():
     from fedbench.sweeps.tuning import plan_lines
 
     lines = plan_lines(plan(parse_scenario(tuned({**GRID, "budget": 3}))))
-    assert "FedAvg: 3 trial(s) (3 of 4 settings, 75 %) × seeds" in lines[1]
+    assert "FedAvg: 3 trial(s) (3 of 4 settings, 75 %, the written one among them) × seeds" in lines[1]
+    plain = plan_lines(plan(parse_scenario(tuned({**GRID, "budget": 3, "include_written": False}))))
+    assert "FedAvg: 3 trial(s) (3 of 4 settings, 75 %) × seeds" in plain[1]
