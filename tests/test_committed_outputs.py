@@ -98,8 +98,15 @@ def invoke(*args: str) -> None:
     )
 
 
+# GradMA's CIFAR-10 stand-in (MNIST-1D with BN) leaves 28 of Fig. 6's server QP blocks unprojected; the committed
+# table notes each method's count under it, so the case exercises the fallback on purpose (tests/conftest.py).
+PARAMS = [
+    pytest.param(c, marks=pytest.mark.allow_qp_fallback) if c.name == "gradma" else pytest.param(c) for c in CASES
+]
+
+
 @pytest.mark.outputs
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", PARAMS, ids=[c.name for c in CASES])
 def test_a_committed_table_regenerates_byte_identical(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(ROOT)  # scenario files name bases and data relative to the repository
     out, tables = tmp_path / "results", tmp_path / "tables"
