@@ -27,7 +27,7 @@ quickstart: install  ## run the embedded default scenario (offline digits) and p
 	$(BIN)/fedbench table --out $(OUT)/quickstart --scenario quickstart --no-show
 	$(BIN)/fedbench plot --out $(OUT)/quickstart --scenario quickstart
 
-test: install  ## the whole test suite (CPU, offline; about 9 min on 2 cores): what .ci/run calls
+test: install  ## the whole test suite (CPU, offline; about 10 min on 2 cores): what .ci/run calls
 	$(PYTEST)
 
 # Everything but the byte-for-byte regeneration of committed outputs and the slowest engine tests (under 5 min).
