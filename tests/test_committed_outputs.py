@@ -31,6 +31,7 @@ class Case:
     scale: str | None = "tiny"
     run_options: tuple[str, ...] = ()
     rows: tuple[str, ...] = ()  # only these rows (the CSV's ``row`` field) are compared
+    marks: tuple[pytest.MarkDecorator, ...] = ()
 
 
 def csv_rows(text: str, rows: tuple[str, ...]) -> list[str]:
@@ -74,6 +75,8 @@ CASES = [
         ("table", "--scenario", "gradma_fig6_memory_cifar10_w1.0.tiny", "--no-show"),
         ("gradma_fig6_memory_cifar10_w1.0.tiny.md", "gradma_fig6_memory_cifar10_w1.0.tiny.csv"),
         run_options=("--executor", "batched"),
+        # the CIFAR-10 stand-in (MNIST-1D, BN) leaves 28 server QP blocks unprojected; the table notes each count
+        marks=(pytest.mark.allow_qp_fallback,),
     ),  # as gradma's room runs it at the tiny scale; MNIST-1D (the MNIST ablations' mnist5k costs 3× as much)
     Case(
         "fedmim",
@@ -98,15 +101,8 @@ def invoke(*args: str) -> None:
     )
 
 
-# GradMA's CIFAR-10 stand-in (MNIST-1D with BN) leaves 28 of Fig. 6's server QP blocks unprojected; the committed
-# table notes each method's count under it, so the case exercises the fallback on purpose (tests/conftest.py).
-PARAMS = [
-    pytest.param(c, marks=pytest.mark.allow_qp_fallback) if c.name == "gradma" else pytest.param(c) for c in CASES
-]
-
-
 @pytest.mark.outputs
-@pytest.mark.parametrize("case", PARAMS, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=c.marks, id=c.name) for c in CASES])
 def test_a_committed_table_regenerates_byte_identical(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(ROOT)  # scenario files name bases and data relative to the repository
     out, tables = tmp_path / "results", tmp_path / "tables"

@@ -141,12 +141,7 @@ def _written_note(choices: list[Choice]) -> str:
     if not tuned:
         return ""
     kept = sum(is_written(c) for c in tuned)
-    drawn = any(
-        c.entry.tune is not None
-        and c.entry.tune.include_written
-        and (c.entry.tune.grid_size() or 0) != len(c.entry.trials)  # drawn, not the whole grid
-        for c in tuned
-    )
+    drawn = any(c.entry.drawn and c.entry.tune is not None and c.entry.tune.include_written for c in tuned)
     always = (
         "; a drawn search always ran the written setting where its grid holds it (include_written)" if drawn else ""
     )

@@ -48,6 +48,14 @@ class EntryPlan:
     def label(self) -> str:
         return self.base.label
 
+    @property
+    def drawn(self) -> bool:
+        """True when the candidates are draws (a budget below the grid, or a sampled range), not a whole grid."""
+        if self.tune is None:
+            return False
+        grid = self.tune.grid_size()
+        return grid is None or len(self.trials) < grid
+
     def at_rung(self, trial: Trial, k: int) -> Trial:
         """``trial`` (a candidate) at rung ``k``: its rounds, and below the trial rounds its own name."""
         rounds = self.rungs[k][0]

@@ -24,6 +24,7 @@ name, rounds and seeds, training on the clients' whole data; entries without a b
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import zlib
@@ -116,11 +117,9 @@ def written(spec: RunSpec, keys: list[str]) -> dict[str, Any] | None:
     parameters by name), or None when one is not set (nothing to include)."""
     out: dict[str, Any] = {}
     for key in keys:
-        value: Any = spec
-        for part in key.split(".")[:-1]:
-            value = getattr(value, part, None)
-        name = key.rsplit(".", 1)[-1]
-        value = getattr(value, name, None) if "." in key else spec.algorithm.get(name)
+        *path, name = key.split(".")
+        holder = functools.reduce(lambda node, part: getattr(node, part, None), path, spec)
+        value = getattr(holder, name, None) if path else spec.algorithm.get(name)
         if value is None:
             return None
         out[key] = value
@@ -314,8 +313,7 @@ def plan_lines(tuning: TuningPlan, store: ResultsStore | None = None) -> list[st
         t = e.tune
         grid = t.grid_size()
         notes = [f"{len(e.trials)} of {grid} settings, {100 * len(e.trials) / grid:.0f} %"] if grid else []
-        drawn = grid is None or len(e.trials) < grid  # a draw, not the whole grid
-        if drawn and t.include_written and written(e.base, list(t.space)) in [x.values for x in e.trials]:
+        if e.drawn and t.include_written and written(e.base, list(t.space)) in [x.values for x in e.trials]:
             notes.append("the written one among them")
         searched = f" ({', '.join(notes)})" if notes else ""
         seeds = list(e.trials[0].seeds) if e.trials else []
