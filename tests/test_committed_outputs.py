@@ -115,8 +115,8 @@ def test_a_committed_table_regenerates_byte_identical(case: Case, tmp_path: Path
     monkeypatch.chdir(ROOT)  # scenario files name bases and data relative to the repository
     out, tables = tmp_path / "results", tmp_path / "tables"
     scale = ("--scale", case.scale) if case.scale else ()
+    only = ("--only", ",".join(case.only)) if case.only else ()
     for f in case.files:
-        only = ("--only", ",".join(case.only)) if case.only else ()
         invoke("run", f, *scale, "--out", str(out), "--quiet", *only, *case.run_options)
     figures = ("--figures-dir", str(tmp_path / "figures")) if case.report[0] == "continual" else ()
     invoke(*case.report, "--out", str(out), "--tables-dir", str(tables), *figures)
