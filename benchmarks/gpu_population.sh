@@ -20,7 +20,7 @@ step() {  # step SECONDS TITLE COMMAND...
 }
 { echo "# Population executor on $device, $(date -u +%F)"; echo; nvidia-smi --query-gpu=name,memory.total --format=csv;
   "$py" -c "import torch; print('torch', torch.__version__)"; } > "$out" 2>&1
-step 90 "CUDA tests: a population equals each run alone" "$py" -m pytest -q -m gpu tests/engine/test_population.py
+step 90 "CUDA tests: a population equals each run alone; a round between reads does not synchronise" "$py" -m pytest -q -m gpu tests/engine/test_population.py tests/engine/test_pending.py
 step 130 "$seeds seeds of the tiny GradMA MNIST column (FedAvg, MLP, S = 10) as one population vs 3 alone" \
   "$py" -m benchmarks.population_bench fedavg "$seeds" --device "$device" --alone 3 --modes batched,population \
   --set local.precision=fp32

@@ -23,6 +23,7 @@ more are sent unquantized but charged d(B_i+1) + 64·tensors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -64,7 +65,7 @@ class Compressor:
     def encode(self, x: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
         return x
 
-    def __call__(self, x: torch.Tensor, seed: int, round_: int, clients: torch.Tensor) -> Compressed:
+    def __call__(self, x: torch.Tensor, seed: int, round_: int, clients: Sequence[int] | torch.Tensor) -> Compressed:
         gens = [torch_stream(seed, "compress", round_, int(c)) for c in clients] if self.needs_rng else []
         value = self.encode(x, gens)
         bits = torch.full((x.shape[0],), float(self.payload_bits(x.shape[1])), dtype=torch.float64)
@@ -143,14 +144,14 @@ def stochastic_quantize(z: torch.Tensor, bits: int, u: torch.Tensor) -> torch.Te
     """
     mag = z.abs()
     lo, hi = mag.min(), mag.max()
-    if bits >= IDENTITY_BITS or not hi > lo:
+    if bits >= IDENTITY_BITS:
         return z
     levels = 2**bits - 1
     step = (hi - lo) / levels
     t = (mag - lo) / step
     k = torch.floor(t)
     k = torch.clamp(k + (u < t - k).double(), max=levels)
-    return torch.sign(z) * (lo + k * step)
+    return torch.where(hi > lo, torch.sign(z) * (lo + k * step), z)  # chosen on the device: no host read
 
 
 @COMPRESSORS.register(
@@ -195,7 +196,7 @@ class StochasticQuantizer(Compressor):
         return out
 
     def with_bits(
-        self, x: torch.Tensor, bits: torch.Tensor, seed: int, round_: int, clients: torch.Tensor
+        self, x: torch.Tensor, bits: torch.Tensor, seed: int, round_: int, clients: Sequence[int] | torch.Tensor
     ) -> Compressed:
         """Rows ``x`` [S, P] quantized with per-row widths ``bits`` [S] (integers ≥ 1), same random
         stream as :meth:`__call__`; row i costs d(B_i + 1) + 64·tensors bits."""

@@ -80,19 +80,19 @@ def test_an_interrupted_run_resumes_with_the_same_numbers(tmp_path: Path, monkey
     from fedbench.store import ResultsStore
 
     sc = fb.scenario(tiny_scenario(checkpoint_every=1))
-    record = ResultsStore.record_round
+    record = ResultsStore.record_rounds
 
-    def ctrl_c_in_round_3(self, run_id, round, *args, **kwargs):
-        if round == 3:
+    def ctrl_c_in_round_3(self, rows):  # checkpoint_every=1: each round is read and recorded alone
+        if any(round == 3 for _, round, _, _ in rows):
             raise KeyboardInterrupt
-        return record(self, run_id, round, *args, **kwargs)
+        return record(self, rows)
 
-    monkeypatch.setattr(ResultsStore, "record_round", ctrl_c_in_round_3)
+    monkeypatch.setattr(ResultsStore, "record_rounds", ctrl_c_in_round_3)
     with pytest.raises(RunInterrupted, match="interrupted tiny / FedAvg seed 0 in round 3"):
         fb.run(sc, out=tmp_path / "a", device="cpu")
     stopped = fb.open_store(tmp_path / "a")
     assert stopped.runs["status"].tolist() == ["running"] and stopped.rounds()["round"].tolist() == [1, 2]
-    monkeypatch.setattr(ResultsStore, "record_round", record)
+    monkeypatch.setattr(ResultsStore, "record_rounds", record)
     resumed = fb.run(sc, out=tmp_path / "a", device="cpu")
     clean = fb.run(sc, out=tmp_path / "b", device="cpu")
     assert resumed.runs["status"].tolist() == ["finished"]

@@ -164,19 +164,19 @@ def test_a_resumed_run_adds_no_point_twice(logged: Path, tmp_path: Path, monkeyp
     from fedbench.runs import RunInterrupted
 
     sc = fb.scenario(tiny_scenario(name="trackers_resume", rounds=4, checkpoint_every=1))
-    record = ResultsStore.record_round
+    record = ResultsStore.record_rounds
 
-    def ctrl_c_in_round_3(self, run_id, round, *args, **kwargs):
-        if round == 3:
+    def ctrl_c_in_round_3(self, rows):  # checkpoint_every=1: each round is read and recorded alone
+        if any(round == 3 for _, round, _, _ in rows):
             raise KeyboardInterrupt
-        return record(self, run_id, round, *args, **kwargs)
+        return record(self, rows)
 
     out, tb, tracking = tmp_path / "results", tmp_path / "tb", uri(logged)
     log = [f"tensorboard:{tb}", f"mlflow:{tracking}"]
-    monkeypatch.setattr(ResultsStore, "record_round", ctrl_c_in_round_3)
+    monkeypatch.setattr(ResultsStore, "record_rounds", ctrl_c_in_round_3)
     with pytest.raises(RunInterrupted):
         fb.run(sc, out=out, device="cpu", log=log)
-    monkeypatch.setattr(ResultsStore, "record_round", record)
+    monkeypatch.setattr(ResultsStore, "record_rounds", record)
     assert not tb.exists()  # an interrupted run is copied when it ends, or by export
     stopped = fb.open_store(out)
     assert all(" 1 run(s) written" in line for line in stopped.export(",".join(log)))

@@ -132,7 +132,9 @@ class RoundContext:
     ``replay_per_step`` and ``replay_apart`` the step's replay draw is not joined to the minibatch:
     ``grad(z)`` is the current minibatch's gradient and ``grad.memory(z)`` the draw's. ``sizes``
     ``[N]`` are every client's sample counts n_i at this stage of the run (a continual run's current
-    task), or None where the caller has none to give (:meth:`client_sizes` then refuses).
+    task), or None where the caller has none to give (:meth:`client_sizes` then refuses). ``ids`` are
+    ``clients`` on the host where the engine has them (:meth:`client_ids`), so that nothing host-side
+    in a round waits for the device.
     """
 
     clients: torch.Tensor
@@ -143,11 +145,17 @@ class RoundContext:
     round: int = 0
     inputs: Mapping[str, torch.Tensor] = field(default_factory=lambda: MappingProxyType({}))
     sizes: torch.Tensor | None = None
+    ids: tuple[int, ...] | None = None
 
     @property
     def start(self) -> torch.Tensor:
         """Initial local iterates ``[S, P]``: the broadcast global model for every client."""
         return self.broadcast["x"].expand(len(self.clients), -1).clone()
+
+    def client_ids(self) -> list[int]:
+        """The clients on the host: ``ids`` where the engine gave them, else ``clients`` read (which waits
+        for a GPU). For what a round keys by client on the host (the compressors' streams)."""
+        return list(self.ids) if self.ids is not None else self.clients.tolist()
 
     def select(self, rows: torch.Tensor | slice) -> RoundContext:
         """The context of a subset of the round's clients (the sequential engine uses one row)."""
@@ -160,6 +168,7 @@ class RoundContext:
             self.round,
             MappingProxyType({k: v[rows] for k, v in self.inputs.items()}),
             self.sizes,
+            self.ids[rows] if self.ids is not None and isinstance(rows, slice) else None,
         )
 
     def sending(self, **message: torch.Tensor) -> RoundContext:
@@ -331,7 +340,7 @@ class Algorithm:
 
     def compress(self, ctx: RoundContext, rows: torch.Tensor) -> Compressed:
         """The configured compressor applied to ``rows`` [S, P] (random draws keyed by round and client)."""
-        return self.ctx.compressor(rows, self.ctx.seed, ctx.round, ctx.clients)
+        return self.ctx.compressor(rows, self.ctx.seed, ctx.round, ctx.client_ids())
 
     def server_step(self, state: St, delta: torch.Tensor, **changes: Any) -> St:
         """``state`` with x ← server optimizer step along Δ, its new optimizer state and ``changes``."""

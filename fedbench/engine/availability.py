@@ -77,7 +77,7 @@ class ClientAvailability(RoundPlugin):
         assert self.on is not None
         return self.on.copy()
 
-    def choose_clients(self, t: int, sample: Callable[[np.ndarray], torch.Tensor]) -> torch.Tensor | None:
+    def choose_clients(self, t: int, sample: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
         available = self.available(t)
         chosen = sample(np.flatnonzero(available))
         self.count, self.sampled = int(available.sum()), len(chosen)
@@ -115,12 +115,12 @@ class Stragglers(RoundPlugin):
         lo, hi = self.spec.work
         return rows, rng.uniform(lo, hi, size=k)
 
-    def after_sampling(self, t: int, clients: torch.Tensor) -> torch.Tensor:
+    def after_sampling(self, t: int, clients: np.ndarray) -> np.ndarray:
         if self.spec.mode == "drop":
             rows, _ = self.draw(t, len(clients))
             keep = np.ones(len(clients), dtype=bool)
             keep[rows] = False
-            clients = clients[torch.as_tensor(keep, device=clients.device)]
+            clients = clients[keep]
         self.participants = len(clients)
         return clients
 

@@ -33,6 +33,7 @@ from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.compiled import step_function
 from fedbench.engine.executor import STATE_ROWS
 from fedbench.engine.local import LocalConfig, LocalResult
+from fedbench.engine.pending import to_device
 from fedbench.engine.plan import RoundPlan, draw_plan
 from fedbench.engine.uploads import merged
 from fedbench.models.flat import Buffers, FlatModel
@@ -109,7 +110,7 @@ class BatchedOracle:
 
 def dropout_keys(seed: int, round_: int, clients: list[int], device: torch.device) -> torch.Tensor:
     """Each client's 32-bit dropout key of the round, from its ``("dropout", t, i)`` stream."""
-    return torch.tensor([torch_seed(seed, "dropout", round_, c) & 0xFFFFFFFF for c in clients], device=device)
+    return to_device(torch.tensor([torch_seed(seed, "dropout", round_, c) & 0xFFFFFFFF for c in clients]), device)
 
 
 def train_rows(
@@ -129,7 +130,7 @@ def train_rows(
     K_i keeps its iterate, carry and buffers."""
     x = ctx.start
     carry = algo.local_init(ctx, x)
-    k_of, shortest = torch.tensor(steps, device=x.device), min(steps)
+    k_of, shortest = to_device(torch.tensor(steps), x.device), min(steps)
     loss_sum = x.new_zeros(len(ctx.clients))
     for k in range(max(steps)):
         xb, yb, mask, memory = plan.batch(k, train)
@@ -162,10 +163,12 @@ def run_clients_batched(
     cfg: LocalConfig,
     chunk: int | None = None,
     compiled: bool = False,
+    ids: list[int] | None = None,
 ) -> LocalResult:
     """Train the round's S clients from ``ctx.start``, ``chunk`` clients at a time (all when None),
-    through the compiled step when ``compiled``; client i stops after ``steps[i]`` steps."""
-    clients, device = ctx.clients.tolist(), ctx.start.device
+    through the compiled step when ``compiled``; client i stops after ``steps[i]`` steps. ``ids``: the
+    clients on the host (else read from ``ctx.clients``, which waits for the device)."""
+    clients, device = (ctx.clients.tolist() if ids is None else ids), ctx.start.device
     plan = draw_plan(train, batcher, clients, steps, cfg)
     layers = RowLayers.of(model)
     keys = dropout_keys(cfg.seed, ctx.round, clients, device) if layers.has_dropout else torch.zeros_like(ctx.clients)

@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from fedbench.engine.pending import to_device
 from fedbench.seeding import torch_stream
 
 
@@ -58,7 +59,7 @@ class ClientBatcher:
         if cached is None or cached[0] != epoch:
             part = self.parts[client]
             order = torch.randperm(len(part), generator=torch_stream(self.seed, *self.stream, client, epoch))
-            cached = (epoch, part[order.to(part.device)])
+            cached = (epoch, part[to_device(order, part.device)])
             self._perm[client] = cached
         return cached[1]
 

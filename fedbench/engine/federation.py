@@ -35,8 +35,8 @@ class InputRequest:
     """What an input provider (:mod:`fedbench.engine.inputs`, :meth:`RoundPlugin.provide
     <fedbench.engine.plugins.RoundPlugin.provide>`) may read: the round, its clients ``[S]``, the
     broadcast model x_t ``[P]``, the global buffers, the run's local-work settings (and seed) and
-    minibatch size, the model and training data, the clients' data at this stage and the input names
-    wanted."""
+    minibatch size, the model and training data, the clients' data at this stage, the input names
+    wanted and the clients on the host ``ids``."""
 
     round: int
     clients: torch.Tensor
@@ -48,3 +48,4 @@ class InputRequest:
     train: ArraySplit
     fed: Federation
     wanted: frozenset[str]
+    ids: tuple[int, ...]

@@ -29,6 +29,7 @@ from fedbench.engine.batched import chunks
 from fedbench.engine.batched_layers import RowLayers, mix32
 from fedbench.engine.compiled import step_function
 from fedbench.engine.local import LocalConfig
+from fedbench.engine.pending import to_device
 from fedbench.models.flat import Buffers, FlatModel
 
 CHUNK_SAMPLES = 4096  # (padded) samples evaluated in one vmapped call: rows per call = max(2, this // longest chunk)
@@ -53,7 +54,7 @@ def _rows(parts: list[torch.Tensor], batch_size: int) -> tuple[torch.Tensor, tor
         for b, n in enumerate(chunk_sizes(len(part), batch_size)):
             client.append(i), chunk.append(b), start.append(offset), size.append(n)
             offset += n
-    client_t, chunk_t, start_t, size_t = (torch.tensor(v, device=device) for v in (client, chunk, start, size))
+    client_t, chunk_t, start_t, size_t = (to_device(torch.tensor(v), device) for v in (client, chunk, start, size))
     within = torch.arange(max(size), device=device)
     mask = within.unsqueeze(0) < size_t.unsqueeze(1)
     return torch.cat(parts)[start_t.unsqueeze(1) + torch.where(mask, within, 0)], mask, client_t, chunk_t
@@ -72,7 +73,7 @@ def client_gradients(
     """Per listed client ``[S, P]``: Σ_b (n_b/n_i)·g_b over its chunks (module docstring), g_b ⊙ g_b
     when ``squared``; ``keys`` ``[S]`` (32-bit) seed each client's dropout masks (zeros when None)."""
     index, mask, client, chunk = _rows(parts, batch_size)
-    sizes = torch.tensor([len(p) for p in parts], dtype=point.dtype, device=point.device)
+    sizes = to_device(torch.tensor([len(p) for p in parts], dtype=point.dtype), point.device)
     weight = mask.sum(1).to(point.dtype) / sizes[client]
     keys = torch.zeros(len(parts), dtype=torch.int64, device=point.device) if keys is None else keys
     row_keys = mix32(keys[client] ^ mix32(chunk + CHUNK_SALT))

@@ -26,7 +26,7 @@ Provider = Callable[[InputRequest], torch.Tensor]
 
 def full_gradients(req: InputRequest) -> torch.Tensor:
     """∇f_i(x_t) ``[S, P]`` over each client's whole local data (:mod:`fedbench.engine.full_gradient`)."""
-    ids = req.clients.tolist()
+    ids = list(req.ids)
     keys = dropout_keys(req.cfg.seed, req.round, ids, req.point.device)
     parts = [req.fed.parts[c] for c in ids]
     return full_local_gradients(req.model, req.buffers, req.train, parts, req.point, req.batch_size, req.cfg, keys)

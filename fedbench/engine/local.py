@@ -161,7 +161,7 @@ def run_clients_sequential(
     """Train each sampled client in turn from ``ctx.start`` for its ``steps[row]`` local steps."""
     uploads: list[Upload] = []
     finals, all_buffers, losses = [], [], []
-    for row, client in enumerate(ctx.clients.tolist()):
+    for row, client in enumerate(ctx.client_ids()):
         sub = ctx.select(slice(row, row + 1))
         buffers = {k: v.clone() for k, v in global_buffers.items()}
         x = sub.start

@@ -25,6 +25,7 @@ from fedbench.data.base import ArraySplit
 from fedbench.engine.augment import apply_augment, augment_draws
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.local import LocalConfig
+from fedbench.engine.pending import to_device
 
 
 @dataclass(frozen=True)
@@ -100,19 +101,19 @@ def draw_plan(
     widths = [max(r.lengths[k] for r in rows if k < len(r.lengths)) for k in range(shape[0])]
     lengths = torch.tensor(flat_lengths)
     slot = torch.tensor([k * shape[1] + row for row, r in enumerate(rows) for k in range(len(r.lengths))])
-    within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
+    within = torch.arange(sum(flat_lengths)) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
     dest = torch.repeat_interleave(slot * shape[2], lengths) + within
     device, size = train.y.device, shape[0] * shape[1] * shape[2]
-    dest_d = dest.to(device)
+    dest_d = to_device(dest, device)
     index = torch.zeros(size, dtype=torch.int64, device=device)
-    index[dest_d] = torch.cat([r.flat for r in rows]).to(device)
+    index[dest_d] = to_device(torch.cat([r.flat for r in rows]), device)
     mask = train.x.new_zeros(size)
     mask[dest_d] = 1.0
     memory = None
     if cfg.replay_apart:  # the samples after a batch's current ones are its replay draw
         current = torch.repeat_interleave(torch.tensor([n for r in rows for n in r.current]), lengths)
         memory = train.x.new_zeros(size)
-        memory[dest_d[(within >= current).to(device)]] = 1.0
+        memory[dest_d[to_device(within >= current, device)]] = 1.0
         memory = memory.view(shape)
     if cfg.augments and train.x.dim() != 4:
         raise ValueError(
@@ -137,5 +138,5 @@ def _augment_plan(
     for part, dtype in zip(zip(*draws), (torch.int64, torch.int64, torch.bool)):
         full = torch.zeros(shape[0] * shape[1] * shape[2], dtype=dtype)
         full[dest] = torch.cat(part)
-        out.append(full.view(shape).to(device))
+        out.append(to_device(full.view(shape), device))
     return out[0], out[1], out[2]

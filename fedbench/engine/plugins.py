@@ -73,17 +73,19 @@ class RoundPlugin:
         """The run's local-work settings with this plug-in's contribution (once per run)."""
         return cfg
 
-    def choose_clients(self, t: int, sample: Callable[[np.ndarray], torch.Tensor]) -> torch.Tensor | None:
-        """The clients sampled in round t, or None for the loop's S of all N; ``sample(eligible)`` draws the
-        loop's S (fewer when fewer are eligible) from the client ids ``eligible``, on the sampling stream."""
+    def choose_clients(self, t: int, sample: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
+        """The clients sampled in round t (ids on the host), or None for the loop's S of all N;
+        ``sample(eligible)`` draws the loop's S (fewer when fewer are eligible) from the client ids
+        ``eligible``, on the sampling stream."""
         return None
 
     def local_steps(self, t: int, clients: list[int], steps: list[int]) -> list[int]:
         """Each sampled client's local steps K_i in round t, given the loop's (or an earlier plug-in's)."""
         return steps
 
-    def after_sampling(self, t: int, clients: torch.Tensor) -> torch.Tensor:
-        """The sampled clients that train and upload (a subset, in order; empty: an idle round)."""
+    def after_sampling(self, t: int, clients: np.ndarray) -> np.ndarray:
+        """The sampled clients that train and upload (ids on the host; a subset, in order; empty: an idle
+        round)."""
         return clients
 
     def provide(self, request: InputRequest) -> dict[str, torch.Tensor]:

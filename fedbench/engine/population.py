@@ -9,9 +9,10 @@ their rounds in lockstep (:func:`population_round`): each run opens its round al
 ``prepare_round``: :meth:`~fedbench.engine.runner.RoundLoop.open_round`), the clients of every run train
 as one ``[R·S, P]`` batched computation (:mod:`fedbench.engine.population_rows`), each run settles its
 round alone (upload, server update), the runs due to evaluate are evaluated together, and each finishes
-its round alone; the round's rows of every run are read to the host and committed at once. A run of a
-population is the run it would be alone on the batched executor: its own streams, its own store record,
-checkpoint and status. A run that diverges is recorded as diverged and leaves the population; the others
+its round alone; each run's rounds stay on the device until it evaluates, checkpoints or ends, and the runs
+reading in a round are read to the host in one transfer and committed at once (:mod:`fedbench.engine.pending`).
+A run of a population is the run it would be alone on the batched executor: its own streams, its own store
+record, checkpoint and status. A run that diverges is recorded as diverged and leaves the population; the others
 go on. Runs resume from their own checkpoints, so a population killed mid-round resumes exactly, in a
 population or alone. Should the population itself fail, its unfinished runs are trained again one by one
 (each from its last checkpoint), so a crash is recorded against the run that crashes. On a GPU a
@@ -34,16 +35,17 @@ import torch
 
 from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
 from fedbench.engine.lease import leased
+from fedbench.engine.pending import PendingRound, read_rounds
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
 from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import (
     RoundLoop,
     RunOutcome,
     complete_run,
-    conclude_round,
+    conclude_rounds,
     execute_run,
     open_loop,
-    read_metrics,
+    recorded_rounds,
     start_record,
 )
 from fedbench.engine.setup import DataCache
@@ -151,6 +153,7 @@ class Member:
     done: int
     warned: set[str] = field(default_factory=set)
     status: str | None = None  # finished | diverged once it ends
+    pending: list[PendingRound] = field(default_factory=list)  # trained rounds not yet read and recorded
 
     def due(self, t: int) -> bool:
         """Whether the member trains round t."""
@@ -291,16 +294,23 @@ def fitting_runs(members: list[Member]) -> int:
 def _lockstep(
     members: list[Member], store: ResultsStore, chunk: int | None, on_round: PopulationCallback | None
 ) -> None:
-    """The members' rounds in lockstep (one population) until each has finished or diverged."""
+    """The members' rounds in lockstep (one population) until each has finished or diverged. A member's
+    rounds stay on the device until one :meth:`~fedbench.engine.runner.RoundLoop.reads` them; the members
+    reading in a round are read in one transfer and recorded in one transaction."""
     t = min(m.done for m in members) + 1
     while any(m.status is None for m in members):
         active = [m for m in members if m.due(t)]
-        closed = population_round([m.loop for m in active], t, chunk)
-        store.record_rounds([(m.run_id, t, metrics, extra) for m, (metrics, extra, _) in zip(active, closed)])
-        for m, (metrics, extra, finite) in zip(active, closed):
+        for m, pending in zip(active, population_round([m.loop for m in active], t, chunk)):
+            m.pending.append(pending)
             m.done = t
+        reading = [m for m in active if m.loop.reads(t)]
+        read_rounds([r for m in reading for r in m.pending])
+        kept = [recorded_rounds(m.loop, m.pending) for m in reading]
+        store.record_rounds([(m.run_id, r.t, r.metrics, r.extra) for m, rounds in zip(reading, kept) for r in rounds])
+        for m, rounds in zip(reading, kept):
+            m.pending = []
             alone = partial(on_round, m.index) if on_round else None
-            if conclude_round(m.loop, store, m.run_id, m.identity, t, metrics, extra, m.warned, alone, finite):
+            if conclude_rounds(m.loop, store, m.run_id, m.identity, rounds, m.warned, alone):
                 m.status = "diverged"
         for m in members:
             if m.status is None and m.done >= m.run.spec.rounds:
@@ -309,18 +319,17 @@ def _lockstep(
         t += 1
 
 
-def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -> list[tuple[dict, dict, bool]]:
+def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -> list[PendingRound]:
     """Round t of every run of ``loops`` (one population): each opens its round alone, their clients
     train together (``chunk`` rows at a time; all when None), each closes its round alone. Returns each
-    run's (metrics, extra logs), as :meth:`RoundLoop.round` would, and whether its model is finite
-    (every run's metrics and flag read to the host at once)."""
+    run's round as :meth:`RoundLoop.lazy_round` would (its device values unread)."""
     opened = []
     for loop in loops:
         with loop.streams(t):
             opened.append(loop.open_round(t))
     training = [i for i, o in enumerate(opened) if o.ctx is not None]
     rounds = [
-        MemberRound(loop.s.algorithm, o.ctx, o.steps, loop.buffers, loop.fed.batcher, loop.local_cfg)
+        MemberRound(loop.s.algorithm, o.ctx, o.steps, loop.buffers, loop.fed.batcher, loop.local_cfg, o.ids)
         for loop, o in zip(loops, opened)
         if o.ctx is not None
     ]
@@ -331,24 +340,13 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     for i, (loop, o) in enumerate(zip(loops, opened)):
         with loop.streams(t):
             settled.append(loop.settle_round(o, by_loop.get(i), lazy=True))
-    finite = _read_round(loops, [metrics for metrics, _ in settled])
     scores = _test_scores(loops, t)
     closed = []
     for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
         with loop.streams(t):
-            closed.append((*loop.finish_round(o, metrics, extra, scores.get(i)), finite[i]))
+            metrics, extra = loop.finish_round(o, metrics, extra, scores.get(i))
+        closed.append(PendingRound(t, metrics, extra, loop.finite()))
     return closed
-
-
-def _read_round(loops: list[RoundLoop], metrics: list[dict]) -> list[bool]:
-    """Every run's device metrics (replaced by floats in ``metrics``) and whether its model is finite, read
-    to the host in one transfer; returns the finiteness flags."""
-    tensors: list[torch.Tensor] = [torch.isfinite(loop.state.x).all() for loop in loops]
-    places = [(i, k) for i, m in enumerate(metrics) for k, v in m.items() if isinstance(v, torch.Tensor)]
-    values = read_metrics(tensors + [metrics[i][k] for i, k in places])
-    for (i, k), v in zip(places, values[len(loops) :]):
-        metrics[i][k] = v
-    return [bool(v) for v in values[: len(loops)]]
 
 
 def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[float, float]]:

@@ -29,16 +29,16 @@ from fedbench.engine.batched import chunks, dropout_keys, train_rows
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.local import LocalConfig, LocalResult
+from fedbench.engine.pending import read_metrics, to_device
 from fedbench.engine.plan import RoundPlan, draw_plan
-from fedbench.engine.runner import read_metrics
 from fedbench.models.flat import Buffers, FlatModel
 
 
 @dataclass(frozen=True)
 class MemberRound:
     """One run's part of a population round: its algorithm, its clients' context after
-    ``prepare_round``, their local steps K_i, its global BatchNorm buffers, its batcher and its
-    local configuration (its seed: minibatch, augmentation and dropout streams)."""
+    ``prepare_round``, their local steps K_i, its global BatchNorm buffers, its batcher, its
+    local configuration (its seed: minibatch, augmentation and dropout streams) and its clients on the host."""
 
     algorithm: Algorithm
     ctx: RoundContext
@@ -46,6 +46,7 @@ class MemberRound:
     buffers: Buffers
     batcher: ClientBatcher
     cfg: LocalConfig
+    ids: list[int]
 
 
 def cat_rows(trees: list[Any]) -> Any:
@@ -71,7 +72,7 @@ def joint_context(ctxs: list[RoundContext]) -> RoundContext:
     sizes, clients = None, torch.cat([c.clients for c in ctxs])
     if all(c.sizes is not None for c in ctxs):  # run r's client i is joint client offset_r + i
         run_sizes = [c.sizes for c in ctxs if c.sizes is not None]
-        offsets = torch.tensor([0, *[len(v) for v in run_sizes[:-1]]], device=clients.device).cumsum(0)
+        offsets = to_device(torch.tensor([0, *[len(v) for v in run_sizes[:-1]]]), clients.device).cumsum(0)
         clients = torch.cat([c.clients + o for c, o in zip(ctxs, offsets)])
         sizes = torch.cat(run_sizes)
     lr: Any = first.lr
@@ -156,11 +157,11 @@ def run_population_clients(
     ctx = joint_context([m.ctx for m in members])
     columns = row_columns(members, ctx.broadcast["x"])
     steps = [k for m in members for k in m.steps]
-    plan = joint_plan([draw_plan(train, m.batcher, m.ctx.clients.tolist(), m.steps, m.cfg) for m in members])
+    plan = joint_plan([draw_plan(train, m.batcher, m.ids, m.steps, m.cfg) for m in members])
     layers = RowLayers.of(model)
     device = ctx.clients.device
     if layers.has_dropout:
-        keys = torch.cat([dropout_keys(m.cfg.seed, m.ctx.round, m.ctx.clients.tolist(), device) for m in members])
+        keys = torch.cat([dropout_keys(m.cfg.seed, m.ctx.round, m.ids, device) for m in members])
     else:
         keys = torch.zeros_like(ctx.clients)
     start_buffers = {  # each run's global BatchNorm buffers on each of its rows

@@ -27,6 +27,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from fedbench.engine.compiled import compile_choice
+from fedbench.engine.pending import read_rounds
 from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import RoundLoop, local_steps
 from fedbench.engine.setup import DataCache, build_run
@@ -124,9 +125,10 @@ def probe_population(
             )
         chunk = population_chunk(loops[0])
 
-        def one_round(t: int) -> None:
-            for seed, (metrics, extra, _) in enumerate(population_round(loops, t, chunk)):
-                store.record_round(run_id_of(quiet, seed), t, metrics, extra)
+        def one_round(t: int) -> None:  # read and recorded every round: an upper bound of a round's cost
+            rounds = population_round(loops, t, chunk)
+            read_rounds(rounds)
+            store.record_rounds([(run_id_of(quiet, seed), t, r.metrics, r.extra) for seed, r in enumerate(rounds)])
 
         one_round(1)
         round_s = sum(timed(partial(one_round, t)) for t in range(2, 2 + rounds)) / rounds / runs

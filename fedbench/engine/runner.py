@@ -3,8 +3,11 @@
 One round (1-based t) is plain FL: sample S clients from the ``("sampling", t)`` stream, let the
 algorithm broadcast, train the clients locally (η_l = lr·decay^(t−1)), let the algorithm aggregate
 and update the server, evaluate the global model on the whole test set every ``eval.every``
-rounds, and commit the round's metrics to the store. A checkpoint every ``checkpoint_every``
-rounds lets an interrupted run resume with identical numbers.
+rounds, and commit the round's metrics to the store. The metrics stay on the device until a round
+evaluates, checkpoints or is the last; then the rounds since the last read are read to the host at once
+and committed together (:mod:`fedbench.engine.pending`), so on a GPU the rounds in between never wait
+for it. A checkpoint every ``checkpoint_every`` rounds lets an interrupted run resume with identical
+numbers.
 
 A run diverges, and stops at once, when a round's train or test loss or the model is non-finite,
 or when its train loss exceeds :data:`~fedbench.store.DIVERGED_LOSS_FACTOR` × ln C (C classes; ln C is the
@@ -49,11 +52,12 @@ from fedbench.engine.federation import InputRequest
 from fedbench.engine.inputs import PROVIDERS
 from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
+from fedbench.engine.pending import PendingRound, read_rounds, to_device
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.precision import run_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
 from fedbench.engine.threads import pinned_threads
-from fedbench.engine.uploads import aggregation_weights, decoded, upload_bits
+from fedbench.engine.uploads import aggregation_weights, decoded, sent_bits
 from fedbench.models.flat import average_buffers
 from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, run_id_of, run_record
@@ -77,17 +81,19 @@ class RunOutcome:
     error: str | None = None
 
 
-def sample_clients(num: int, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:
-    """S distinct clients of all N, uniformly without replacement, sorted (the ``("sampling", t)`` stream)."""
-    return sample_among(np.arange(num), per_round, seed, round_, device)
+def sample_clients(num: int, per_round: int, seed: int, round_: int) -> np.ndarray:
+    """S distinct clients of all N, uniformly without replacement, sorted (the ``("sampling", t)`` stream),
+    on the host."""
+    return sample_among(np.arange(num), per_round, seed, round_)
 
 
-def sample_among(eligible: np.ndarray, per_round: int, seed: int, round_: int, device: torch.device) -> torch.Tensor:
+def sample_among(eligible: np.ndarray, per_round: int, seed: int, round_: int) -> np.ndarray:
     """min(S, |eligible|) distinct clients of ``eligible``, uniformly without replacement, sorted (the
     ``("sampling", t)`` stream; NumPy's ``choice`` of an array draws the positions its ``choice`` of a count
-    would, so all N eligible is plain sampling)."""
+    would, so all N eligible is plain sampling), as int64 ids on the host: the round reads them there without
+    waiting for the device, and moves them to it once (:meth:`RoundLoop.context`)."""
     chosen = numpy_stream(seed, "sampling", round_).choice(eligible, size=min(per_round, len(eligible)), replace=False)
-    return torch.as_tensor(sorted(chosen.tolist()), dtype=torch.int64, device=device)
+    return np.sort(chosen).astype(np.int64)
 
 
 def local_consistency(final: torch.Tensor) -> float:
@@ -112,22 +118,15 @@ def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int, laz
     n = len(ctx.clients)
     buffer_bits = n * buffer_numel * BITS_PER_FLOAT
     train_loss, consistency = result.losses.mean(), consistency_of(result.final)
+    sent = sent_bits(result.uploads)
     return {
         "train_loss": train_loss if lazy else float(train_loss),
-        "bits_up": upload_bits(result.uploads) + buffer_bits,
+        "bits_up": (sent if lazy else float(sent)) + buffer_bits,
         "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
         "consistency": consistency if lazy else float(consistency),
         "test_acc": None,
         "test_loss": None,
     }
-
-
-def read_metrics(tensors: list[torch.Tensor]) -> list[float]:
-    """0-d tensors (metrics, flags) read to the host in one transfer: their values as floats, each equal
-    to ``float(t)``."""
-    if not tensors:
-        return []
-    return torch.stack([t.detach().double().reshape(()) for t in tensors]).tolist()
 
 
 def idle_metrics() -> dict[str, float | None]:
@@ -161,7 +160,7 @@ def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:
 @dataclass(frozen=True)
 class OpenRound:
     """A round opened up to its local work (:meth:`RoundLoop.open_round`): its number, start time,
-    learning rate, the plug-ins' ``begin_round`` logs, and the clients' context and local steps
+    learning rate, the plug-ins' ``begin_round`` logs, and the clients' context, local steps and ids
     (``ctx`` None: no sampled client trains)."""
 
     t: int
@@ -170,6 +169,7 @@ class OpenRound:
     begun: dict
     ctx: RoundContext | None = None
     steps: list[int] = dataclasses.field(default_factory=list)
+    ids: list[int] = dataclasses.field(default_factory=list)  # the sampled clients, on the host
 
 
 class RoundLoop:
@@ -230,11 +230,27 @@ class RoundLoop:
         return [self.fed.batcher.steps_for_epochs(c, local.epochs) for c in clients]
 
     def round(self, t: int) -> tuple[dict[str, float | None], dict]:
-        """Run round t; return (metrics, extra logs). Dropout masks (the only draws from torch's
-        global generators) come from the ``("dropout", t)`` stream: the generators are seeded for
-        the round and restored afterwards, so a resumed run draws what an uninterrupted one did."""
+        """Run round t; return (metrics, extra logs), read to the host. Dropout masks (the only draws
+        from torch's global generators) come from the ``("dropout", t)`` stream: the generators are
+        seeded for the round and restored afterwards, so a resumed run draws what an uninterrupted one did."""
         with self.streams(t):
             return self._round(t)
+
+    def lazy_round(self, t: int) -> PendingRound:
+        """:meth:`round` with its device values (and whether the model is finite) left on the device,
+        for :func:`~fedbench.engine.pending.read_rounds` when the run :meth:`reads`."""
+        with self.streams(t):
+            metrics, extra = self._round(t, lazy=True)
+        return PendingRound(t, metrics, extra, self.finite())
+
+    def finite(self) -> torch.Tensor:
+        """Whether the global model is finite: a 0-d bool tensor on its device."""
+        return torch.isfinite(self.state.x).all()
+
+    def reads(self, t: int) -> bool:
+        """Whether round t reads the run's pending rounds to the host and records them: when it evaluates
+        (a read anyway), checkpoints or is the last round (:mod:`fedbench.engine.pending`)."""
+        return self.due(t) or t % self.spec.checkpoint_every == 0 or t >= self.spec.rounds
 
     @contextmanager
     def streams(self, t: int) -> Iterator[None]:
@@ -251,12 +267,13 @@ class RoundLoop:
                 torch.cuda.default_generators[index].manual_seed(seed)
             yield
 
-    def _round(self, t: int) -> tuple[dict[str, float | None], dict]:
-        """Sample, train, aggregate, evaluate; the plug-ins' hooks in between (:mod:`fedbench.engine.plugins`)."""
+    def _round(self, t: int, lazy: bool = False) -> tuple[dict[str, float | None], dict]:
+        """Sample, train, aggregate, evaluate; the plug-ins' hooks in between (:mod:`fedbench.engine.plugins`).
+        ``lazy``: the metrics' device values left unread."""
         opened = self.open_round(t)
         if opened.ctx is None:
-            return self.close_round(opened, None)
-        return self.close_round(opened, self.local_work(opened.ctx, opened.steps))
+            return self.close_round(opened, None, lazy)
+        return self.close_round(opened, self.local_work(opened.ctx, opened.steps, opened.ids), lazy)
 
     def open_round(self, t: int) -> OpenRound:
         """Round t up to its local work: sampling, the learning rate, the plug-ins' hooks and the
@@ -273,14 +290,17 @@ class RoundLoop:
             clients = plugin.after_sampling(t, clients)
         if len(clients) == 0:  # nothing trains or is sent
             return OpenRound(t, start, lr, begun)
-        ctx, steps = self.context(t, clients, lr)
-        ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, self.fed.sizes[clients]))
-        return OpenRound(t, start, lr, begun, ctx, steps)
+        ids = clients.tolist()
+        ctx, steps = self.context(t, ids, lr)
+        ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, self.fed.sizes[ctx.clients]))
+        return OpenRound(t, start, lr, begun, ctx, steps, ids)
 
-    def close_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, float | None], dict]:
+    def close_round(
+        self, opened: OpenRound, result: LocalResult | None, lazy: bool = False
+    ) -> tuple[dict[str, float | None], dict]:
         """Round t after its local work (``result``; None when nobody trained): aggregation, the
-        plug-ins' logs, evaluation; returns (metrics, extra logs)."""
-        return self.finish_round(opened, *self.settle_round(opened, result))
+        plug-ins' logs, evaluation; returns (metrics, extra logs), their device values unread if ``lazy``."""
+        return self.finish_round(opened, *self.settle_round(opened, result, lazy))
 
     def settle_round(self, opened: OpenRound, result: LocalResult | None, lazy: bool = False) -> tuple[dict, dict]:
         """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs
@@ -307,37 +327,40 @@ class RoundLoop:
         """Whether round t evaluates on the test set (every ``eval.every`` rounds and the last)."""
         return t % self.spec.eval.every == 0 or t == self.spec.rounds
 
-    def choose_clients(self, t: int) -> torch.Tensor:
-        """Round t's sampled clients: the first plug-in's choice (e.g. among the available clients), else
-        S of all N (:func:`sample_clients`)."""
-        spec, device = self.spec, self.s.x0.device
+    def choose_clients(self, t: int) -> np.ndarray:
+        """Round t's sampled clients, on the host: the first plug-in's choice (e.g. among the available
+        clients), else S of all N (:func:`sample_clients`)."""
+        spec = self.spec
 
-        def sample(eligible: np.ndarray) -> torch.Tensor:
-            return sample_among(eligible, spec.clients.per_round, self.seed, t, device)
+        def sample(eligible: np.ndarray) -> np.ndarray:
+            return sample_among(eligible, spec.clients.per_round, self.seed, t)
 
         for plugin in self.plugins:
             chosen = plugin.choose_clients(t, sample)
             if chosen is not None:
                 return chosen
-        return sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t, device)
+        return sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t)
 
-    def context(self, t: int, clients: torch.Tensor, lr: float) -> tuple[RoundContext, list[int]]:
+    def context(self, t: int, ids: list[int], lr: float) -> tuple[RoundContext, list[int]]:
         """The clients' :class:`RoundContext` (with the engine inputs their algorithm declared)
-        and their local steps."""
-        s, algo = self.s, self.s.algorithm
-        steps = self.steps_of(clients.tolist(), t)
+        and their local steps; the clients ``ids`` and their steps move to the device once, without
+        waiting for it (:func:`~fedbench.engine.pending.to_device`)."""
+        s, algo, device = self.s, self.s.algorithm, self.s.x0.device
+        steps = self.steps_of(ids, t)
         for plugin in self.plugins:
-            steps = plugin.local_steps(t, clients.tolist(), steps)
+            steps = plugin.local_steps(t, ids, steps)
+        clients = to_device(torch.tensor(ids, dtype=torch.int64), device)
         broadcast = algo.broadcast(self.state, clients)
         ctx = RoundContext(
             clients,
             lr,
-            torch.tensor(steps, dtype=s.x0.dtype, device=s.x0.device),
+            to_device(torch.tensor(steps, dtype=s.x0.dtype), device),
             broadcast,
             algo.client_state(self.state, clients),
             t,
-            self.inputs(t, clients, broadcast["x"]),
+            self.inputs(t, clients, broadcast["x"], ids),
             self.fed.sizes,
+            tuple(ids),
         )
         return ctx, steps
 
@@ -351,9 +374,12 @@ class RoundLoop:
             self.fed = fed
             self.s.model.label_mask = fed.label_mask
 
-    def inputs(self, t: int, clients: torch.Tensor, point: torch.Tensor) -> MappingProxyType[str, torch.Tensor]:
-        """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`): the plug-ins'
-        first, then the engine's providers for the rest; one nobody provides is absent."""
+    def inputs(
+        self, t: int, clients: torch.Tensor, point: torch.Tensor, ids: list[int]
+    ) -> MappingProxyType[str, torch.Tensor]:
+        """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`) for ``clients`` (``ids``
+        on the host): the plug-ins' first, then the engine's providers for the rest; one nobody provides is
+        absent."""
         wanted = frozenset(self.s.algorithm.caps.inputs)
         if not wanted:
             return MappingProxyType({})
@@ -369,6 +395,7 @@ class RoundLoop:
             s.data.train,
             self.fed,
             wanted,
+            tuple(ids),
         )
         given: dict[str, torch.Tensor] = {}
         for plugin in self.plugins:
@@ -378,8 +405,9 @@ class RoundLoop:
                 given[name] = PROVIDERS[name](req)
         return MappingProxyType(given)
 
-    def local_work(self, ctx: RoundContext, steps: list[int]) -> LocalResult:
-        """The clients' local training on the batched or the sequential executor."""
+    def local_work(self, ctx: RoundContext, steps: list[int], ids: list[int] | None = None) -> LocalResult:
+        """The clients' local training on the batched or the sequential executor (``ids``: the clients on
+        the host, else read from ``ctx``)."""
         s, algo = self.s, self.s.algorithm
         if self.executor.batched:
             return run_clients_batched(
@@ -393,6 +421,7 @@ class RoundLoop:
                 self.local_cfg,
                 self.executor.chunk,
                 self.executor.compiled,
+                ids,
             )
         return run_clients_sequential(
             algo, ctx, steps, s.model, self.buffers, s.data.train, self.fed.batcher, self.local_cfg
@@ -483,7 +512,7 @@ class RoundLoop:
         """Why the round diverged (see the module docstring), or None; ``finite``: whether the model is
         finite, when already read (a population reads every run's at once)."""
         values = [metrics["train_loss"], metrics["test_loss"]]
-        finite = bool(torch.isfinite(self.state.x).all()) if finite is None else finite
+        finite = bool(self.finite()) if finite is None else finite
         if any(v is not None and not math.isfinite(v) for v in values) or not finite:
             return "non-finite loss or model"
         bound = DIVERGED_LOSS_FACTOR * math.log(self.s.data.num_classes)
@@ -558,21 +587,88 @@ def _train(
     options: RunOptions,
     run_id: str,
 ) -> RunOutcome:
-    """The body of :func:`execute_run` for a run that is not done yet."""
+    """The body of :func:`execute_run` for a run that is not done yet: its rounds stay on the device
+    until one :meth:`~RoundLoop.reads` them (:mod:`fedbench.engine.pending`), then are recorded together."""
     identity = start_record(spec, seed, store, scenario_hash, run_id)
+    pending: list[PendingRound] = []
+    warned: set[str] = set()
     try:
         loop, done = open_loop(spec, seed, store, cache, options, run_id, identity)
-        warned: set[str] = set()
         for t in range(done + 1, spec.rounds + 1):
-            metrics, extra = loop.round(t)
-            store.record_round(run_id, t, metrics, extra)
-            if conclude_round(loop, store, run_id, identity, t, metrics, extra, warned, on_round):
-                return RunOutcome(run_id, "diverged")
+            pending.append(loop.lazy_round(t))
+            if loop.reads(t):
+                rounds, pending = pending, []
+                if settle_rounds(loop, store, run_id, identity, rounds, warned, on_round):
+                    return RunOutcome(run_id, "diverged")
     except Exception as exc:  # a crashed run is recorded and never stops the suite
+        if pending and _diverged_before(loop, store, run_id, identity, pending, warned, on_round):
+            return RunOutcome(run_id, "diverged")
         store.finish_run(run_id, "failed", "".join(traceback.format_exception(exc)))
         return RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
     complete_run(store, run_id)
     return RunOutcome(run_id, "finished")
+
+
+def _diverged_before(
+    loop: RoundLoop,
+    store: ResultsStore,
+    run_id: str,
+    identity: dict[str, Any],
+    pending: list[PendingRound],
+    warned: set[str],
+    on_round: RoundCallback | None,
+) -> bool:
+    """After a crash: the rounds trained before it but not yet read, recorded as a read would have; True when
+    one of them diverged (the crash follows from training on, as a run read every round would have stopped
+    there), False (the run failed) otherwise or when they cannot be read."""
+    try:
+        return settle_rounds(loop, store, run_id, identity, pending, warned, on_round)
+    except Exception:  # the device itself may be what failed: the run is recorded as failed
+        return False
+
+
+def settle_rounds(
+    loop: RoundLoop,
+    store: ResultsStore,
+    run_id: str,
+    identity: dict[str, Any],
+    rounds: list[PendingRound],
+    warned: set[str],
+    on_round: RoundCallback | None,
+) -> bool:
+    """Read a run's pending ``rounds`` (one transfer), record them up to the first that diverged (one
+    transaction) and conclude each (:func:`conclude_round`); True when the run diverged."""
+    read_rounds(rounds)
+    kept = recorded_rounds(loop, rounds)
+    store.record_rounds([(run_id, r.t, r.metrics, r.extra) for r in kept])
+    return conclude_rounds(loop, store, run_id, identity, kept, warned, on_round)
+
+
+def recorded_rounds(loop: RoundLoop, rounds: list[PendingRound]) -> list[PendingRound]:
+    """The read ``rounds`` up to and including the first that diverged: what a run read every round records
+    (the rounds after a divergence were trained only because the run had not read it yet)."""
+    kept = []
+    for r in rounds:
+        kept.append(r)
+        if loop.divergence(r.metrics, bool(r.finite)) is not None:
+            break
+    return kept
+
+
+def conclude_rounds(
+    loop: RoundLoop,
+    store: ResultsStore,
+    run_id: str,
+    identity: dict[str, Any],
+    rounds: list[PendingRound],
+    warned: set[str],
+    on_round: RoundCallback | None,
+) -> bool:
+    """:func:`conclude_round` of each recorded round in order; True when one diverged (the last)."""
+    return any(
+        conclude_round(loop, store, run_id, identity, r.t, r.metrics, r.extra, warned, on_round, bool(r.finite))
+        for r in rounds
+    )
 
 
 def start_record(spec: RunSpec, seed: int, store: ResultsStore, scenario_hash: str, run_id: str) -> dict[str, Any]:

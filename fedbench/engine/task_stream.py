@@ -116,7 +116,7 @@ class ContinualStream(RoundPlugin):
         if not request.wanted & {"memory_grad", "memory_size"}:
             return {}
         grads, sizes = self.memory_gradients(
-            request.buffers, request.clients.tolist(), request.point, request.round, request.cfg
+            request.buffers, list(request.ids), request.point, request.round, request.cfg
         )
         return {"memory_grad": grads, "memory_size": sizes}
 

@@ -72,7 +72,20 @@ class RunResult:
     rounds: dict[int, tuple[dict[str, float | None], str | None]] = field(default_factory=dict)
 
 
-class RecordingStore:
+class RoundRows:
+    """``record_rounds`` as one ``record_round`` per row (the in-memory stores keep no transactions)."""
+
+    def record_round(
+        self, run_id: str, round: int, metrics: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+    ) -> None:
+        raise NotImplementedError
+
+    def record_rounds(self, rows: list[tuple[str, int, Mapping[str, Any], Mapping[str, Any] | None]]) -> None:
+        for run_id, round, metrics, extra in rows:
+            self.record_round(run_id, round, metrics, extra)
+
+
+class RecordingStore(RoundRows):
     """The part of :class:`ResultsStore` that ``execute_run`` uses, kept in memory; checkpoints go to
     a private folder (a run retried elsewhere starts over)."""
 
@@ -116,7 +129,7 @@ class RecordingStore:
         self.error = error
 
 
-class RecordingStores:
+class RecordingStores(RoundRows):
     """One :class:`RecordingStore` per run, behind the store interface a population uses (every call
     names its run); checkpoints go to one private folder."""
 
@@ -155,10 +168,6 @@ class RecordingStores:
         self, run_id: str, round: int, metrics: Mapping[str, Any], extra: Mapping[str, Any] | None = None
     ) -> None:
         self.of(run_id).record_round(run_id, round, metrics, extra)
-
-    def record_rounds(self, rows: list[tuple[str, int, Mapping[str, Any], Mapping[str, Any] | None]]) -> None:
-        for run_id, round, metrics, extra in rows:
-            self.record_round(run_id, round, metrics, extra)
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
         self.of(run_id).finish_run(run_id, status, error)

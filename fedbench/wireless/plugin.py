@@ -41,10 +41,10 @@ class WirelessUplink(RoundPlugin):
         self.adaptive = "bits" in setup.algorithm.caps.inputs
         self.radio: RoundRadio | None = None
 
-    def after_sampling(self, t: int, clients: torch.Tensor) -> torch.Tensor:
+    def after_sampling(self, t: int, clients: np.ndarray) -> np.ndarray:
         """Draw the round's channel; Alg. 2 line 6: devices allocated < B̲ bits neither train nor upload."""
-        self.radio = radio = self.uplink.round(t, clients.cpu().numpy(), self.adaptive)
-        kept = clients[torch.as_tensor(radio.kept, device=clients.device)]
+        self.radio = radio = self.uplink.round(t, clients, self.adaptive)
+        kept = clients[radio.kept]
         if len(kept) == 0:
             radio.log.update(received=[], lost=[], server_update="skipped: every device was removed")
         return kept

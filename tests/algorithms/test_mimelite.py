@@ -108,7 +108,7 @@ def test_engine_momentum_is_built_from_full_local_gradients(tmp_path):
     x0 = setup.x0.clone()
     loop = RoundLoop(spec, 0, setup, "sequential")
     loop.round(1)
-    clients = sample_clients(8, 3, 0, 1, torch.device("cpu")).tolist()
+    clients = sample_clients(8, 3, 0, 1).tolist()
     assert any(
         len(setup.federation.parts[c]) > 16 for c in clients
     )  # the engine's batching of the full gradient is exercised

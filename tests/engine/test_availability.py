@@ -59,7 +59,7 @@ def test_bernoulli_samples_only_available_clients_from_the_seeded_streams(tmp_pa
         want = numpy_stream(7, "availability", t).random(N) < 0.3  # an independent draw from the same stream
         assert (plugin.available(t) == want).all()
         eligible = np.flatnonzero(want)
-        chosen = plugin.choose_clients(t, lambda e: torch.as_tensor(sorted(e[: min(S, len(e))].tolist())))
+        chosen = plugin.choose_clients(t, lambda e: np.sort(e[: min(S, len(e))]))
         assert set(chosen.tolist()) <= set(eligible.tolist()) and len(chosen) == min(S, len(eligible))
     store, out = train(tmp_path, spec)
     entries = logs(store, out.run_id)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -49,7 +50,7 @@ class RoundCounter(RoundPlugin):
         self.seen = 0
         self.sampled: list[list[int]] = []
 
-    def after_sampling(self, t: int, clients: torch.Tensor) -> torch.Tensor:
+    def after_sampling(self, t: int, clients: np.ndarray) -> np.ndarray:
         self.seen += 1
         self.sampled.append(clients.tolist())
         return clients

@@ -1,0 +1,72 @@
+"""Host reads a run makes, round by round: each would make a GPU wait for its queue (issue 26, item 3).
+
+    python -m benchmarks.host_reads [--config configs/quickstart.yaml] [--algorithms fedavg,scaffold]
+        [--rounds 10] [--every 5] [--runs 1] [--top 3]
+
+Trains each algorithm's entry of the scenario (at ``--scale``, if given; evaluated every ``every`` rounds) from an
+empty store through :func:`~fedbench.engine.runner.execute_run`, or ``--runs R`` seeds as one population, for
+``rounds`` and for 2 × ``rounds`` rounds, and counts the reads of torch tensors to the host (``item``, ``tolist``, ``float``, ``bool``, …;
+:class:`~fedbench.engine.pending.HostReads`). On a CPU nothing waits, but the count is what a GPU run would
+wait for. The difference of the two runs is what ``rounds`` more rounds read, without the setup's reads. Not a timed test; runs on older commits too
+(``PYTHONPATH=<worktree> python -m benchmarks.host_reads`` with this file's HostReads copied there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+from fedbench.engine.pending import HostReads
+from fedbench.engine.population import PopulationRun, execute_population
+from fedbench.engine.precision import default_dtype
+from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
+from fedbench.scenario import load_scenario, resolve_runs
+from fedbench.store import ResultsStore
+
+
+def reads_of(config: str, scale: str | None, name: str, rounds: int, every: int, runs: int) -> HostReads:
+    """The host reads of ``runs`` seeds of the scenario's ``name`` entry trained ``rounds`` rounds from an empty
+    store (one population when ``runs`` > 1), evaluated every ``every``."""
+    overrides = [f"rounds={rounds}", f"eval.every={every}", f"checkpoint_every={rounds}"]
+    specs = resolve_runs(load_scenario(Path(config), overrides, scale=scale), scale)
+    spec = next(s for s in specs if s.algorithm["name"] == name)
+    store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-reads-")))
+    cache = DataCache(Path("data"), False, torch.device("cpu"))
+    with HostReads() as reads, default_dtype(torch.float64):
+        outcomes = execute_population(
+            [PopulationRun(spec, seed, "h") for seed in range(runs)], store, cache, RunOptions(executor="batched")
+        )
+    assert all(o.status == "finished" for o in outcomes), outcomes
+    return reads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="configs/quickstart.yaml")
+    ap.add_argument("--algorithms", default="fedavg,fedprox,scaffold,fedadam,feddyn")
+    ap.add_argument("--scale", default=None)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--every", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--top", type=int, default=3)
+    args = ap.parse_args()
+    what = "one run" if args.runs == 1 else f"a population of {args.runs} runs"
+    print(f"{args.config} (scale {args.scale}), evaluated every {args.every} rounds, {what}, on cpu: the reads of")
+    print(f"rounds {args.rounds + 1}-{2 * args.rounds} (a run of {2 * args.rounds} rounds less one of {args.rounds})")
+    for name in args.algorithms.split(","):
+        short, long = (
+            reads_of(args.config, args.scale, name, r, args.every, args.runs) for r in (args.rounds, 2 * args.rounds)
+        )
+        extra = long.where - short.where
+        per_round = (long.count - short.count) / args.rounds / args.runs
+        print(f"{name:10s} {long.count - short.count:5d} reads, {per_round:5.2f} a round a run")
+        for place, n in extra.most_common(args.top):
+            print(f"    {n:5d} {place}")
+
+
+if __name__ == "__main__":
+    main()
