@@ -22,9 +22,14 @@ authors' code; the whole model with ``whole_model``, as in the paper) is its own
 torch over rows and blocks; larger C (the server side) by ``scipy.optimize.nnls`` on R. Each
 candidate's KKT residual is estimated (violations in R's coordinates plus the rounding of forming
 p + Mz); the optimum is taken when within KKT_TOL = 1e-10. A block whose best estimate exceeds
-ACCEPT_TOL (or whose solver raises, or with non-finite input) is left unprojected and counted: the
-count is returned (GradMA logs it as ``qp_fallbacks``, the runner warns, the tables footnote it)
-and added to the module's ``fallbacks`` (the test suite fails if a test makes it grow).
+ACCEPT_TOL (or whose solver raised) is solved again with a ridge, min_{z≥0} ‖Mz + p‖² + δ²‖z‖² (δ =
+RIDGE): a block of more constraints than coordinates, or of nearly dependent ones (GradMA-S's decayed
+server memory of up to m = 100 vectors), has a dual with many optima, and whether Lawson–Hanson's answer
+passed ACCEPT_TOL depended on the BLAS kernels' rounding (so did the committed tables' fallback counts,
+from one CPU to another); the ridge's z is unique and bounded, and its p~ violates a constraint by at most
+δ²z. A block that fails that too (or with non-finite input) is left unprojected and counted: the count is
+returned (GradMA logs it as ``qp_fallbacks``, the runner warns, the tables footnote it) and added to the
+module's ``fallbacks`` (the test suite fails if a test makes it grow).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ DUPLICATE_TOL = 1e-12  # unit columns closer than this are one constraint (p~ mo
 ANTIPARALLEL_TOL = 1e-8  # unit columns this close to antiparallel are solved as exactly antiparallel (see _distinct)
 PINV_RTOL = 1e-13  # singular values of an active set's R_A below this × its largest count as zero (dependence)
 ENUMERATE_MAX_C = 4  # active-set enumeration (2^C subsets) up to this many constraints
+RIDGE = 1e-7  # δ of the second attempt, min ‖Uz + r‖² + δ²‖z‖²: a violation ≤ δ²z ≤ δ, a rounding ≤ 1e-15·Σz ≲ 1e-14/δ
 CHUNK = 1 << 24  # float64 elements converted at once when factoring
 
 fallbacks = 0  # blocks left unprojected by all calls in this process (tests/conftest.py checks it)
@@ -74,7 +80,14 @@ def project(
     U, r = (R * inv.unsqueeze(-2)).split((C, 1), dim=-1)  # unit columns (a zero column stays zero)
     U, keep = _distinct(U, norms[..., :C] > 0)  # drop zero and duplicate constraints
     solve = _solve_enumerate if C <= ENUMERATE_MAX_C else _solve_nnls
-    z, residual = solve(U.reshape(-1, C + 1, C), r.reshape(-1, C + 1), keep.reshape(-1, C), tol)
+    Uf, rf, kf = U.reshape(-1, C + 1, C), r.reshape(-1, C + 1), keep.reshape(-1, C)
+    z, residual = solve(Uf, rf, kf, tol)
+    again = (~(residual <= ACCEPT_TOL) & finite.reshape(-1)).nonzero().flatten()
+    if len(again):  # a rank-deficient block: its dual is not unique; the ridge's is, and as good a projection
+        z2, residual2 = _solve_nnls(Uf[again], rf[again], kf[again], tol, RIDGE)
+        better = residual2 < residual[again]
+        z[again] = torch.where(better.unsqueeze(-1), z2, z[again])
+        residual[again] = torch.where(better, residual2, residual[again])
     ok = (residual.reshape(finite.shape) <= ACCEPT_TOL) & finite
     z = torch.where(ok.unsqueeze(-1), z.reshape(keep.shape), 0.0)
     failed = (~ok).sum(-1)
@@ -212,11 +225,17 @@ def _solve_enumerate(
     return chosen.clamp(min=0), residual.gather(0, best.view(1, -1)).squeeze(0)
 
 
-def _solve_nnls(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _solve_nnls(
+    U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float, ridge: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Dual solution for any C with ``scipy.optimize.nnls`` (Lawson–Hanson) on R's kept columns:
     min_{z≥0} ‖U_keep z + r‖ (Eq. 4), and its estimated KKT residual (:func:`_kkt`; inf where
-    scipy raised). ``tol`` is unused (one candidate). scipy loads here, on the server's first large
-    projection, so that scenario validation and the CLI start without it."""
+    scipy raised). ``tol`` is unused (one candidate). With ``ridge`` δ > 0, min_{z≥0} ‖U_keep z + r‖² + δ²‖z‖²
+    (the columns stacked on δI): the unique, bounded z of a rank-deficient block (more constraints than
+    coordinates, or nearly dependent ones), where the plain dual's many optima make Lawson–Hanson's answer, and
+    whether it passes ACCEPT_TOL, depend on the BLAS kernels' rounding; its p~ violates a constraint by at most
+    δ²z. scipy loads here, on the server's first large projection, so that scenario validation and the CLI start
+    without it."""
     from scipy.optimize import nnls
 
     Un, rn, kn = U.cpu().numpy(), r.cpu().numpy(), keep.cpu().numpy()
@@ -225,8 +244,12 @@ def _solve_nnls(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float
     for i, (Ui, ri, ki) in enumerate(zip(Un, rn, kn)):
         if not ki.any():
             continue
+        c = int(ki.sum())
+        A, b = Ui[:, ki], -ri
+        if ridge > 0:
+            A, b = np.vstack([A, ridge * np.eye(c)]), np.concatenate([b, np.zeros(c)])
         try:
-            z_np[i, ki], _ = nnls(Ui[:, ki], -ri, maxiter=50 * int(ki.sum()))
+            z_np[i, ki], _ = nnls(A, b, maxiter=50 * c)
         except (RuntimeError, ValueError, np.linalg.LinAlgError):
             failed[i] = True
     z = torch.as_tensor(np.where(failed[:, None], 0.0, z_np), device=U.device)

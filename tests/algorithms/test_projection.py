@@ -378,6 +378,38 @@ def test_enumeration_and_nnls_agree_on_the_primal():
     torch.testing.assert_close(U @ z1.unsqueeze(-1), U @ z2.unsqueeze(-1), rtol=0, atol=1e-13)
 
 
+def test_a_rank_deficient_block_the_first_attempt_misses_is_solved_with_the_ridge(monkeypatch):
+    """(d) GradMA-S's server memory holds up to m = 100 decayed, nearly dependent vectors. On a block of fewer
+    coordinates the plain dual has many optima, and whether Lawson–Hanson's answer passed ACCEPT_TOL depended on
+    the BLAS kernels' rounding (the committed tables' fallback counts moved between CPUs). A block the first
+    attempt leaves above ACCEPT_TOL is solved again with the ridge δ = RIDGE: feasible and optimal (KKT), not
+    counted; both agree with cvxpy. The first attempt is made to miss here, so the retry runs on every machine."""
+    rng = np.random.default_rng(3)
+    d, C = 10, 60
+    M = rng.normal(size=(C, d)) * 0.9 ** np.arange(C)[:, None]  # norms 1 … 2e-3, 60 in 10 dimensions
+    p = rng.normal(size=d)
+    x = cp.Variable(d)  # the projection itself is unique (its multipliers are not): an independent solve
+    cp.Problem(cp.Minimize(cp.sum_squares(x - p)), [M @ x >= 0]).solve()
+    unit = M / np.linalg.norm(M, axis=1, keepdims=True)
+    start = projection.fallbacks
+    out, failed = project1(p, M)
+    assert failed == 0 and projection.fallbacks == start
+    assert (unit @ out).min() >= -1e-6 * np.linalg.norm(p)
+    np.testing.assert_allclose(out, x.value, rtol=0, atol=1e-5 * np.linalg.norm(p))  # cvxpy: ~1e-6
+    plain, ridges = projection._solve_nnls, []
+
+    def first_attempt_misses(U, r, keep, tol, ridge=0.0):
+        ridges.append(ridge)
+        z, residual = plain(U, r, keep, tol, ridge)
+        return (z, torch.full_like(residual, torch.inf)) if ridge == 0 else (z, residual)
+
+    monkeypatch.setattr(projection, "_solve_nnls", first_attempt_misses)
+    again, failed = project1(p, M)
+    assert ridges == [0.0, projection.RIDGE] and failed == 0 and projection.fallbacks == start
+    assert (unit @ again).min() >= -1e-6 * np.linalg.norm(p)
+    np.testing.assert_allclose(again, out, rtol=0, atol=1e-6 * np.linalg.norm(p))
+
+
 @pytest.mark.allow_qp_fallback
 def test_failures_leave_the_block_unprojected_and_are_counted(monkeypatch):
     """(d) A block that cannot be solved is left as it was, counted per row and in the module's
