@@ -8,7 +8,7 @@ transaction. So on a GPU the rounds between two evaluations queue their kernels 
 synchronisation; the host's copies into a round (sampled clients, local steps, minibatch plans, dropout keys)
 go through pinned memory without waiting either (:func:`to_device`). The numbers are those of a run read
 every round: a read changes no value, and the rounds after a divergence, trained before the read that finds
-it, are dropped unrecorded (:func:`~fedbench.engine.runner.recorded_rounds`).
+it, are dropped unrecorded (:meth:`~fedbench.engine.runner.Recorder.kept`).
 """
 
 from __future__ import annotations

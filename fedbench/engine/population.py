@@ -38,16 +38,7 @@ from fedbench.engine.lease import leased
 from fedbench.engine.pending import PendingRound, read_rounds
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
 from fedbench.engine.precision import run_precision
-from fedbench.engine.runner import (
-    RoundLoop,
-    RunOutcome,
-    complete_run,
-    conclude_rounds,
-    execute_run,
-    open_loop,
-    recorded_rounds,
-    start_record,
-)
+from fedbench.engine.runner import Recorder, RoundLoop, RunOutcome, complete_run, execute_run, open_loop, start_record
 from fedbench.engine.setup import DataCache
 from fedbench.engine.threads import pinned_threads
 from fedbench.options import RunOptions
@@ -158,6 +149,11 @@ class Member:
     def due(self, t: int) -> bool:
         """Whether the member trains round t."""
         return self.status is None and self.done < t <= self.run.spec.rounds
+
+    def recorder(self, store: ResultsStore, on_round: PopulationCallback | None) -> Recorder:
+        """Where the member's read rounds go (its diagnostics warned once across reads)."""
+        alone = partial(on_round, self.index) if on_round else None
+        return Recorder(self.loop, store, self.run_id, self.identity, alone, self.warned)
 
 
 def execute_population(
@@ -305,12 +301,12 @@ def _lockstep(
             m.done = t
         reading = [m for m in active if m.loop.reads(t)]
         read_rounds([r for m in reading for r in m.pending])
-        kept = [recorded_rounds(m.loop, m.pending) for m in reading]
-        store.record_rounds([(m.run_id, r.t, r.metrics, r.extra) for m, rounds in zip(reading, kept) for r in rounds])
-        for m, rounds in zip(reading, kept):
+        recorders = [m.recorder(store, on_round) for m in reading]
+        kept = [rec.kept(m.pending) for rec, m in zip(recorders, reading)]
+        store.record_rounds([row for rec, rounds in zip(recorders, kept) for row in rec.rows(rounds)])
+        for m, rec, rounds in zip(reading, recorders, kept):
             m.pending = []
-            alone = partial(on_round, m.index) if on_round else None
-            if conclude_rounds(m.loop, store, m.run_id, m.identity, rounds, m.warned, alone):
+            if rec.conclude(rounds):
                 m.status = "diverged"
         for m in members:
             if m.status is None and m.done >= m.run.spec.rounds:

@@ -591,17 +591,17 @@ def _train(
     until one :meth:`~RoundLoop.reads` them (:mod:`fedbench.engine.pending`), then are recorded together."""
     identity = start_record(spec, seed, store, scenario_hash, run_id)
     pending: list[PendingRound] = []
-    warned: set[str] = set()
     try:
         loop, done = open_loop(spec, seed, store, cache, options, run_id, identity)
+        recorder = Recorder(loop, store, run_id, identity, on_round)
         for t in range(done + 1, spec.rounds + 1):
             pending.append(loop.lazy_round(t))
             if loop.reads(t):
                 rounds, pending = pending, []
-                if settle_rounds(loop, store, run_id, identity, rounds, warned, on_round):
+                if recorder.settle(rounds):
                     return RunOutcome(run_id, "diverged")
     except Exception as exc:  # a crashed run is recorded and never stops the suite
-        if pending and _diverged_before(loop, store, run_id, identity, pending, warned, on_round):
+        if pending and recorder.diverged_before(pending):
             return RunOutcome(run_id, "diverged")
         store.finish_run(run_id, "failed", "".join(traceback.format_exception(exc)))
         return RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
@@ -609,66 +609,70 @@ def _train(
     return RunOutcome(run_id, "finished")
 
 
-def _diverged_before(
-    loop: RoundLoop,
-    store: ResultsStore,
-    run_id: str,
-    identity: dict[str, Any],
-    pending: list[PendingRound],
-    warned: set[str],
-    on_round: RoundCallback | None,
-) -> bool:
-    """After a crash: the rounds trained before it but not yet read, recorded as a read would have; True when
-    one of them diverged (the crash follows from training on, as a run read every round would have stopped
-    there), False (the run failed) otherwise or when they cannot be read."""
-    try:
-        return settle_rounds(loop, store, run_id, identity, pending, warned, on_round)
-    except Exception:  # the device itself may be what failed: the run is recorded as failed
+@dataclass
+class Recorder:
+    """Where a run's read rounds go: its store record (rows, status), its checkpoint and its callbacks."""
+
+    loop: RoundLoop
+    store: ResultsStore
+    run_id: str
+    identity: dict[str, Any]
+    on_round: RoundCallback | None = None
+    warned: set[str] = dataclasses.field(default_factory=set)
+
+    def settle(self, rounds: list[PendingRound]) -> bool:
+        """Read pending ``rounds`` (one transfer), record them up to the first that diverged (one
+        transaction) and conclude each; True when the run diverged."""
+        read_rounds(rounds)
+        kept = self.kept(rounds)
+        self.store.record_rounds(self.rows(kept))
+        return self.conclude(kept)
+
+    def diverged_before(self, pending: list[PendingRound]) -> bool:
+        """After a crash: the rounds trained before it but not yet read, recorded as a read would have; True
+        when one of them diverged (the crash follows from training on, as a run read every round would have
+        stopped there), False (the run failed) otherwise or when they cannot be read."""
+        try:
+            return self.settle(pending)
+        except Exception:  # the device itself may be what failed: the run is recorded as failed
+            return False
+
+    def kept(self, rounds: list[PendingRound]) -> list[PendingRound]:
+        """The read ``rounds`` up to and including the first that diverged: what a run read every round
+        records (the rounds after a divergence were trained only because the run had not read it yet)."""
+        kept = []
+        for r in rounds:
+            kept.append(r)
+            if self.loop.divergence(r.metrics, bool(r.finite)) is not None:
+                break
+        return kept
+
+    def rows(self, rounds: list[PendingRound]) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
+        """The store rows of read ``rounds``."""
+        return [(self.run_id, r.t, r.metrics, r.extra) for r in rounds]
+
+    def conclude(self, rounds: list[PendingRound]) -> bool:
+        """Each recorded round's aftermath in order (:meth:`conclude_one`); True when one diverged (the last)."""
+        return any(self.conclude_one(r) for r in rounds)
+
+    def conclude_one(self, r: PendingRound) -> bool:
+        """A recorded round's aftermath: the diagnostics warning, ``on_round`` (the metrics and the round logs
+        of :data:`SHOWN_LOGS`), divergence (the run is finished as diverged, its checkpoint removed) and the
+        checkpoint on schedule. True when it diverged."""
+        loop, store, t = self.loop, self.store, r.t
+        spec = loop.spec
+        name = f"{spec.scenario} / {spec.label} seed {loop.seed}"
+        warn_diagnostics(name, loop.s.algorithm.caps.diagnostics, r.extra, t, self.warned)
+        if self.on_round:
+            self.on_round(t, {**r.metrics, **{k: r.extra[k] for k in SHOWN_LOGS if k in r.extra}})
+        why = loop.divergence(r.metrics, bool(r.finite))
+        if why is not None:
+            store.finish_run(self.run_id, "diverged", f"{why} at round {t}")
+            store.checkpoint_path(self.run_id).unlink(missing_ok=True)
+            return True
+        if t % spec.checkpoint_every == 0 and t < spec.rounds:
+            save_checkpoint(store.checkpoint_path(self.run_id), {**loop.checkpoint(t), "identity": self.identity})
         return False
-
-
-def settle_rounds(
-    loop: RoundLoop,
-    store: ResultsStore,
-    run_id: str,
-    identity: dict[str, Any],
-    rounds: list[PendingRound],
-    warned: set[str],
-    on_round: RoundCallback | None,
-) -> bool:
-    """Read a run's pending ``rounds`` (one transfer), record them up to the first that diverged (one
-    transaction) and conclude each (:func:`conclude_round`); True when the run diverged."""
-    read_rounds(rounds)
-    kept = recorded_rounds(loop, rounds)
-    store.record_rounds([(run_id, r.t, r.metrics, r.extra) for r in kept])
-    return conclude_rounds(loop, store, run_id, identity, kept, warned, on_round)
-
-
-def recorded_rounds(loop: RoundLoop, rounds: list[PendingRound]) -> list[PendingRound]:
-    """The read ``rounds`` up to and including the first that diverged: what a run read every round records
-    (the rounds after a divergence were trained only because the run had not read it yet)."""
-    kept = []
-    for r in rounds:
-        kept.append(r)
-        if loop.divergence(r.metrics, bool(r.finite)) is not None:
-            break
-    return kept
-
-
-def conclude_rounds(
-    loop: RoundLoop,
-    store: ResultsStore,
-    run_id: str,
-    identity: dict[str, Any],
-    rounds: list[PendingRound],
-    warned: set[str],
-    on_round: RoundCallback | None,
-) -> bool:
-    """:func:`conclude_round` of each recorded round in order; True when one diverged (the last)."""
-    return any(
-        conclude_round(loop, store, run_id, identity, r.t, r.metrics, r.extra, warned, on_round, bool(r.finite))
-        for r in rounds
-    )
 
 
 def start_record(spec: RunSpec, seed: int, store: ResultsStore, scenario_hash: str, run_id: str) -> dict[str, Any]:
@@ -692,38 +696,6 @@ def open_loop(
     done = loop.restore(payload) if payload else 0
     store.truncate_after(run_id, done)
     return loop, done
-
-
-def conclude_round(
-    loop: RoundLoop,
-    store: ResultsStore,
-    run_id: str,
-    identity: dict[str, Any],
-    t: int,
-    metrics: dict[str, Any],
-    extra: dict[str, Any],
-    warned: set[str],
-    on_round: RoundCallback | None,
-    finite: bool | None = None,
-) -> bool:
-    """A recorded round t's aftermath: the diagnostics warning, ``on_round``, divergence (the run is
-    finished as diverged, its checkpoint removed) and the checkpoint on schedule. True when it diverged;
-    ``finite``: whether the model is finite, when already read. ``on_round`` gets the metrics and the
-    round logs of :data:`SHOWN_LOGS`."""
-    spec = loop.spec
-    warn_diagnostics(
-        f"{spec.scenario} / {spec.label} seed {loop.seed}", loop.s.algorithm.caps.diagnostics, extra, t, warned
-    )
-    if on_round:
-        on_round(t, {**metrics, **{k: extra[k] for k in SHOWN_LOGS if k in extra}})
-    why = loop.divergence(metrics, finite)
-    if why is not None:
-        store.finish_run(run_id, "diverged", f"{why} at round {t}")
-        store.checkpoint_path(run_id).unlink(missing_ok=True)
-        return True
-    if t % spec.checkpoint_every == 0 and t < spec.rounds:
-        save_checkpoint(store.checkpoint_path(run_id), {**loop.checkpoint(t), "identity": identity})
-    return False
 
 
 def complete_run(store: ResultsStore, run_id: str) -> None:
