@@ -163,12 +163,10 @@ def run_clients_batched(
     cfg: LocalConfig,
     chunk: int | None = None,
     compiled: bool = False,
-    ids: list[int] | None = None,
 ) -> LocalResult:
     """Train the round's S clients from ``ctx.start``, ``chunk`` clients at a time (all when None),
-    through the compiled step when ``compiled``; client i stops after ``steps[i]`` steps. ``ids``: the
-    clients on the host (else read from ``ctx.clients``, which waits for the device)."""
-    clients, device = (ctx.clients.tolist() if ids is None else ids), ctx.start.device
+    through the compiled step when ``compiled``; client i stops after ``steps[i]`` steps."""
+    clients, device = ctx.client_ids(), ctx.start.device
     plan = draw_plan(train, batcher, clients, steps, cfg)
     layers = RowLayers.of(model)
     keys = dropout_keys(cfg.seed, ctx.round, clients, device) if layers.has_dropout else torch.zeros_like(ctx.clients)

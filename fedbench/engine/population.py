@@ -325,7 +325,7 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
             opened.append(loop.open_round(t))
     training = [i for i, o in enumerate(opened) if o.ctx is not None]
     rounds = [
-        MemberRound(loop.s.algorithm, o.ctx, o.steps, loop.buffers, loop.fed.batcher, loop.local_cfg, o.ids)
+        MemberRound(loop.s.algorithm, o.ctx, o.steps, loop.buffers, loop.fed.batcher, loop.local_cfg)
         for loop, o in zip(loops, opened)
         if o.ctx is not None
     ]

@@ -38,7 +38,7 @@ from fedbench.models.flat import Buffers, FlatModel
 class MemberRound:
     """One run's part of a population round: its algorithm, its clients' context after
     ``prepare_round``, their local steps K_i, its global BatchNorm buffers, its batcher, its
-    local configuration (its seed: minibatch, augmentation and dropout streams) and its clients on the host."""
+    local configuration (its seed: minibatch, augmentation and dropout streams)."""
 
     algorithm: Algorithm
     ctx: RoundContext
@@ -46,7 +46,6 @@ class MemberRound:
     buffers: Buffers
     batcher: ClientBatcher
     cfg: LocalConfig
-    ids: list[int]
 
 
 def cat_rows(trees: list[Any]) -> Any:
@@ -157,11 +156,11 @@ def run_population_clients(
     ctx = joint_context([m.ctx for m in members])
     columns = row_columns(members, ctx.broadcast["x"])
     steps = [k for m in members for k in m.steps]
-    plan = joint_plan([draw_plan(train, m.batcher, m.ids, m.steps, m.cfg) for m in members])
+    plan = joint_plan([draw_plan(train, m.batcher, m.ctx.client_ids(), m.steps, m.cfg) for m in members])
     layers = RowLayers.of(model)
     device = ctx.clients.device
     if layers.has_dropout:
-        keys = torch.cat([dropout_keys(m.cfg.seed, m.ctx.round, m.ids, device) for m in members])
+        keys = torch.cat([dropout_keys(m.cfg.seed, m.ctx.round, m.ctx.client_ids(), device) for m in members])
     else:
         keys = torch.zeros_like(ctx.clients)
     start_buffers = {  # each run's global BatchNorm buffers on each of its rows

@@ -160,7 +160,7 @@ def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:
 @dataclass(frozen=True)
 class OpenRound:
     """A round opened up to its local work (:meth:`RoundLoop.open_round`): its number, start time,
-    learning rate, the plug-ins' ``begin_round`` logs, and the clients' context, local steps and ids
+    learning rate, the plug-ins' ``begin_round`` logs, and the clients' context and local steps
     (``ctx`` None: no sampled client trains)."""
 
     t: int
@@ -169,7 +169,6 @@ class OpenRound:
     begun: dict
     ctx: RoundContext | None = None
     steps: list[int] = dataclasses.field(default_factory=list)
-    ids: list[int] = dataclasses.field(default_factory=list)  # the sampled clients, on the host
 
 
 class RoundLoop:
@@ -273,7 +272,7 @@ class RoundLoop:
         opened = self.open_round(t)
         if opened.ctx is None:
             return self.close_round(opened, None, lazy)
-        return self.close_round(opened, self.local_work(opened.ctx, opened.steps, opened.ids), lazy)
+        return self.close_round(opened, self.local_work(opened.ctx, opened.steps), lazy)
 
     def open_round(self, t: int) -> OpenRound:
         """Round t up to its local work: sampling, the learning rate, the plug-ins' hooks and the
@@ -290,10 +289,9 @@ class RoundLoop:
             clients = plugin.after_sampling(t, clients)
         if len(clients) == 0:  # nothing trains or is sent
             return OpenRound(t, start, lr, begun)
-        ids = clients.tolist()
-        ctx, steps = self.context(t, ids, lr)
+        ctx, steps = self.context(t, clients.tolist(), lr)
         ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, self.fed.sizes[ctx.clients]))
-        return OpenRound(t, start, lr, begun, ctx, steps, ids)
+        return OpenRound(t, start, lr, begun, ctx, steps)
 
     def close_round(
         self, opened: OpenRound, result: LocalResult | None, lazy: bool = False
@@ -405,9 +403,8 @@ class RoundLoop:
                 given[name] = PROVIDERS[name](req)
         return MappingProxyType(given)
 
-    def local_work(self, ctx: RoundContext, steps: list[int], ids: list[int] | None = None) -> LocalResult:
-        """The clients' local training on the batched or the sequential executor (``ids``: the clients on
-        the host, else read from ``ctx``)."""
+    def local_work(self, ctx: RoundContext, steps: list[int]) -> LocalResult:
+        """The clients' local training on the batched or the sequential executor."""
         s, algo = self.s, self.s.algorithm
         if self.executor.batched:
             return run_clients_batched(
@@ -421,7 +418,6 @@ class RoundLoop:
                 self.local_cfg,
                 self.executor.chunk,
                 self.executor.compiled,
-                ids,
             )
         return run_clients_sequential(
             algo, ctx, steps, s.model, self.buffers, s.data.train, self.fed.batcher, self.local_cfg
@@ -508,11 +504,10 @@ class RoundLoop:
         per_client = torch.stack([correct[p].float().mean() for p in self.fed.parts])
         return float(per_client.std(correction=0))
 
-    def divergence(self, metrics: dict[str, float | None], finite: bool | None = None) -> str | None:
-        """Why the round diverged (see the module docstring), or None; ``finite``: whether the model is
-        finite, when already read (a population reads every run's at once)."""
+    def divergence(self, metrics: dict[str, float | None], finite: bool) -> str | None:
+        """Why the round diverged (see the module docstring), or None; ``finite``: whether the model was
+        finite after it (read with the round, :mod:`fedbench.engine.pending`)."""
         values = [metrics["train_loss"], metrics["test_loss"]]
-        finite = bool(self.finite()) if finite is None else finite
         if any(v is not None and not math.isfinite(v) for v in values) or not finite:
             return "non-finite loss or model"
         bound = DIVERGED_LOSS_FACTOR * math.log(self.s.data.num_classes)

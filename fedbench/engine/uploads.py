@@ -29,25 +29,20 @@ def merged(parts: list[Upload]) -> Upload:
 def upload_bits(upload: Upload) -> float:
     """Bits the round's clients sent: compressed entries at their reported size, others at 32
     bits per float; ``kept`` rows stay on the client and cost nothing."""
-    return float(client_upload_bits(upload).sum())
+    return float(sent_bits(upload))
 
 
 def sent_bits(upload: Upload) -> torch.Tensor:
-    """:func:`upload_bits` as a 0-d float64 tensor, left on the device where a compressed entry reports its size
-    there (the round reads it with its other metrics, :mod:`fedbench.engine.pending`)."""
-    return _per_client_bits(upload).sum()
+    """:func:`upload_bits` as a 0-d float64 tensor (the round reads it with its other metrics,
+    :mod:`fedbench.engine.pending`)."""
+    return client_upload_bits(upload).sum()
 
 
 def client_upload_bits(upload: Upload) -> torch.Tensor:
-    """Bits each of the round's clients sent ``[S]`` (float64, on the host; :func:`upload_bits` is their sum)."""
-    return _per_client_bits(upload).cpu()
-
-
-def _per_client_bits(upload: Upload) -> torch.Tensor:
-    """Bits each client sent ``[S]`` (float64), on the device of the first compressed entry's sizes, else the host."""
+    """Bits each of the round's clients sent ``[S]`` (float64, on the host, where the compressors report their
+    sizes; :func:`upload_bits` is their sum)."""
     first = next(iter(decoded(upload).sent.values()))
-    sizes = [v.bits for v in upload.sent.values() if isinstance(v, Compressed)]
-    total = torch.zeros(len(first), dtype=torch.float64, device=sizes[0].device if sizes else "cpu")
+    total = torch.zeros(len(first), dtype=torch.float64)
     for value in upload.sent.values():
         total += value.bits.double() if isinstance(value, Compressed) else value[0].numel() * BITS_PER_FLOAT
     return total
