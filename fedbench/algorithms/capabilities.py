@@ -41,7 +41,10 @@ class Capabilities:
     clip the rows, fix the weights to 1/S and noise the average. ``row_params`` names the parameters
     that may differ between the runs of a population: read by the server side only (each run keeps
     its own algorithm) or by the local hooks only against ``[S, P]`` rows (each run's value on its rows,
-    an ``[R·S, 1]`` column); the same test checks each.
+    an ``[R·S, 1]`` column); the same test checks each. ``vmap_server``: its ``server_update`` is a pure
+    tensor function of its arguments (the state holds no ``[N, P]`` client table, nothing is read to the
+    host), so a population updates the servers of its runs as one ``torch.func.vmap`` call
+    (:mod:`fedbench.engine.population_server`; the same test checks it).
     """
 
     label: str
@@ -55,6 +58,7 @@ class Capabilities:
     row_lr: bool = True
     row_params: tuple[str, ...] = ()
     client_dp: bool = False
+    vmap_server: bool = False
     diagnostics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

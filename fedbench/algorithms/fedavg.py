@@ -14,6 +14,7 @@ ALGORITHMS.register(
     compression=True,
     local_optimizer=True,
     client_dp=True,
+    vmap_server=True,
 )(Algorithm)
 for _name, _label, _server, _what in [
     ("fedavgm", "FedAvgM", {"optimizer": "sgd", "momentum": 0.9}, "server momentum (Hsu et al. 2019)"),
@@ -40,4 +41,5 @@ for _name, _label, _server, _what in [
         compression=True,
         local_optimizer=True,
         client_dp=True,
+        vmap_server=True,
     )(type(_label, (Algorithm,), {"__doc__": f"FedAvg with {_what}; server defaults {_server}."}))

@@ -25,6 +25,7 @@ class FedCMParams(BaseModel):
     FedCMParams,
     label="FedCM",
     row_params=("alpha",),
+    vmap_server=True,
 )
 class FedCM(Algorithm):
     """FedCM Alg. 1.

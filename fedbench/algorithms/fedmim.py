@@ -57,6 +57,7 @@ def _weighted_changes(history: torch.Tensor, weights: list[float]) -> torch.Tens
     "FedMIM: local steps with multi-step inertial momentum and a look-ahead gradient",
     FedMIMParams,
     label="FedMIM",
+    vmap_server=True,
 )
 class FedMIM(Algorithm):
     """FedMIM Alg. 1.

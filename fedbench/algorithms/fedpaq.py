@@ -10,6 +10,7 @@ from fedbench.algorithms.base import ALGORITHMS, Algorithm
     label="FedPAQ",
     server={"weighting": "uniform"},
     compression=True,
+    vmap_server=True,
 )
 class FedPAQ(Algorithm):
     """FedPAQ Alg. 1: each sampled client runs K_i local SGD steps from x and uploads

@@ -21,6 +21,7 @@ class FedProxParams(BaseModel):
     compression=True,
     row_params=("mu",),
     client_dp=True,
+    vmap_server=True,
 )
 class FedProx(Algorithm):
     """Local step x ← x − η_l(∇f_i(x; ξ) + μ(x − x_t)) (FedProx Alg. 2, the inexact h_k solver)."""
@@ -40,6 +41,7 @@ class FedProx(Algorithm):
     compression=True,
     row_params=("mu",),
     client_dp=True,
+    vmap_server=True,
 )
 class FedProxM(FedProx):
     """FedProx local steps and the FedAvgM server, GradMA Alg. 5: m ← β1·m + Δ, x ← x + η_g·m with

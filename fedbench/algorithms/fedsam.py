@@ -20,6 +20,7 @@ class FedSAMParams(BaseModel):
     label="FedSAM",
     row_params=("rho",),
     client_dp=True,
+    vmap_server=True,
 )
 class FedSAM(Algorithm):
     """Local SAM step (Foret et al. 2021, Eq. 2 with the first-order ε̂):

@@ -29,6 +29,7 @@ class MimeLiteParams(BaseModel):
     label="MimeLite",
     inputs=("full_grad",),
     row_params=("beta",),
+    vmap_server=True,
 )
 class MimeLite(Algorithm):
     """MimeLite (Mime Alg. 1 with the SGDm base optimizer, Mime Eq. 3 / GradMA notes §4.10).

@@ -7,8 +7,9 @@ plug-in with its own noise stream and accountant), uplink compression, η_l and 
 share everything else their clients' local work reads (:func:`population_key`). Such runs go through
 their rounds in lockstep (:func:`population_round`): each run opens its round alone (sampling, plug-ins,
 ``prepare_round``: :meth:`~fedbench.engine.runner.RoundLoop.open_round`), the clients of every run train
-as one ``[R·S, P]`` batched computation (:mod:`fedbench.engine.population_rows`), each run settles its
-round alone (upload, server update), the runs due to evaluate are evaluated together, and each finishes
+as one ``[R·S, P]`` batched computation (:mod:`fedbench.engine.population_rows`), the servers of the runs
+whose updates have one shape are updated as one vmapped call (:mod:`fedbench.engine.population_server`;
+the others alone), the runs due to evaluate are evaluated together, and each finishes
 its round alone; each run's rounds stay on the device until it evaluates, checkpoints or ends, and the runs
 reading in a round are read to the host in one transfer and committed at once (:mod:`fedbench.engine.pending`).
 A run of a population is the run it would be alone on the batched executor: its own streams, its own store
@@ -37,6 +38,7 @@ from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
 from fedbench.engine.lease import leased
 from fedbench.engine.pending import PendingRound, read_rounds
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
+from fedbench.engine.population_server import server_updates
 from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import Recorder, RoundLoop, RunOutcome, complete_run, execute_run, open_loop, start_record
 from fedbench.engine.setup import DataCache
@@ -46,6 +48,7 @@ from fedbench.scenario import RunSpec, run_id_of
 from fedbench.store import DONE
 
 if TYPE_CHECKING:
+    from fedbench.engine.plugins import Received
     from fedbench.store import ResultsStore
 
 PopulationCallback = Callable[[int, int, dict[str, float | None]], None]  # (member index, round, metrics)
@@ -332,10 +335,20 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     first = loops[0].s if loops else None
     results = run_population_clients(rounds, first.model, first.data.train, chunk) if rounds and first else []
     by_loop = dict(zip(training, results))
+    received: list[Received | None] = [None] * len(loops)
+    for i, result in by_loop.items():
+        with loops[i].streams(t):
+            ctx = opened[i].ctx
+            assert ctx is not None  # a run with a result trained
+            received[i] = loops[i].receive(ctx, result)
+    updates = server_updates(loops, received)
     settled = []
     for i, (loop, o) in enumerate(zip(loops, opened)):
         with loop.streams(t):
-            settled.append(loop.settle_round(o, by_loop.get(i), lazy=True))
+            if i in by_loop:
+                settled.append(loop.settle(o, by_loop[i], received[i], updates.get(i), lazy=True))
+            else:
+                settled.append(loop.settle_round(o, None, lazy=True))
     scores = _test_scores(loops, t)
     closed = []
     for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):

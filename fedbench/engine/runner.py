@@ -303,11 +303,24 @@ class RoundLoop:
     def settle_round(self, opened: OpenRound, result: LocalResult | None, lazy: bool = False) -> tuple[dict, dict]:
         """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs
         (``lazy``: :func:`round_metrics`' device values left unread)."""
-        t = opened.t
         if opened.ctx is None or result is None:
-            return idle_metrics(), self.logs(lambda p: p.round_logs(t))
-        extra = self.aggregate(opened.ctx, result)
-        extra = {**extra, **self.logs(lambda p: p.round_logs(t))}
+            return idle_metrics(), self.logs(lambda p: p.round_logs(opened.t))
+        return self.settle(opened, result, self.receive(opened.ctx, result), None, lazy)
+
+    def settle(
+        self,
+        opened: OpenRound,
+        result: LocalResult,
+        received: Received | None,
+        update: tuple[Any, dict] | None = None,
+        lazy: bool = False,
+    ) -> tuple[dict, dict]:
+        """:meth:`settle_round` of a round whose clients trained, from what reached the server
+        (:meth:`receive`); ``update``: the algorithm's ``server_update`` of it, computed elsewhere (a
+        population updates its runs' servers together, :mod:`~fedbench.engine.population_server`)."""
+        extra = self.apply_update(received, update)
+        extra = {**extra, **self.logs(lambda p: p.round_logs(opened.t))}
+        assert opened.ctx is not None
         return round_metrics(opened.ctx, result, self.s.model.buffer_numel(), lazy), extra
 
     def finish_round(
@@ -424,18 +437,30 @@ class RoundLoop:
         )
 
     def aggregate(self, ctx: RoundContext, result: LocalResult) -> dict:
-        """``server_update`` on the uploads that reach the server (all of them, unless a plug-in's
-        ``select_received`` keeps fewer), then the weighted BatchNorm buffers; with none received
-        the model and buffers stay. Returns the algorithm's logs."""
+        """``server_update`` on the uploads that reach the server (:meth:`receive`), then the weighted
+        BatchNorm buffers (:meth:`apply_update`). Returns the algorithm's logs."""
+        return self.apply_update(self.receive(ctx, result))
+
+    def receive(self, ctx: RoundContext, result: LocalResult) -> Received | None:
+        """What reaches the server: every decoded upload with its aggregation weight, unless a plug-in's
+        ``select_received`` keeps fewer; None when nothing does."""
         weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
         received: Received | None = Received(ctx, decoded(result.uploads), result.buffers, weights, weights)
         for plugin in self.plugins:
             if received is None:
                 break
             received = plugin.select_received(received, result)
+        return received
+
+    def apply_update(self, received: Received | None, update: tuple[Any, dict] | None = None) -> dict:
+        """The new server state, ``server_update`` of ``received`` (or ``update``, that same update computed
+        elsewhere), and the weighted BatchNorm buffers; with nothing received the model and buffers stay.
+        Returns the algorithm's logs."""
         if received is None:
             return {}
-        self.state, extra = self.s.algorithm.server_update(self.state, received.ctx, received.uploads, received.weights)
+        if update is None:
+            update = self.s.algorithm.server_update(self.state, received.ctx, received.uploads, received.weights)
+        self.state, extra = update
         self.buffers = average_buffers(received.buffers, received.buffer_weights)
         return extra
 

@@ -24,6 +24,7 @@ operations are those the optimizers were pinned with (``tests/optim/frozen.py``)
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -176,6 +177,14 @@ class ServerOptimizer:
     def __init__(self, spec: ServerSpec):
         self.spec = spec
         self.transform = SERVER_OPTIMIZERS[spec.optimizer](spec)
+        self.lr: Rate = spec.lr  # η_g: the spec's, or a tensor where a population's runs are updated at once
+
+    def at_rate(self, lr: Rate) -> ServerOptimizer:
+        """This optimizer stepping at η_g = ``lr`` (a population's runs of several η_g updated together
+        under ``torch.func.vmap``, :mod:`fedbench.engine.population_server`, each with its own)."""
+        other = copy.copy(self)
+        other.lr = lr
+        return other
 
     def init(self, x: torch.Tensor) -> OptState:
         """The optimizer's state at round 0 (the chain's tuple of transform states)."""
@@ -183,5 +192,5 @@ class ServerOptimizer:
 
     def step(self, x: torch.Tensor, delta: torch.Tensor, state: OptState) -> tuple[torch.Tensor, OptState]:
         """The new global model x + step(Δ) and the optimizer's new state."""
-        step, state = apply(self.transform, delta, state, self.spec.lr)
+        step, state = apply(self.transform, delta, state, self.lr)
         return x + step, state

@@ -145,14 +145,14 @@ def test_a_population_member_diverging_between_reads_leaves_its_neighbours_as_th
         return {**out, "train_loss": torch.tensor(1e30)} if ctx.round >= 3 and seed[0] == 0 else out
 
     seed = [0]
-    original = RoundLoop.settle_round
+    original = RoundLoop.settle
 
-    def settle(self, opened, result, lazy=False):
+    def settle(self, opened, result, received, update=None, lazy=False):
         seed[0] = self.seed
-        return original(self, opened, result, lazy)
+        return original(self, opened, result, received, update, lazy)
 
     monkeypatch.setattr(runner, "round_metrics", seed_0_blows_up)
-    monkeypatch.setattr(RoundLoop, "settle_round", settle)
+    monkeypatch.setattr(RoundLoop, "settle", settle)
     store = ResultsStore(tmp_path / "pop")
     runs = [PopulationRun(spec, 0, "h"), PopulationRun(spec, 1, "h")]
     outs = execute_population(runs, store, cache(tmp_path), RunOptions(population="2"))

@@ -1,0 +1,128 @@
+"""Kernels a population's server updates launch, with and without the vmapped update (issue 26, item 1).
+
+    python -m benchmarks.server_launches [--config configs/quickstart.yaml] [--algorithms fedavg,fedadam]
+        [--runs 8,32] [--rounds 6]
+
+Trains ``R`` seeds of each algorithm's entry of the scenario as one population from an empty store, twice: with
+the runs' servers updated as one vmapped call (:mod:`fedbench.engine.population_server`, today's code) and with
+each run's server updated alone (the joint key switched off: the code before it). It counts the ATen operators
+dispatched (views left out; each of the others is at least one kernel launch on a GPU) in the server update
+(``server_update`` and the BatchNorm buffers' average) and in the whole round, per round, and times the rounds.
+The runs' numbers must be equal both ways (asserted, float64). On a CPU a launch costs little, so the
+counts, not the times, are what a GPU would feel. Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import fedbench.engine.population as population
+import fedbench.engine.population_server as population_server
+from fedbench.engine.population import PopulationRun, execute_population
+from fedbench.engine.runner import RoundLoop
+from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
+from fedbench.scenario import load_scenario, resolve_runs
+from fedbench.store import ResultsStore
+
+
+class Launches(TorchDispatchMode):
+    """Counts the non-view ATen operators dispatched, in all and while ``server`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = self.in_server = 0
+        self.server = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if not getattr(func, "is_view", False):
+            self.total += 1
+            self.in_server += self.server
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def counting_server(mode: Launches, joint: bool) -> Iterator[None]:
+    """The server update's operators counted apart; ``joint`` False: every run's server updated alone."""
+    patches: list[tuple[Any, str, Callable]] = [
+        (RoundLoop, "apply_update", RoundLoop.apply_update),
+        (population, "server_updates", population.server_updates),
+        (population_server, "joint_key", population_server.joint_key),
+    ]
+
+    def phase(f: Callable) -> Callable:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            mode.server = True
+            try:
+                return f(*args, **kwargs)
+            finally:
+                mode.server = False
+
+        return wrapped
+
+    RoundLoop.apply_update = phase(RoundLoop.apply_update)  # type: ignore[method-assign]
+    population.server_updates = phase(population.server_updates)
+    if not joint:
+        population_server.joint_key = lambda loop, received: None
+    try:
+        yield
+    finally:
+        for owner, name, original in patches:
+            setattr(owner, name, original)
+
+
+def measure(config: str, name: str, runs: int, rounds: int, joint: bool) -> tuple[Launches, float, Any]:
+    """Operators and seconds of ``runs`` seeds of the entry ``name`` trained ``rounds`` rounds as one population."""
+    overrides = [f"rounds={rounds}", f"eval.every={rounds}", f"checkpoint_every={rounds}"]
+    spec = next(s for s in resolve_runs(load_scenario(Path(config), overrides)) if s.algorithm["name"] == name)
+    store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-server-")))
+    cache = DataCache(Path("data"), False, torch.device("cpu"))
+    mode = Launches()
+    with counting_server(mode, joint), mode:
+        start = time.perf_counter()
+        outcomes = execute_population(
+            [PopulationRun(spec, seed, "h") for seed in range(runs)], store, cache, RunOptions(population=str(runs))
+        )
+        seconds = time.perf_counter() - start
+    assert all(o.status == "finished" for o in outcomes), outcomes
+    return mode, seconds, store.metrics([o.run_id for o in outcomes])[["run_id", "round", "train_loss", "test_acc"]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="configs/quickstart.yaml")
+    ap.add_argument("--algorithms", default="fedavg,fedadam")
+    ap.add_argument("--runs", default="8,32")
+    ap.add_argument("--rounds", type=int, default=6)
+    args = ap.parse_args()
+    print(f"{args.config}, {args.rounds} rounds, one population, cpu, torch {torch.__version__}")
+    print("operators a round (non-view ATen ops, each ≥ 1 kernel launch on a GPU), and wall seconds in all")
+    print(
+        "| algorithm | R | server update: alone | vmapped | ratio | whole round: alone | vmapped | s alone | s vmapped |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    measure(args.config, "fedavg", 2, 2, joint=True)  # warm-up: imports, data, first calls
+    for name in args.algorithms.split(","):
+        for runs in [int(r) for r in args.runs.split(",")]:
+            before, t_before, m_before = measure(args.config, name, runs, args.rounds, joint=False)
+            after, t_after, m_after = measure(args.config, name, runs, args.rounds, joint=True)
+            assert m_before.drop(columns="run_id").equals(m_after.drop(columns="run_id")), "the numbers moved"
+            r = args.rounds
+            print(
+                f"| {name} | {runs} | {before.in_server / r:,.0f} | {after.in_server / r:,.0f} | "
+                f"{before.in_server / max(after.in_server, 1):.1f}× | {before.total / r:,.0f} | {after.total / r:,.0f} | "
+                f"{t_before:.2f} | {t_after:.2f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The server updates of a population's runs as one computation: ``torch.func.vmap`` of the algorithm's
+``server_update`` over a leading run axis.
+
+Each run of a population (:mod:`fedbench.engine.population`) has its own server: its state, its round's
+context (clients, η_l, K_i, broadcast), its decoded uploads and aggregation weights, its η_g. Updated one
+by one, R runs cost R calls of a few ``[P]``-sized kernels each, which on a GPU is R times the launches.
+The runs whose updates have one shape are updated together instead: their inputs are stacked along a
+new leading axis and the algorithm's own ``server_update`` (the hook, not a second copy of its rule) runs
+once under ``torch.func.vmap``, with each run's η_l and η_g a per-run 0-d tensor
+(:meth:`~fedbench.optim.server.ServerOptimizer.at_rate`). A run joins such a group (:func:`joint_key`)
+when:
+
+* its algorithm declares ``Capabilities.vmap_server`` (a pure tensor update, no ``[N, P]`` client table,
+  nothing read to the host);
+* its server optimizer keeps no bias correction (which reads its step count t as a Python number);
+* and it shares with the group the algorithm class, its parameters, its server settings but η_g, and
+  the shapes, dtypes and devices of every input (S, N, P).
+
+What the update is given is what reached the server, after the plug-ins chose it (a straggler's upload
+lost, DP's clipped and noised rows: :meth:`~fedbench.engine.runner.RoundLoop.receive`), so plug-ins keep
+their meaning. Every other run is updated alone, as on the batched executor. The vmapped update computes each run's
+elementwise operations as that run alone does and its weighted sums as batched products, equal to
+the run alone to float tolerance (tests/engine/test_population.py: in float64 to 1e-10).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.func import vmap
+
+from fedbench.algorithms.base import RoundContext, Upload
+from fedbench.engine.pending import to_device
+
+if TYPE_CHECKING:
+    from fedbench.engine.plugins import Received
+    from fedbench.engine.runner import RoundLoop
+
+Update = tuple[Any, dict]  # a run's new server state and its logs
+
+
+def server_inputs(loop: RoundLoop, received: Received) -> Any:
+    """What a run's ``server_update`` reads but its rates, as one pytree: its state, its round's
+    context's tensors, its decoded uploads and its weights."""
+    ctx = received.ctx
+    context = (ctx.clients, ctx.steps, dict(ctx.broadcast), ctx.held, dict(ctx.inputs), ctx.sizes)
+    return (loop.state, context, received.uploads.sent, received.uploads.kept, received.weights)
+
+
+def rates(loops: list[RoundLoop], received: list[Received]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each run's η_l and η_g, ``[R]`` each in the model's dtype, moved to its device in one copy each
+    (:func:`~fedbench.engine.pending.to_device`)."""
+    x = loops[0].state.x
+    local = torch.tensor([float(got.ctx.lr) for got in received], dtype=x.dtype)
+    server = torch.tensor([float(loop.s.algorithm.server.lr) for loop in loops], dtype=x.dtype)
+    return to_device(local, x.device), to_device(server, x.device)
+
+
+def joint_key(loop: RoundLoop, received: Received | None) -> Hashable | None:
+    """The group of runs whose server updates are one vmapped call (see the module's docstring), or None
+    for a run updated alone."""
+    algorithm = loop.s.algorithm
+    server = algorithm.server.spec
+    if received is None or not algorithm.caps.vmap_server or server.bias_correction:
+        return None
+    if not isinstance(received.ctx.lr, float) or not isinstance(algorithm.server.lr, float):
+        return None  # a rate already on the device: the run is updated alone
+    leaves, structure = pytree.tree_flatten(server_inputs(loop, received))
+    shapes = tuple(
+        (tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else ("constant", repr(v)) for v in leaves
+    )
+    settings = json.dumps(
+        [algorithm.params.model_dump(mode="json"), server.model_dump(mode="json", exclude={"lr"})], sort_keys=True
+    )
+    return (type(algorithm), settings, str(structure), shapes, received.ctx.round)
+
+
+def server_updates(loops: list[RoundLoop], received: list[Received | None]) -> dict[int, Update]:
+    """The ``server_update`` of every run of ``loops`` that shares a :func:`joint_key` with another,
+    computed per group as one vmapped call; keyed by the run's index. Runs left out are updated alone
+    by their loop."""
+    groups: dict[Hashable, list[tuple[int, Received]]] = {}
+    for i, (loop, got) in enumerate(zip(loops, received)):
+        key = joint_key(loop, got)
+        if key is not None and got is not None:
+            groups.setdefault(key, []).append((i, got))
+    updates: dict[int, Update] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            results = joint_update([loops[i] for i, _ in members], [got for _, got in members])
+            updates.update(zip([i for i, _ in members], results))
+    return updates
+
+
+def joint_update(loops: list[RoundLoop], received: list[Received]) -> list[Update]:
+    """The server updates of runs of one :func:`joint_key`, as one ``vmap`` of the first run's algorithm's
+    ``server_update`` over their stacked inputs; each run's (state, logs), views of the stacked result."""
+    first, round_ = loops[0].s.algorithm, received[0].ctx.round
+    flat = [pytree.tree_flatten(server_inputs(loop, got)) for loop, got in zip(loops, received)]
+    template, structure = flat[0]
+    moving = [i for i, v in enumerate(template) if isinstance(v, torch.Tensor)]
+    stacked = [torch.stack([leaves[i] for leaves, _ in flat]) for i in moving]
+    local_rates, server_rates = rates(loops, received)
+    returned: list[pytree.TreeSpec] = []
+
+    def update(rate: torch.Tensor, server_lr: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        leaves = list(template)
+        for i, v in zip(moving, tensors):
+            leaves[i] = v
+        state, context, sent, kept, weights = pytree.tree_unflatten(leaves, structure)
+        clients, steps, broadcast, held, inputs, sizes = context
+        ctx = RoundContext(clients, rate, steps, broadcast, held, round_, inputs, sizes)
+        algorithm = copy.copy(first)
+        algorithm.server = first.server.at_rate(server_lr)
+        out, spec = pytree.tree_flatten(algorithm.server_update(state, ctx, Upload(sent, kept), weights))
+        returned.append(spec)
+        return out
+
+    outputs = vmap(update)(local_rates, server_rates, *stacked)
+    return [pytree.tree_unflatten(list(leaves), returned[0]) for leaves in zip(*(v.unbind(0) for v in outputs))]

@@ -1,0 +1,113 @@
+"""The servers of a population's runs updated as one vmapped call (fedbench/engine/population_server.py): runs
+of one shape with their own seeds, η_g and η_l give the numbers each has alone (float64 to 1e-10, and float32
+bit for bit on this CPU), every round goes through the joint call, and the runs it must leave out (another
+shape, bias correction, an algorithm without ``vmap_server``) are updated alone with the same numbers."""
+
+import pytest
+import torch
+
+import fedbench.engine.population_server as population_server
+from fedbench.algorithms import ALGORITHMS
+from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.state import state_leaves
+from fedbench.engine.population import PopulationRun, execute_population
+from fedbench.engine.setup import DataCache, build_run
+from fedbench.optim.server import ServerOptimizer
+from fedbench.optim.spec import ServerSpec
+from fedbench.options import RunOptions
+from fedbench.store import ResultsStore
+from tests.engine.test_batched import with_algorithm
+from tests.engine.test_population import LOCAL, alone, assert_same, spec_of
+from tests.factories import tiny_scenario
+
+VMAP_SERVER = [n for n in ALGORITHMS.names() if ALGORITHMS.capabilities(n).vmap_server]
+RATES = [(1.0, 0.05), (0.7, 0.03), (0.3, 0.05)]  # (η_g, η_l) of the three runs
+
+
+@pytest.fixture
+def joint_calls(monkeypatch):
+    """How many runs each vmapped server update took, call by call."""
+    calls: list[int] = []
+    original = population_server.joint_update
+
+    def counting(loops, received):
+        calls.append(len(loops))
+        return original(loops, received)
+
+    monkeypatch.setattr(population_server, "joint_update", counting)
+    return calls
+
+
+def one_shape(name, server=None, local=LOCAL, rounds=3):
+    """Three runs of one shape (N = 8, S = 3): seeds 0, 1, 2 with the η_g and η_l of ``RATES``."""
+    runs = []
+    for seed, (server_lr, lr) in enumerate(RATES):
+        changes = {"clients.num": 8, "clients.per_round": 3, "server.lr": server_lr, **(server or {})}
+        raw = with_algorithm(tiny_scenario(changes, local={**local, "lr": lr}, rounds=rounds), name)
+        runs.append(PopulationRun(spec_of(raw), seed, "h"))
+    return runs
+
+
+def train_both(tmp_path, runs):
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population=str(len(runs))))
+    assert [o.status for o in outs] == ["finished"] * len(runs)
+    return store, outs, *alone(tmp_path, runs, cache)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("name", VMAP_SERVER)
+def test_runs_of_one_shape_share_one_server_update(tmp_path, joint_calls, name):
+    store, outs, alone_store, alone_outs = train_both(tmp_path, one_shape(name))
+    assert_same(store, outs, alone_store, alone_outs)
+    assert joint_calls == [3, 3, 3]  # every round, all three runs in one call
+
+
+@pytest.mark.parametrize("name", ["fedavgm", "fedadam", "fedcm"])
+def test_float32_is_bit_for_bit(tmp_path, joint_calls, name):
+    store, outs, alone_store, alone_outs = train_both(tmp_path, one_shape(name, local={**LOCAL, "precision": "fp32"}))
+    for p, a in zip(outs, alone_outs):
+        got, want = store.metrics([p.run_id]), alone_store.metrics([a.run_id])
+        assert got["train_loss"].tolist() == want["train_loss"].tolist()
+        assert got["test_loss"].dropna().tolist() == want["test_loss"].dropna().tolist()
+    assert joint_calls == [3, 3, 3]
+
+
+@pytest.mark.parametrize(
+    ("name", "server"),
+    [("fedadam", {"server.bias_correction": True}), ("scaffold", None), ("fedqvr", {"server.lr": 1.0})],
+)
+def test_runs_it_cannot_join_are_updated_alone(tmp_path, joint_calls, name, server):
+    store, outs, alone_store, alone_outs = train_both(tmp_path, one_shape(name, server))
+    assert_same(store, outs, alone_store, alone_outs)
+    assert joint_calls == []
+
+
+def test_runs_of_another_shape_make_their_own_group(tmp_path, joint_calls):
+    runs = one_shape("fedavgm")
+    other = with_algorithm(tiny_scenario({"clients.num": 8, "clients.per_round": 4}, local=LOCAL), "fedavgm")
+    runs.append(PopulationRun(spec_of(other), 3, "h"))
+    store, outs, alone_store, alone_outs = train_both(tmp_path, runs)
+    assert_same(store, outs, alone_store, alone_outs)
+    assert joint_calls == [3, 3, 3]  # S = 4 is updated alone
+
+
+@pytest.mark.parametrize("name", VMAP_SERVER)
+def test_a_vmapped_server_keeps_no_client_table(tmp_path, name):
+    spec = spec_of(with_algorithm(tiny_scenario(local=LOCAL), name))
+    run = build_run(spec, 0, DataCache(tmp_path, False, torch.device("cpu")))
+    state = run.algorithm.init_state(run.x0)
+    assert not any(isinstance(v, ClientTable) for v in state_leaves(state))
+    assert all(isinstance(v, torch.Tensor) for v in state_leaves(state))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "yogi", "amsgrad", "ams"])
+def test_a_server_at_a_tensor_rate_steps_as_at_its_own(optimizer):
+    spec = ServerSpec(optimizer=optimizer, lr=0.3, momentum=0.5 if optimizer == "sgd" else 0.0)
+    server = ServerOptimizer(spec)
+    x, delta = torch.linspace(-1, 1, 7, dtype=torch.float64), torch.linspace(0.5, -0.2, 7, dtype=torch.float64)
+    state = server.init(x)
+    want, _ = server.step(x, delta, state)
+    got, _ = server.at_rate(torch.tensor(0.3, dtype=torch.float64)).step(x, delta, state)
+    assert torch.equal(got, want) and server.lr == 0.3
