@@ -12,7 +12,8 @@ when:
 
 * its algorithm declares ``Capabilities.vmap_server`` (a pure tensor update, no ``[N, P]`` client table,
   nothing read to the host);
-* its server optimizer keeps no bias correction (which reads its step count t as a Python number);
+* its server optimizer keeps no bias correction (β^t of R runs at once is a vectorised power, which rounds
+  otherwise than each run's own, Python's);
 * and it shares with the group the algorithm class, its parameters, its server settings but η_g, and
   the shapes, dtypes and devices of every input (S, N, P).
 

@@ -133,11 +133,15 @@ def running_max(floor: float) -> Transform:
 
 
 def bias_correction(beta1: float, beta2: float) -> Transform:
-    """first ← first/(1−β1^t), second ← second/(1−β2^t), with t from :func:`count` (Kingma & Ba 2015)."""
+    """first ← first/(1−β1^t), second ← second/(1−β2^t), with t from :func:`count` (Kingma & Ba 2015).
+    β^t is a 0-d float64 tensor on t's device, so the step reads nothing to the host; on a CPU it is the
+    number Python's ``β ** t`` is (tests/optim/test_server.py)."""
 
     def update(moments: Moments, lr: Rate) -> Moments:
-        t, second = float(step_of(moments, "bias_correction")), second_of(moments, "bias_correction")
-        return moments._replace(first=moments.first / (1 - beta1**t), second=second / (1 - beta2**t))
+        t, second = step_of(moments, "bias_correction").to(torch.float64), second_of(moments, "bias_correction")
+        return moments._replace(
+            first=moments.first / (1 - torch.pow(beta1, t)), second=second / (1 - torch.pow(beta2, t))
+        )
 
     return stateless(update)
 

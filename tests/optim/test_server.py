@@ -116,3 +116,25 @@ def test_each_transform_keeps_its_own_typed_state_and_an_old_state_replays_the_s
 def test_every_spec_optimizer_is_a_table_entry():
     names = set(ServerSpec.model_fields["optimizer"].annotation.__args__)
     assert names == set(SERVER_OPTIMIZERS)
+
+
+@pytest.mark.parametrize("beta", [0.9, 0.99, 0.999, 0.5])
+def test_bias_corrections_power_is_pythons_on_a_cpu(beta):
+    """β^t of a 0-d float64 tensor t (what bias correction divides by) is Python's β ** t, for t up to 20,000."""
+    t = torch.arange(1, 20_001, dtype=torch.float64)
+    got = torch.tensor([float(torch.pow(beta, k)) for k in t.unbind()], dtype=torch.float64)
+    want = torch.tensor([beta ** float(k) for k in range(1, 20_001)], dtype=torch.float64)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["adam", "amsgrad", "ams"])
+def test_a_bias_corrected_step_reads_nothing_to_the_host(name):
+    from fedbench.engine.pending import HostReads
+
+    opt = ServerOptimizer(ServerSpec(optimizer=name, bias_correction=True))
+    x = torch.zeros(5)
+    state = opt.init(x)
+    with HostReads() as reads:
+        for _ in range(3):
+            x, state = opt.step(x, torch.ones(5), state)
+    assert reads.count == 0, reads.where
