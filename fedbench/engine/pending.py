@@ -1,7 +1,8 @@
 """What crosses between the host and the device in a run's rounds, without waiting for the device.
 
 A round leaves its metrics on the device: the train loss, the clients' consistency, the bits of a
-compressed uplink and whether the model is finite are 0-d tensors of a :class:`PendingRound`. The run reads
+compressed uplink, whether the model is finite and, in a round that evaluates, the test set's accuracy and
+loss and the clients' accuracy spread are 0-d tensors of a :class:`PendingRound`. The run reads
 its pending rounds to the host in one transfer (:func:`read_rounds`) only when a round evaluates, checkpoints
 or is the last (:meth:`~fedbench.engine.runner.RoundLoop.reads`), and records them then, in one store
 transaction. So on a GPU the rounds between two evaluations queue their kernels without a host

@@ -353,12 +353,12 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     closed = []
     for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
         with loop.streams(t):
-            metrics, extra = loop.finish_round(o, metrics, extra, scores.get(i))
+            metrics, extra = loop.finish_round(o, metrics, extra, scores.get(i), lazy=True)
         closed.append(PendingRound(t, metrics, extra, loop.finite()))
     return closed
 
 
-def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[float, float]]:
+def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """The test-set scores of the runs due to evaluate in round t, evaluated together
     (:func:`~fedbench.engine.population_rows.evaluate_runs`); runs with a plug-in of their own are
     left to it (it may score the round itself)."""
@@ -366,7 +366,7 @@ def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[float, float
     for i, loop in enumerate(loops):
         if loop.due(t) and not loop.plugins:
             by_batch.setdefault(loop.spec.eval.batch_size, []).append(i)
-    scores: dict[int, tuple[float, float]] = {}
+    scores: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for batch, due in by_batch.items():
         first = loops[due[0]].s
         points, buffers = [loops[i].state.x for i in due], [loops[i].buffers for i in due]

@@ -29,7 +29,7 @@ from fedbench.engine.batched import chunks, dropout_keys, train_rows
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.local import LocalConfig, LocalResult
-from fedbench.engine.pending import read_metrics, to_device
+from fedbench.engine.pending import to_device
 from fedbench.engine.plan import RoundPlan, draw_plan
 from fedbench.models.flat import Buffers, FlatModel
 
@@ -205,25 +205,26 @@ EVAL_RUNS = 16  # runs evaluated together at most (each batch of the test set is
 @torch.no_grad()
 def evaluate_runs(
     model: FlatModel, points: list[torch.Tensor], buffers: list[Buffers], split: ArraySplit, batch_size: int
-) -> list[tuple[float, float]]:
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(accuracy, mean cross-entropy) of each model ``points[r]`` with its BatchNorm ``buffers[r]`` on a
-    whole split, as :meth:`FlatModel.evaluate` gives them one by one: each test batch goes through up to
+    whole split, as :meth:`FlatModel.scores` gives them one by one (0-d tensors, unread: each run reads
+    them with its round, :mod:`fedbench.engine.pending`): each test batch goes through up to
     :data:`EVAL_RUNS` models at once (``torch.func.vmap`` over the runs), and each run's per-sample
     losses are reduced alone. A model that does not vmap in eval mode is evaluated one run at a time."""
-    scores: list[tuple[float, float]] = []
+    scores: list[tuple[torch.Tensor, torch.Tensor]] = []
     for group in chunks(len(points), EVAL_RUNS):
         flats = torch.stack(points[group])
         stacked = {n: torch.stack([b[n] for b in buffers[group]]) for n in buffers[group.start]}
         try:
             scores += _evaluate_group(model, flats, stacked, split, batch_size)
         except RuntimeError:  # a layer without a batching rule in eval mode
-            scores += [model.evaluate(p, b, split, batch_size) for p, b in zip(points[group], buffers[group])]
+            scores += [model.scores(p, b, split, batch_size) for p, b in zip(points[group], buffers[group])]
     return scores
 
 
 def _evaluate_group(
     model: FlatModel, flats: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int
-) -> list[tuple[float, float]]:
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     model.module.eval()
 
     def one(flat: torch.Tensor, own: Buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -238,6 +239,4 @@ def _evaluate_group(
         losses.append(F.cross_entropy(out.flatten(0, 1), y.repeat(runs), reduction="none").view(runs, n))
         correct.append(out.argmax(2) == y)
     hits, loss = torch.cat(correct, 1), torch.cat(losses, 1)
-    means = [m for r in range(len(flats)) for m in (hits[r].float().mean(), loss[r].contiguous().mean())]
-    values = read_metrics(means)  # one transfer for every run's scores
-    return [(values[2 * r], values[2 * r + 1]) for r in range(len(flats))]
+    return [(hits[r].float().mean(), loss[r].contiguous().mean()) for r in range(len(flats))]

@@ -108,6 +108,7 @@ def consistency_of(final: torch.Tensor) -> torch.Tensor:
 
 
 T = TypeVar("T", bound=RoundPlugin)
+Scores = tuple[float, float] | tuple[torch.Tensor, torch.Tensor]  # the test set's (accuracy, loss), read or not
 
 
 def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int, lazy: bool = False) -> dict[str, Any]:
@@ -298,7 +299,7 @@ class RoundLoop:
     ) -> tuple[dict[str, float | None], dict]:
         """Round t after its local work (``result``; None when nobody trained): aggregation, the
         plug-ins' logs, evaluation; returns (metrics, extra logs), their device values unread if ``lazy``."""
-        return self.finish_round(opened, *self.settle_round(opened, result, lazy))
+        return self.finish_round(opened, *self.settle_round(opened, result, lazy), lazy=lazy)
 
     def settle_round(self, opened: OpenRound, result: LocalResult | None, lazy: bool = False) -> tuple[dict, dict]:
         """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs
@@ -324,15 +325,12 @@ class RoundLoop:
         return round_metrics(opened.ctx, result, self.s.model.buffer_numel(), lazy), extra
 
     def finish_round(
-        self,
-        opened: OpenRound,
-        metrics: dict[str, float | None],
-        extra: dict,
-        scores: tuple[float, float] | None = None,
+        self, opened: OpenRound, metrics: dict[str, Any], extra: dict, scores: Scores | None = None, lazy: bool = False
     ) -> tuple[dict[str, float | None], dict]:
         """:meth:`close_round` from its evaluation on; ``scores``: the test set's (accuracy, loss) when
-        due, computed elsewhere (a population evaluates its runs together)."""
-        return self._finish(opened.t, opened.start, opened.lr, metrics, extra, opened.begun, scores)
+        due, computed elsewhere (a population evaluates its runs together); ``lazy``: the evaluation's
+        values left on the device, read with the round's others (:mod:`fedbench.engine.pending`)."""
+        return self._finish(opened.t, opened.start, opened.lr, metrics, extra, opened.begun, scores, lazy)
 
     def due(self, t: int) -> bool:
         """Whether round t evaluates on the test set (every ``eval.every`` rounds and the last)."""
@@ -469,37 +467,41 @@ class RoundLoop:
         t: int,
         start: float,
         lr: float,
-        metrics: dict[str, float | None],
+        metrics: dict[str, Any],
         extra: dict,
         begun: dict,
-        given: tuple[float, float] | None = None,
+        given: Scores | None = None,
+        lazy: bool = False,
     ) -> tuple[dict, dict]:
         """Evaluate on schedule (``given``: the test set's scores, computed elsewhere), time the round,
-        add the once-per-run logs."""
+        add the once-per-run logs; ``lazy``: the scores left unread."""
         spec = self.spec
         due = self.due(t)
-        scores = self.evaluate(t, due, given)
+        scores = self.evaluate(t, due, given, lazy)
         if scores is not None:
             metrics["test_acc"], metrics["test_loss"] = scores
         for plugin in self.plugins:
             self.state, logs = plugin.after_evaluation(t, self.state, self.buffers, self.local_cfg)
             extra = {**extra, **logs}
         if due and spec.eval.client_spread:
-            metrics["client_acc_std"] = self.client_accuracy_spread()
+            metrics["client_acc_std"] = self.client_accuracy_spread(lazy)
         metrics["wall_s"] = time.perf_counter() - start
         if t == 1:
             extra = {**extra, **self.run_logs()}
         return metrics, {"lr": lr, **extra, **begun}
 
-    def evaluate(self, t: int, due: bool, given: tuple[float, float] | None = None) -> tuple[float, float] | None:
+    def evaluate(self, t: int, due: bool, given: Scores | None = None, lazy: bool = False) -> Scores | None:
         """(accuracy, loss) of round t: the first plug-in's scores (every plug-in is asked), else
-        the whole test set's when due (``given``, or evaluated here), else None."""
+        the whole test set's when due (``given``, or evaluated here: 0-d tensors, unread, if ``lazy``),
+        else None."""
         x, s = self.state.x, self.s
         scores = [p.evaluate(t, due, x, self.buffers) for p in self.plugins]
         chosen = next((score for score in scores if score is not None), None)
         if chosen is None and due:
             if given is not None:
                 return given
+            if lazy:
+                return s.model.scores(x, self.buffers, s.data.test, self.spec.eval.batch_size)
             return s.model.evaluate(x, self.buffers, s.data.test, self.spec.eval.batch_size)
         return chosen
 
@@ -522,12 +524,14 @@ class RoundLoop:
             merged.update(hook(plugin))
         return merged
 
-    def client_accuracy_spread(self) -> float:
-        """Std over all N clients of the global model's accuracy on each client's training data."""
+    def client_accuracy_spread(self, lazy: bool = False) -> float | torch.Tensor:
+        """Std over all N clients of the global model's accuracy on each client's training data (a 0-d
+        tensor, unread, if ``lazy``)."""
         s = self.s
         correct, _ = s.model.per_sample(self.state.x, self.buffers, s.data.train, self.spec.eval.batch_size)
         per_client = torch.stack([correct[p].float().mean() for p in self.fed.parts])
-        return float(per_client.std(correction=0))
+        spread = per_client.std(correction=0)
+        return spread if lazy else float(spread)
 
     def divergence(self, metrics: dict[str, float | None], finite: bool) -> str | None:
         """Why the round diverged (see the module docstring), or None; ``finite``: whether the model was

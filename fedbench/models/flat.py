@@ -166,8 +166,16 @@ class FlatModel:
 
     def evaluate(self, flat: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int) -> tuple[float, float]:
         """(accuracy, mean cross-entropy) of the model ``flat`` on a whole split."""
+        accuracy, loss = self.scores(flat, buffers, split, batch_size)
+        return float(accuracy), float(loss)
+
+    def scores(
+        self, flat: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`evaluate` as 0-d tensors on the model's device, unread (a round reads them with its other
+        values, :mod:`fedbench.engine.pending`)."""
         correct, losses = self.per_sample(flat, buffers, split, batch_size)
-        return float(correct.float().mean()), float(losses.mean())
+        return correct.float().mean(), losses.mean()
 
 
 def average_buffers(per_client: list[Buffers], weights: torch.Tensor) -> Buffers:

@@ -9,7 +9,7 @@ import torch
 
 import fedbench.engine.runner as runner
 from fedbench.engine.pending import HostReads, PendingRound, read_rounds, to_device
-from fedbench.engine.population import PopulationRun, execute_population
+from fedbench.engine.population import PopulationRun, execute_population, population_round
 from fedbench.engine.precision import default_dtype
 from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache, build_run
@@ -56,6 +56,28 @@ def test_a_round_between_reads_reads_nothing_to_the_host(tmp_path, name):
         assert reads.count > 0, f"{name} no longer reads on the host: drop it from READS_BY_DESIGN"
     else:
         assert reads.count == 0, dict(reads.where)
+
+
+@pytest.mark.parametrize("population", [False, True])
+def test_an_evaluating_round_reads_once(tmp_path, population):
+    """A round that evaluates (test scores and the clients' accuracy spread) and its pending rounds are one
+    transfer to the host, in a run and in a population of three."""
+    spec = spec_of(eval={"every": 5, "client_spread": True})
+    with default_dtype(torch.float64):
+        loops = [
+            RoundLoop(spec, seed, build_run(spec, seed, cache(tmp_path)), "batched", None, "off") for seed in range(3)
+        ]
+
+        def train(t):
+            return population_round(loops, t) if population else [loops[0].lazy_round(t)]
+
+        for t in range(1, 5):
+            train(t)
+        with HostReads() as reads:
+            pending = train(5)
+            read_rounds(pending)
+    assert reads.count == 1, dict(reads.where)
+    assert all(isinstance(p.metrics["client_acc_std"], float) and 0 <= p.metrics["test_acc"] <= 1 for p in pending)
 
 
 def test_reads_come_when_a_round_evaluates_checkpoints_or_ends():

@@ -276,7 +276,9 @@ def test_runs_are_evaluated_together_as_each_alone(tmp_path, model, shape):
     stacked = {n: torch.stack([b[n] for b in buffers]) for n in buffers[0]}
     together = _evaluate_group(model_, torch.stack(points), stacked, test, 7)
     alone = [model_.evaluate(p, b, test, 7) for p, b in zip(points, buffers)]
-    assert [v for pair in together for v in pair] == pytest.approx([v for pair in alone for v in pair], rel=1e-12)
+    assert [float(v) for pair in together for v in pair] == pytest.approx(
+        [v for pair in alone for v in pair], rel=1e-12
+    )
     assert len({a for a, _ in alone}) > 1 or len({loss for _, loss in alone}) > 1  # the runs differ
 
 
