@@ -2,7 +2,8 @@
 
 Runs that differ only in their seed, partition, N and S, round count, client availability, server side
 (``server.*``: η_g, momentum, the adaptive optimizer; ``privacy``: clipping and noise of the received rows, each run's
-plug-in with its own noise stream and accountant), uplink compression, η_l and its decay
+plug-in with its own noise stream and accountant), uplink compression, wireless uplink (each run's channel,
+outages and bit allocation), η_l and its decay
 (``Capabilities.row_lr``) and the algorithm parameters it declares per row (``Capabilities.row_params``)
 share everything else their clients' local work reads (:func:`population_key`). Such runs go through
 their rounds in lockstep (:func:`population_round`): each run opens its round alone (sampling, plug-ins,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 PopulationCallback = Callable[[int, int, dict[str, float | None]], None]  # (member index, round, metrics)
 
 ALL_ROWS = 2**31 - 1  # a chunk size meaning every row of the population at once
-UNGROUPED_BLOCKS = ("continual", "wireless")  # axes whose plug-ins move the clients' data or local work per run
+UNGROUPED_BLOCKS = ("continual",)  # axes whose plug-ins move the clients' data per run (a task stream; its label mask)
 
 
 def population_key(spec: RunSpec) -> str | None:

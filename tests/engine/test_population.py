@@ -322,3 +322,23 @@ def test_runs_with_client_availability_and_stragglers_train_in_a_population(tmp_
     store = ResultsStore(tmp_path / "pop")
     outs = execute_population(runs, store, cache, RunOptions(population="3"))
     assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedqvr", "fedqvr_e"])
+def test_runs_with_a_wireless_uplink_train_in_a_population(tmp_path, name):
+    """Each run draws its own channel: its outages (uploads past the deadline τ left out of its server update) and,
+    for FedQVR-E, its bit allocation and the devices it removes before training; one run with a looser τ."""
+
+    def spec_with(tau):
+        raw = tiny_scenario({"clients.num": 8, "clients.per_round": 4}, local=LOCAL, rounds=4, wireless={"tau_s": tau})
+        return spec_of(with_algorithm(raw, name))
+
+    tight = spec_with(0.002)
+    runs = [PopulationRun(tight, 0, "h"), PopulationRun(tight, 1, "h"), PopulationRun(spec_with(0.005), 2, "h")]
+    assert population_key(runs[0].spec) == population_key(runs[2].spec) is not None
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+    channel = [json.loads(e)["wireless"] for e in store.metrics([outs[0].run_id])["extra"]]
+    assert any(len(c["received"]) < 4 for c in channel)  # some uploads lost (or devices removed)
