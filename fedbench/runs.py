@@ -128,7 +128,7 @@ def run_scenario(
     ]
     pairs = [(spec, seed) for spec in specs for seed in scenario.seeds]
     size, why = population_size(options, cache.device)
-    groups = group_runs([spec for spec, _ in pairs], size)
+    groups = group_runs([spec for spec, _ in pairs], size, [seed for _, seed in pairs])
     line = groups_line(groups, why)
     if line:
         console.print(f"{scenario.name}: {line}", soft_wrap=True, highlight=False)

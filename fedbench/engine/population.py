@@ -3,7 +3,8 @@
 Runs that differ only in their seed, partition, N and S, round count, client availability, server side
 (``server.*``: η_g, momentum, the adaptive optimizer; ``privacy``: clipping and noise of the received rows, each run's
 plug-in with its own noise stream and accountant), uplink compression, wireless uplink (each run's channel,
-outages and bit allocation), η_l and its decay
+outages and bit allocation), a continual run's own task partitions, batches and replay memory (one ``continual``
+block, so that every run is in the same task with the same heads), η_l and its decay
 (``Capabilities.row_lr``) and the algorithm parameters it declares per row (``Capabilities.row_params``)
 share everything else their clients' local work reads (:func:`population_key`). Such runs go through
 their rounds in lockstep (:func:`population_round`): each run opens its round alone (sampling, plug-ins,
@@ -55,18 +56,18 @@ if TYPE_CHECKING:
 PopulationCallback = Callable[[int, int, dict[str, float | None]], None]  # (member index, round, metrics)
 
 ALL_ROWS = 2**31 - 1  # a chunk size meaning every row of the population at once
-UNGROUPED_BLOCKS = ("continual",)  # axes whose plug-ins move the clients' data per run (a task stream; its label mask)
 
 
-def population_key(spec: RunSpec) -> str | None:
+def population_key(spec: RunSpec, seed: int | None = None) -> str | None:
     """What the runs of one population must share (canonical JSON): the dataset, the model, the
-    ``local`` block (but η_l and its decay for an algorithm with ``Capabilities.row_lr``) and the
-    algorithm with its parameters (not its label, nor its ``Capabilities.row_params``). None for a run that trains
-    alone: a non-batchable algorithm (its own local loss) or an axis of :data:`UNGROUPED_BLOCKS`."""
+    ``local`` block (but η_l and its decay for an algorithm with ``Capabilities.row_lr``), the
+    algorithm with its parameters (not its label, nor its ``Capabilities.row_params``) and the ``continual``
+    block, so that every run is in the same task, with the same heads (the model's label mask), in each
+    round; under ``continual.class_order: seeded`` also the ``seed`` (its own classes per task: a seed's
+    tuning trials train together, other seeds apart). None for a run that trains alone: a non-batchable
+    algorithm (its own local loss)."""
     from fedbench.algorithms import ALGORITHMS
 
-    if any(getattr(spec, block) is not None for block in UNGROUPED_BLOCKS):
-        return None
     caps = ALGORITHMS.get(spec.algorithm["name"]).obj.caps
     if not caps.batchable:
         return None
@@ -75,6 +76,10 @@ def population_key(spec: RunSpec) -> str | None:
     if caps.row_lr:  # each run's η_l rides on its rows
         local = {k: v for k, v in local.items() if k not in ("lr", "lr_decay")}
     payload = {"dataset": spec.dataset, "model": spec.model, "local": local, "algorithm": algorithm}
+    if spec.continual is not None:
+        payload["continual"] = spec.continual.model_dump(mode="json")
+        if spec.continual.class_order == "seeded":
+            payload["class_order_seed"] = seed
     return json.dumps(payload, sort_keys=True, default=str)
 
 
@@ -109,13 +114,13 @@ def groups_line(groups: list[list[Any]], why: str) -> str:
     return f"{total} run(s): {len(together)} population(s) of {total - alone}, {alone} alone; {why}"
 
 
-def group_runs(specs: list[RunSpec], size: int) -> list[list[int]]:
-    """Indices of ``specs`` in populations of at most ``size`` runs, each of one
+def group_runs(specs: list[RunSpec], size: int, seeds: list[int] | None = None) -> list[list[int]]:
+    """Indices of ``specs`` (of ``seeds``) in populations of at most ``size`` runs, each of one
     :func:`population_key`, in the order of their first run; a run without a key is alone."""
     groups: dict[str, list[list[int]]] = {}
     order: list[list[int]] = []
     for i, spec in enumerate(specs):
-        key = population_key(spec) if size > 1 else None
+        key = population_key(spec, seeds[i] if seeds is not None else None) if size > 1 else None
         if key is None:
             order.append([i])
             continue

@@ -59,7 +59,7 @@ def population_groups(
     """``runs`` in the populations ``--population`` forms on ``device`` (:func:`~fedbench.engine.population.group_runs`;
     a run alone is a group of one), and why."""
     size, why = population_size(options, device)
-    return [[runs[i] for i in group] for group in group_runs([r.spec for r in runs], size)], why
+    return [[runs[i] for i in group] for group in group_runs([r.spec for r in runs], size, [r.seed for r in runs])], why
 
 
 @dataclass

@@ -19,7 +19,7 @@ from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.continual.common import RAW as continual_raw
 from tests.engine.test_batched import BATCHABLE, COLS, ImageCache, with_algorithm
-from tests.factories import tiny_scenario, tiny_spec
+from tests.factories import tiny_scenario, tiny_spec, with_changes
 
 RTOL, ATOL = 1e-10, 1e-12
 LOCAL = {"epochs": 0.5, "batch_size": 16, "lr": 0.05, "weight_decay": 1e-3, "clip_grad_norm": 2.0, "precision": "fp64"}
@@ -174,7 +174,13 @@ def test_grouping():
     nccl = [tiny_spec(algorithm="nccl_fl"), tiny_spec({"local.lr": 0.01}, algorithm="nccl_fl")]  # row_lr = False
     assert group_runs(nccl, 8) == [[0], [1]]
     assert group_runs(specs, 1) == [[i] for i in range(8)]
-    assert population_key(spec_of(continual_raw)) is None  # a task stream moves each run's data and labels
+    natural = spec_of(continual_raw)
+    seeded = spec_of(with_changes(continual_raw, {"continual.class_order": "seeded"}))
+    seeded_lr = spec_of(with_changes(continual_raw, {"continual.class_order": "seeded", "local.lr": 0.01}))
+    assert group_runs([natural, natural], 8, [0, 1]) == [[0, 1]]  # one task schedule and heads
+    assert group_runs([seeded, seeded, seeded_lr], 8, [0, 1, 0]) == [[0, 2], [1]]  # a seed's own classes per task
+    other_tasks = spec_of(with_changes(continual_raw, {"continual.rounds_per_task": 1}, rounds=3))
+    assert population_key(other_tasks) != population_key(natural) is not None
 
 
 def test_every_batchable_algorithm_can_join_a_population():
@@ -342,3 +348,35 @@ def test_runs_with_a_wireless_uplink_train_in_a_population(tmp_path, name):
     assert_same(store, outs, *alone(tmp_path, runs, cache))
     channel = [json.loads(e)["wireless"] for e in store.metrics([outs[0].run_id])["extra"]]
     assert any(len(c["received"]) < 4 for c in channel)  # some uploads lost (or devices removed)
+
+
+@pytest.mark.parametrize("name", ["fine_fl", "er_fl", "ewc_fl", "cflag"])
+@pytest.mark.parametrize(
+    ("changes", "runs"),
+    [
+        ({}, [(0, 0.1), (1, 0.1), (2, 0.05)]),  # seeds of the natural class order, one with another η_l
+        ({"continual.mode": "class", "continual.class_order": "seeded"}, [(3, 0.1), (3, 0.05), (3, 0.02)]),
+    ],
+)
+def test_continual_runs_train_in_a_population(tmp_path, name, changes, runs):
+    """Each run switches tasks with its own partition, batches, replay memory and task-end hooks: the rounds and
+    the accuracy matrix of each are those it has alone (seeded class order: a seed's trials together)."""
+    raw = with_changes(continual_raw, changes)
+    members = []
+    for seed, lr in runs:
+        spec = spec_of(
+            {**raw, "algorithms": [{"name": name}], "local": {**raw["local"], "precision": "fp64", "lr": lr}}
+        )
+        members.append(PopulationRun(spec, seed, "h"))
+    assert len({population_key(r.spec, r.seed) for r in members}) == 1
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(members, store, cache, RunOptions(population="3"))
+    alone_store, alone_outs = alone(tmp_path, members, cache)
+    assert_same(store, outs, alone_store, alone_outs)
+    for p, a in zip(outs, alone_outs):
+        got = [json.loads(e).get("task_acc") for e in store.metrics([p.run_id])["extra"]]
+        want = [json.loads(e).get("task_acc") for e in alone_store.metrics([a.run_id])["extra"]]
+        assert sum(row is not None for row in want) == 3
+        for g, w in zip(got, want):
+            assert (g is None and w is None) or g == pytest.approx(w, rel=1e-10, abs=1e-12)
