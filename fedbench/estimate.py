@@ -334,11 +334,14 @@ class Estimator:
     def population(self, c: CostClass, options: RunOptions) -> int:
         """How many of the class's runs a probe trains together: as many as ``--population`` lets one
         population hold on this device (:func:`~fedbench.engine.population.population_size`), at most
-        :data:`POPULATION_PROBE`; one for runs that train alone."""
+        :data:`POPULATION_PROBE`, of the class's runs that share the first's population key; one for runs that
+        train alone."""
         size, _ = population_size(options, self.cache.device)
-        if size <= 1 or len(c.runs) <= 1 or population_key(c.runs[0].spec) is None:
+        key = population_key(c.runs[0].spec, c.runs[0].seed)
+        if size <= 1 or key is None:
             return 1
-        return min(size, len(c.runs), POPULATION_PROBE)
+        sharing = sum(population_key(r.spec, r.seed) == key for r in c.runs)
+        return min(size, sharing, POPULATION_PROBE)
 
 
 def duration(seconds: float) -> str:
