@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import weakref
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -75,10 +76,19 @@ def joint_key(loop: RoundLoop, received: Received | None) -> Hashable | None:
     shapes = tuple(
         (tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else ("constant", repr(v)) for v in leaves
     )
-    settings = json.dumps(
-        [algorithm.params.model_dump(mode="json"), server.model_dump(mode="json", exclude={"lr"})], sort_keys=True
-    )
-    return (type(algorithm), settings, str(structure), shapes, received.ctx.round)
+    return (type(algorithm), settings_of(algorithm), structure, shapes, received.ctx.round)
+
+
+_SETTINGS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def settings_of(algorithm: Any) -> str:
+    """The algorithm's parameters and its server settings but η_g (canonical JSON), once per algorithm object
+    (they do not change during a run)."""
+    if algorithm not in _SETTINGS:
+        server = algorithm.server.spec.model_dump(mode="json", exclude={"lr"})
+        _SETTINGS[algorithm] = json.dumps([algorithm.params.model_dump(mode="json"), server], sort_keys=True)
+    return _SETTINGS[algorithm]
 
 
 def server_updates(loops: list[RoundLoop], received: list[Received | None]) -> dict[int, Update]:
