@@ -7,18 +7,22 @@ Trains each algorithm's entry of the scenario (at ``--scale``, if given; evaluat
 empty store through :func:`~fedbench.engine.runner.execute_run`, or ``--runs R`` seeds as one population, for
 ``rounds`` and for 2 × ``rounds`` rounds, and counts the reads of torch tensors to the host (``item``, ``tolist``, ``float``, ``bool``, …;
 :class:`~fedbench.engine.pending.HostReads`). On a CPU nothing waits, but the count is what a GPU run would
-wait for. The difference of the two runs is what ``rounds`` more rounds read, without the setup's reads. Not a timed test; runs on older commits too
+wait for; and the host→device copies (:class:`Copies`). The difference of the two runs is what ``rounds`` more rounds
+read, without the setup's reads. Not a timed test; runs on older commits too
 (``PYTHONPATH=<worktree> python -m benchmarks.host_reads`` with this file's HostReads copied there).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
+import fedbench.engine.pending as pending
 from fedbench.engine.pending import HostReads
 from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.precision import default_dtype
@@ -28,7 +32,37 @@ from fedbench.scenario import load_scenario, resolve_runs
 from fedbench.store import ResultsStore
 
 
-def reads_of(config: str, scale: str | None, name: str, rounds: int, every: int, runs: int) -> HostReads:
+class Copies:
+    """While active, counts the calls of :func:`~fedbench.engine.pending.to_device` (each a host→device copy on
+    a GPU), wherever a fedbench module imported it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.modules: list[Any] = []
+
+    def __enter__(self) -> Copies:
+        original = pending.to_device
+
+        def counting(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+            self.count += 1
+            return original(host, device)
+
+        self.original = original
+        self.modules = [
+            m
+            for n, m in list(sys.modules.items())
+            if n.startswith("fedbench") and getattr(m, "to_device", None) is original
+        ]
+        for m in self.modules:
+            m.to_device = counting
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m in self.modules:
+            m.to_device = self.original
+
+
+def reads_of(config: str, scale: str | None, name: str, rounds: int, every: int, runs: int) -> tuple[HostReads, Copies]:
     """The host reads of ``runs`` seeds of the scenario's ``name`` entry trained ``rounds`` rounds from an empty
     store (one population when ``runs`` > 1), evaluated every ``every``."""
     overrides = [f"rounds={rounds}", f"eval.every={every}", f"checkpoint_every={rounds}"]
@@ -36,12 +70,12 @@ def reads_of(config: str, scale: str | None, name: str, rounds: int, every: int,
     spec = next(s for s in specs if s.algorithm["name"] == name)
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-reads-")))
     cache = DataCache(Path("data"), False, torch.device("cpu"))
-    with HostReads() as reads, default_dtype(torch.float64):
+    with HostReads() as reads, Copies() as copies, default_dtype(torch.float64):
         outcomes = execute_population(
             [PopulationRun(spec, seed, "h") for seed in range(runs)], store, cache, RunOptions(executor="batched")
         )
     assert all(o.status == "finished" for o in outcomes), outcomes
-    return reads
+    return reads, copies
 
 
 def main() -> None:
@@ -58,12 +92,16 @@ def main() -> None:
     print(f"{args.config} (scale {args.scale}), evaluated every {args.every} rounds, {what}, on cpu: the reads of")
     print(f"rounds {args.rounds + 1}-{2 * args.rounds} (a run of {2 * args.rounds} rounds less one of {args.rounds})")
     for name in args.algorithms.split(","):
-        short, long = (
+        (short, short_copies), (long, long_copies) = (
             reads_of(args.config, args.scale, name, r, args.every, args.runs) for r in (args.rounds, 2 * args.rounds)
         )
         extra = long.where - short.where
         per_round = (long.count - short.count) / args.rounds / args.runs
-        print(f"{name:10s} {long.count - short.count:5d} reads, {per_round:5.2f} a round a run")
+        copies = (long_copies.count - short_copies.count) / args.rounds / args.runs
+        print(
+            f"{name:10s} {long.count - short.count:5d} reads, {per_round:5.2f} a round a run; "
+            f"{copies:5.1f} copies to the device a round a run"
+        )
         for place, n in extra.most_common(args.top):
             print(f"    {n:5d} {place}")
 

@@ -9,6 +9,11 @@ last batch of an epoch holds the remaining ``n_i mod B`` samples — unless that
 single sample and ``drop_singleton`` is set (``local.drop_singleton_batch``): then that sample is
 skipped for this epoch (as some papers' code does, docs/scenarios.md), because BatchNorm cannot train on a
 batch of one.
+
+Permutations are composed on the host, from a host copy of the parts: a round plan
+(:mod:`fedbench.engine.plan`) lays a round's indices out there and moves them to the device in one copy,
+and a step-by-step draw (the sequential executor) moves each permutation once; no gather runs on the device
+for them (quickstart, a population of 4: 22.9 host→device copies a round a run became 5.0, benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ class ClientBatcher:
         task: int | None = None,
     ):
         self.parts = parts
+        self.device = parts[0].device if parts else torch.device("cpu")
+        # the parts on the host (one copy of them all): a permutation is composed there, and a draw crosses to the
+        # device once (:func:`~fedbench.engine.pending.to_device`), instead of a copy and a gather per permutation
+        sizes = [len(p) for p in parts]
+        self._host = list(torch.cat(parts).cpu().split(sizes)) if parts else []
         self.batch_size = batch_size
         self.seed = seed
         self.drop_singleton = drop_singleton
@@ -45,7 +55,7 @@ class ClientBatcher:
         # samples each client has consumed (Python ints: drawing batches is on the host's hot path)
         self.cursor = [0] * len(parts)
         self._sizes = [len(p) for p in parts]
-        self._perm: dict[int, tuple[int, torch.Tensor]] = {}
+        self._perm: dict[int, tuple[int, torch.Tensor, torch.Tensor | None]] = {}  # client → (epoch, host, device)
 
     def batch_size_of(self, client: int) -> int:
         return min(self.batch_size, len(self.parts[client]))
@@ -54,22 +64,30 @@ class ClientBatcher:
         """Local steps that make ``epochs`` passes over the client's data: ⌈E·n_i/B⌉ (≥ 1)."""
         return epoch_steps(len(self.parts[client]), self.batch_size, epochs)
 
-    def _permutation(self, client: int, epoch: int) -> torch.Tensor:
+    def _permutation(self, client: int, epoch: int, on_device: bool = False) -> torch.Tensor:
+        """The client's samples in the order of its epoch ``epoch``: composed on the host, and moved to the parts'
+        device (once) if ``on_device``."""
         cached = self._perm.get(client)
         if cached is None or cached[0] != epoch:
-            part = self.parts[client]
+            part = self._host[client]
             order = torch.randperm(len(part), generator=torch_stream(self.seed, *self.stream, client, epoch))
-            cached = (epoch, part[to_device(order, part.device)])
+            cached = (epoch, part[order], None)
             self._perm[client] = cached
-        return cached[1]
+        if not on_device:
+            return cached[1]
+        if cached[2] is None:
+            cached = (epoch, cached[1], to_device(cached[1], self.device))
+            self._perm[client] = cached
+        return cached[2]
 
     def next(self, client: int) -> torch.Tensor:
-        """Indices (into the training set) of the client's next minibatch."""
+        """Indices (into the training set) of the client's next minibatch, on the parts' device."""
         return self.draw(client, 1)[0]
 
-    def draw(self, client: int, steps: int) -> tuple[torch.Tensor, list[int], list[int]]:
-        """The client's next ``steps`` minibatches at once, their indices end to end, each batch's length and
-        the cursor before each (the augmentation key). A batch never straddles two epochs (module docstring)."""
+    def draw(self, client: int, steps: int, on_device: bool = True) -> tuple[torch.Tensor, list[int], list[int]]:
+        """The client's next ``steps`` minibatches at once, their indices end to end (on the parts' device, or on the
+        host: a round plan lays them out there), each batch's length and the cursor before each (the
+        augmentation key). A batch never straddles two epochs (module docstring)."""
         n, size = self._sizes[client], min(self.batch_size, self._sizes[client])
         lengths, positions, segments = [], [], []  # segments: [epoch, start, stop] of the epoch's permutation
         cursor = self.cursor[client]
@@ -87,7 +105,7 @@ class ClientBatcher:
             else:
                 segments.append([epoch, pos, pos + take])
         self.cursor[client] = cursor
-        pieces = [self._permutation(client, e)[a:b] for e, a, b in segments]
+        pieces = [self._permutation(client, e, on_device)[a:b] for e, a, b in segments]
         return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)), lengths, positions
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -8,7 +8,8 @@ per client: client i's k-th minibatch is the batcher's k-th ``next(i)`` of the r
 draw independently of each other and of training, so drawing a whole round before its first
 step gives the same batches as drawing them step by step.
 
-The plan is ``[K, S, B]`` index and mask tensors on the data's device (K = max_i K_i, B the
+The plan is ``[K, S, B]`` index and mask tensors on the data's device, laid out on the host and moved in
+one copy each (with a replay memory, laid out on the device) (K = max_i K_i, B the
 largest batch of the round); step k uses the first ``width[k]`` columns (its largest batch, as
 the batched executor padded each step before plans), so a row's numbers do not depend on which
 other rows share its chunk. Padded places hold sample 0 with mask 0; rows past their K_i are all
@@ -81,7 +82,7 @@ def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg:
     rows = []
     for row, c in enumerate(clients):
         if cfg.replay is None:
-            flat, lengths, positions = batcher.draw(c, steps[row])
+            flat, lengths, positions = batcher.draw(c, steps[row], on_device=False)
             rows.append(RowDraws(c, flat, lengths, lengths, positions))
             continue
         drawn = [cfg.batch_indices(batcher, c) for _ in range(steps[row])]
@@ -104,11 +105,19 @@ def draw_plan(
     within = torch.arange(sum(flat_lengths)) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
     dest = torch.repeat_interleave(slot * shape[2], lengths) + within
     device, size = train.y.device, shape[0] * shape[1] * shape[2]
-    dest_d = to_device(dest, device)
-    index = torch.zeros(size, dtype=torch.int64, device=device)
-    index[dest_d] = to_device(torch.cat([r.flat for r in rows]), device)
-    mask = train.x.new_zeros(size)
-    mask[dest_d] = 1.0
+    flat = torch.cat([r.flat for r in rows])
+    if flat.device.type == "cpu":  # drawn on the host: laid out there, and moved in one copy each
+        index_h = torch.zeros(size, dtype=torch.int64)
+        index_h[dest] = flat
+        mask_h = torch.zeros(size, dtype=train.x.dtype)
+        mask_h[dest] = 1.0
+        index, mask, dest_d = to_device(index_h, device), to_device(mask_h, device), dest
+    else:  # with a replay memory's draws, on the device
+        dest_d = to_device(dest, device)
+        index = torch.zeros(size, dtype=torch.int64, device=device)
+        index[dest_d] = flat
+        mask = train.x.new_zeros(size)
+        mask[dest_d] = 1.0
     memory = None
     if cfg.replay_apart:  # the samples after a batch's current ones are its replay draw
         current = torch.repeat_interleave(torch.tensor([n for r in rows for n in r.current]), lengths)

@@ -44,3 +44,11 @@ def test_drop_singleton_skips_an_epochs_lone_last_sample():
     assert again.next(0).tolist() == second_epoch[:2].tolist()
     single = ClientBatcher([torch.arange(1)], 4, seed=0, drop_singleton=True)
     assert [len(single.next(0)) for _ in range(2)] == [1, 1]  # a one-sample client still trains
+
+
+def test_a_host_draw_is_the_device_draw():
+    parts = [torch.arange(0, 7), torch.arange(7, 30)]
+    on_host, on_device = ClientBatcher(parts, 5, seed=4), ClientBatcher(parts, 5, seed=4)
+    for client, steps in [(0, 3), (1, 4), (0, 5)]:
+        (h, hl, hp), (d, dl, dp) = on_host.draw(client, steps, on_device=False), on_device.draw(client, steps)
+        assert h.device.type == "cpu" and torch.equal(h, d.cpu()) and (hl, hp) == (dl, dp)

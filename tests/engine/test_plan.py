@@ -47,3 +47,28 @@ def test_plan_rows_and_replay_apart():
     assert torch.equal(memory[0, 5:7], torch.ones(2)) and torch.equal(mask[0, :7], torch.ones(7))
     part = plan.rows(slice(1, 2))
     assert part.width == plan.width and torch.equal(part.batch(0, train)[1], y[1:])
+
+
+def test_a_plan_without_replay_is_laid_out_on_the_host_and_moved_in_two_copies(monkeypatch):
+    """Without a replay memory the plan is the sequential batches too, and crosses to the data's device as two
+    copies (indices, mask), however many permutations the round's clients draw."""
+    import fedbench.engine.batches as batches_module
+    import fedbench.engine.plan as plan_module
+
+    train, batcher, _ = setup()
+    cfg = LocalConfig(0.0, None, AugmentSpec(), seed=3)
+    copies = []
+    original = plan_module.to_device
+    for module in (plan_module, batches_module):  # the batcher's draws, then the plan's layout
+        monkeypatch.setattr(module, "to_device", lambda t, d: copies.append(t.device) or original(t, d))
+    clients, steps = [0, 1, 2, 3], [6, 5, 3, 9]  # several epochs of every client
+    a, b = batcher(), batcher()
+    plan = draw_plan(train, a, clients, steps, cfg)
+    assert copies == [torch.device("cpu")] * 2
+    for k in range(max(steps)):
+        x, y, mask, _ = plan.batch(k, train)
+        for row, client in enumerate(clients):
+            if k < steps[row]:
+                xs, ys = cfg.batch(train, b, client)
+                assert torch.equal(x[row, : len(ys)], xs) and mask[row].sum() == len(ys)
+    assert a.cursor == b.cursor
