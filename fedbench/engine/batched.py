@@ -82,7 +82,9 @@ class BatchedOracle:
         chunk of one client must give the numbers of a larger chunk."""
         self.layers.model.module.train()
         self.calls += 1
-        keys = mix32(self.keys ^ mix32(torch.full_like(self.keys, self.calls)))
+        keys = self.keys  # read by dropout layers only: mixed per call where the model has one
+        if self.layers.has_dropout:
+            keys = mix32(self.keys ^ mix32(torch.full_like(self.keys, self.calls)))
         one = len(points) == 1
         rows = _twice if one else (lambda t: t)
         buffers = {n: rows(v) for n, v in self.buffers.items()}
@@ -134,7 +136,7 @@ def train_rows(
     loss_sum = x.new_zeros(len(ctx.clients))
     for k in range(max(steps)):
         xb, yb, mask, memory = plan.batch(k, train)
-        step_keys = mix32(keys ^ mix32(torch.full_like(keys, 0x10000 + k)))
+        step_keys = mix32(keys ^ mix32(torch.full_like(keys, 0x10000 + k))) if layers.has_dropout else keys
         oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys, compiled, k)
         moved, moved_carry = algo.local_step(ctx, x, carry, oracle)
         on = k_of > k
