@@ -15,6 +15,10 @@ holds) and duplicate, positively parallel ones (one constraint) are dropped befo
 columns within 1e-8 of antiparallel are solved as an exact pair (see :func:`_distinct`); p is
 normalized too (the problem is homogeneous in p), so the tolerances below are relative.
 
+The factorization (the d-sized work) runs on p's device; the reduced problems are read to the host in one
+transfer a call and solved there (:func:`_dual`: active sets, the ridge retry and the fallbacks are control
+flow), and their coefficients cross back once for p + Mz.
+
 Each row of ``p`` (a client, or the server's single vector) is projected separately, and within a
 row each *block* of coordinates (a parameter tensor with ``per_tensor`` granularity, as in the
 authors' code; the whole model with ``whole_model``, as in the paper) is its own QP. C ≤ 4
@@ -36,9 +40,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
+
+from fedbench.host import host_side
 
 KKT_TOL = 1e-10  # relative (‖p‖ = 1, ‖M_j‖ = 1) estimated KKT residual within which the dual optimum is taken
 ACCEPT_TOL = 1e-6  # the best estimated KKT residual above which a block is left unprojected (a fallback)
@@ -72,7 +79,33 @@ def project(
         raise ValueError(f"blocks must be positive sizes summing to P={P}, got {tuple(blocks)}")
     if C == 0:
         return p.clone(), torch.zeros(S, dtype=torch.int64, device=p.device)
-    R = _factor(p, M, blocks)  # [S, B, C+1, C+1]: columns M_1 … M_C, p
+    R = _factor(p, M, blocks)  # [S, B, C+1, C+1]: columns M_1 … M_C, p (the d-sized work, on p's device)
+    dual = _dual(R.cpu(), C, tol, p.dtype)  # the small problems, on the host (one read of R)
+    fallbacks += dual.fallbacks
+    return _recover(p, M, blocks, dual), dual.failed.to(p.device)  # p~ = p + Σ_j coef_j M_j
+
+
+class Dual(NamedTuple):
+    """The dual solution of every row and block, on the host: p~ = p + Σ_j coef_j M_j (``coef`` [S, B, C]),
+    the blocks of each row left unprojected (``failed`` [S]; ``fallbacks`` their total), and per block the
+    rows it moves (``moved`` [S, B]) and those it recovers in float64 (``wide`` [S, B]), with whether any row
+    does (``moves``, ``widens``: Python bools per block)."""
+
+    coef: torch.Tensor
+    failed: torch.Tensor
+    fallbacks: int
+    moved: torch.Tensor
+    wide: torch.Tensor
+    moves: list[bool]
+    widens: list[bool]
+
+
+@host_side
+def _dual(R: torch.Tensor, C: int, tol: float, dtype: torch.dtype) -> Dual:
+    """The dual (Eq. 4) of every row and block from its factor R [S, B, C+1, C+1], on the host (its active
+    sets, ridge retries and fallbacks are control flow); ``dtype``: p's, whose rounding decides ``wide``."""
+    if R.device.type != "cpu":
+        raise ValueError(f"the dual is solved on the host, got R on {R.device}")
     finite = torch.isfinite(R).flatten(-2).all(-1)  # [S, B]
     R = torch.where(finite[..., None, None], R, 0.0)
     norms = R.norm(dim=-2)  # [S, B, C+1]: ‖M_j‖ and ‖p‖ of each block
@@ -90,9 +123,12 @@ def project(
         residual[again] = torch.where(better, residual2, residual[again])
     ok = (residual.reshape(finite.shape) <= ACCEPT_TOL) & finite
     z = torch.where(ok.unsqueeze(-1), z.reshape(keep.shape), 0.0)
-    failed = (~ok).sum(-1)
-    fallbacks += int(failed.sum())
-    return _recover(p, M, blocks, z * inv[..., :C] * norms[..., C:], z.sum(-1)), failed  # p~ = p + Σ_j coef_j M_j
+    coef, z_sum, failed = z * inv[..., :C] * norms[..., C:], z.sum(-1), (~ok).sum(-1)
+    moved = (coef != 0).any(-1)  # [S, B]: blocks that actually change
+    # float64 where p's dtype's rounding of the terms (Σ_j z_j·‖p‖ in all) would exceed its rounding of p~
+    # (z_sum > 1: nearly antiparallel constraints), or a coefficient of a tiny column does not fit it
+    wide = (~torch.isfinite(coef.to(dtype)).all(-1) | (z_sum > 1)) & (dtype != torch.float64)
+    return Dual(coef, failed, int(failed.sum()), moved, wide, moved.any(0).tolist(), wide.any(0).tolist())
 
 
 def _pieces(blocks: Sequence[int], rows: int):
@@ -160,24 +196,21 @@ def _distinct(U: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.
     return U, keep
 
 
-def _recover(
-    p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], coef: torch.Tensor, z_sum: torch.Tensor
-) -> torch.Tensor:
-    """p~ = p + Σ_j coef_j M_j block by block in ``p``'s dtype, or in float64 where that dtype's
-    rounding of the terms (Σ_j z_j·‖p‖ in all) would exceed its rounding of p~ (z_sum > 1: nearly
-    antiparallel constraints) or a coefficient of a tiny column does not fit it; unmoved rows stay as they are."""
+def _recover(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], dual: Dual) -> torch.Tensor:
+    """p~ = p + Σ_j coef_j M_j block by block in ``p``'s dtype, or in float64 where ``dual.wide`` says; unmoved
+    rows stay as they are. What to move was decided on the host (:func:`_dual`); its coefficients and masks
+    cross to ``p``'s device once."""
     out = p.clone()
     S, C, _ = M.shape
-    moved = (coef != 0).any(-1)  # [S, B]: blocks that actually change
-    if not bool(moved.any()):
+    if not any(dual.moves):
         return out
+    coef, moved, wide = (v.to(p.device) for v in (dual.coef, dual.moved, dual.wide))
     native = coef.to(p.dtype)
-    wide = (~torch.isfinite(native).all(-1) | (z_sum > 1)) & (p.dtype != torch.float64)  # [S, B]
     for b, cols in _pieces(blocks, S * (C + 1)):
-        if not bool(moved[:, b].any()):
+        if not dual.moves[b]:
             continue
         shifted = torch.baddbmm(p[:, cols].unsqueeze(1), native[:, b].unsqueeze(1), M[:, :, cols]).squeeze(1)
-        if bool(wide[:, b].any()):
+        if dual.widens[b]:
             exact = (p[:, cols].double() + (coef[:, b].unsqueeze(1) @ M[:, :, cols].double()).squeeze(1)).to(p.dtype)
             shifted = torch.where(wide[:, b, None], exact, shifted)
         out[:, cols] = torch.where(moved[:, b, None], shifted, p[:, cols])

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from fedbench.host import in_host_side
+
 
 @dataclass
 class PendingRound:
@@ -76,7 +78,8 @@ HOST_READS = frozenset({"item", "tolist", "numpy", "cpu", "__int__", "__float__"
 class HostReads(TorchFunctionMode):
     """While active, counts the reads of torch tensors to the host (``item``, ``tolist``, ``numpy``, ``cpu``,
     ``int``, ``float``, ``bool``, indexing with a tensor): each would wait for a GPU to finish its queue.
-    On a CPU it counts the reads a GPU run would make (the tests' and benchmarks/host_reads.py's measure);
+    On a CPU it counts the reads a GPU run would make (the tests' and benchmarks/host_reads.py's measure),
+    less those inside a :func:`~fedbench.host.host_side` function, which reads host copies by design;
     ``where`` keeps the fedbench lines that made them."""
 
     def __init__(self) -> None:
@@ -90,7 +93,7 @@ class HostReads(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = getattr(func, "__name__", "")
-        if name in HOST_READS:
+        if name in HOST_READS and not in_host_side():
             lines = [f for f in traceback.extract_stack()[:-1] if "fedbench" in f.filename]
             place = f"{lines[-1].filename.rsplit('fedbench', 1)[-1]}:{lines[-1].lineno}" if lines else "?"
             self.where[f"{name} at {place}"] += 1
