@@ -28,6 +28,7 @@ from fedbench.algorithms.base import (
 from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.projection import project
 from fedbench.algorithms.state import ServerState, extend, state
+from fedbench.host import host_side
 from fedbench.optim.server import ServerOptimizer
 
 SERVER = {"optimizer": "sgd", "lr": 1.0, "momentum": 0.0}
@@ -41,28 +42,36 @@ class GradMAWState(ServerState):
 
 
 class WorkerMemory(NamedTuple):
-    """mem_red's buffer (Alg. 4) of m slots: the worker in each, D_j = exp(``log_scale``_j)·``U``_j."""
+    """mem_red's buffer (Alg. 4) of m slots: the worker in each, D_j = exp(``log_scale``_j)·``U``_j. ``U`` lives
+    with the model; the slot bookkeeping (every other field) on the host, where mem_red's control flow reads it."""
 
     U: torch.Tensor  # [m, P]
-    log_scale: torch.Tensor  # [m] float64
-    client: torch.Tensor  # the worker in each slot [m] int64, −1: empty
-    taken: torch.Tensor  # c(j), the participations counted [m] int64
-    inserted: torch.Tensor  # insertion stamp (tie-break) [m] int64
-    clock: torch.Tensor  # the next stamp, int64 scalar
+    log_scale: torch.Tensor  # [m] float64 (host)
+    client: torch.Tensor  # the worker in each slot [m] int64, −1: empty (host)
+    taken: torch.Tensor  # c(j), the participations counted [m] int64 (host)
+    inserted: torch.Tensor  # insertion stamp (tie-break) [m] int64 (host)
+    clock: torch.Tensor  # the next stamp, int64 scalar (host)
 
     @classmethod
     def empty(cls, slots: int, like: torch.Tensor) -> WorkerMemory:
         """m empty slots for rows like ``like`` ``[P]``."""
-        dev = like.device
-        zeros = torch.zeros(slots, dtype=torch.int64, device=dev)
+        zeros = torch.zeros(slots, dtype=torch.int64)
         return cls(
             like.new_zeros((slots, like.numel())),
-            torch.zeros(slots, dtype=torch.float64, device=dev),
-            torch.full((slots,), -1, dtype=torch.int64, device=dev),
+            torch.zeros(slots, dtype=torch.float64),
+            torch.full((slots,), -1, dtype=torch.int64),
             zeros,
             zeros.clone(),
-            torch.zeros((), dtype=torch.int64, device=dev),
+            torch.zeros((), dtype=torch.int64),
         )
+
+
+class Decay(NamedTuple):
+    """Eq. 7's scales of one round (:meth:`GradMAS.decay`), on the host."""
+
+    coef: torch.Tensor  # [participants] float64: β2·exp(log_scale_j), 0 for a fresh entry
+    log_scale: torch.Tensor  # [m] float64: the new log scales
+    dead: torch.Tensor | None  # [used] bool: slots zeroed by β2 = 0, or None
 
 
 @state
@@ -219,10 +228,11 @@ class GradMAS(Algorithm):
         memory = WorkerMemory.empty(self.slots, x0)
         return extend(Algorithm.init_state(self, x0), GradMASState, momentum=torch.zeros_like(x0), memory=memory)
 
-    def mem_red(self, memory: WorkerMemory, clients: list[int]) -> tuple[WorkerMemory, list[int], list[bool]]:
+    @host_side
+    def mem_red(self, memory: WorkerMemory, clients: list[int]) -> tuple[WorkerMemory, list[int], list[bool], int]:
         """Alg. 4: buffer the round's workers, evicting as needed. Returns the memory with the new slot
-        bookkeeping (``client``, ``taken``, ``inserted``, ``clock``; ``U`` as it was), each participant's
-        slot and whether it entered the buffer this round (a fresh entry)."""
+        bookkeeping (``client``, ``taken``, ``inserted``, ``clock``; ``U`` as it was; all on the host), each
+        participant's slot, whether it entered the buffer this round (a fresh entry) and the slots in use."""
         owner = memory.client.tolist()
         count = memory.taken.tolist()
         stamp = memory.inserted.tolist()
@@ -250,37 +260,48 @@ class GradMAS(Algorithm):
             clock += 1
             slot_of[i] = j
             fresh.append(True)
-        dev = memory.client.device
         books = memory._replace(
-            client=torch.tensor(owner, dtype=torch.int64, device=dev),
-            taken=torch.tensor(count, dtype=torch.int64, device=dev),
-            inserted=torch.tensor(stamp, dtype=torch.int64, device=dev),
-            clock=torch.tensor(clock, dtype=torch.int64, device=dev),
+            client=torch.tensor(owner, dtype=torch.int64),
+            taken=torch.tensor(count, dtype=torch.int64),
+            inserted=torch.tensor(stamp, dtype=torch.int64),
+            clock=torch.tensor(clock, dtype=torch.int64),
         )
-        return books, [slot_of[i] for i in clients], fresh
+        return books, [slot_of[i] for i in clients], fresh, len(slot_of)
 
     def update_memory(
         self, memory: WorkerMemory, used: int, slots: list[int], fresh: list[bool], d_rows: torch.Tensor
     ) -> WorkerMemory:
         """Eq. 7 on the slots: fresh D_j = d_j, participant D_j = β2·D_j + d_j, others D_j = β2·D_j;
         ``used`` slots are filled. Returns the memory with the new U and log scales."""
-        U, log_scale = memory.U.clone(), memory.log_scale.clone()
+        scales = self.decay(memory.log_scale, used, slots, fresh)
+        U, dev = memory.U.clone(), memory.U.device
+        idx = torch.tensor(slots, dtype=torch.int64).to(dev)
+        coef = scales.coef.to(U.dtype).to(dev).unsqueeze(1)  # β2·D_j = (β2·exp(log_scale_j))·U_j
+        U[idx] = torch.where(torch.tensor(fresh).to(dev).unsqueeze(1), d_rows, coef * U[idx] + d_rows)
+        if scales.dead is not None:  # β2 = 0: D_j = 0, no constraint
+            U[:used][scales.dead.to(dev)] = 0.0
+        return memory._replace(U=U, log_scale=scales.log_scale)
+
+    @host_side
+    def decay(self, log_scale: torch.Tensor, used: int, slots: list[int], fresh: list[bool]) -> Decay:
+        """Eq. 7's scales, on the host: the participants' coefficients β2·exp(log_scale_j) (0 for a fresh entry),
+        the new log scales (absent workers' decayed by log β2, the participants' reset to 0) and the slots β2 = 0
+        zeroed (None when none)."""
+        log_scale = log_scale.clone()
         beta2 = self.params.beta2
         log_beta2 = math.log(beta2) if beta2 > 0 else -math.inf
-        keep = torch.tensor([0.0 if f else beta2 for f in fresh], dtype=torch.float64, device=U.device)
-        idx = torch.tensor(slots, dtype=torch.int64, device=U.device)
-        coef = (keep * log_scale[idx].exp()).to(U.dtype).unsqueeze(1)  # β2·D_j = (β2·exp(log_scale_j))·U_j
-        is_fresh = torch.tensor(fresh, dtype=torch.bool, device=U.device).unsqueeze(1)
-        absent = torch.ones(used, dtype=torch.bool, device=U.device)
+        keep = torch.tensor([0.0 if f else beta2 for f in fresh], dtype=torch.float64)
+        idx = torch.tensor(slots, dtype=torch.int64)
+        coef = keep * log_scale[idx].exp()
+        absent = torch.ones(used, dtype=torch.bool)
         absent[idx] = False
         log_scale[:used] = torch.where(absent, log_scale[:used] + log_beta2, log_scale[:used])
-        U[idx] = torch.where(is_fresh, d_rows, coef * U[idx] + d_rows)
         log_scale[idx] = 0.0
         dead = torch.isneginf(log_scale[:used])
-        if bool(dead.any()):  # β2 = 0: D_j = 0, no constraint
-            U[:used][dead] = 0.0
-            log_scale[:used][dead] = 0.0
-        return memory._replace(U=U, log_scale=log_scale)
+        if not bool(dead.any()):
+            return Decay(coef, log_scale, None)
+        log_scale[:used][dead] = 0.0
+        return Decay(coef, log_scale, dead)
 
     def memory_round(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         """Alg. 4 then Alg. 3 (Eqs. 6–8)."""
@@ -289,8 +310,7 @@ class GradMAS(Algorithm):
         m = state.momentum * self.params.beta1 + d  # Eq. 6
         fallbacks, used, memory = 0, 0, state.memory
         if self.slots > 0:
-            memory, slots, fresh = self.mem_red(memory, ctx.clients.tolist())
-            used = int((memory.client >= 0).sum())
+            memory, slots, fresh, used = self.mem_red(memory, ctx.client_ids())
             memory = self.update_memory(memory, used, slots, fresh, d_rows)  # Eq. 7
             D = memory.U[:used]
             live = D.any(1)

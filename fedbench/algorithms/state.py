@@ -73,9 +73,17 @@ def flatten_state(value: Any) -> list[Any]:
 
 def restore_state(fresh: Any, leaves: list[Any], device: torch.device) -> Any:
     """The state of ``fresh``'s structure (an algorithm's ``init_state``) with the checkpointed
-    ``leaves``; each client table comes back as the kind ``fresh`` has (device or host)."""
+    ``leaves``; each client table comes back as the kind ``fresh`` has (device or host), and each tensor where
+    ``fresh`` keeps it (e.g. GradMA's slot bookkeeping on the host)."""
     mine, spec = pytree.tree_flatten(fresh)
     if len(mine) != len(leaves):
         raise ValueError(f"the checkpoint holds {len(leaves)} state leaves, the algorithm's state has {len(mine)}")
-    restored = [type(m).restore(v, device) if isinstance(m, ClientTable) else v for m, v in zip(mine, leaves)]
+    restored = [
+        type(m).restore(v, device)
+        if isinstance(m, ClientTable)
+        else v.to(m.device)
+        if isinstance(m, torch.Tensor) and isinstance(v, torch.Tensor)
+        else v
+        for m, v in zip(mine, leaves)
+    ]
     return pytree.tree_unflatten(restored, spec)

@@ -21,7 +21,7 @@ from tests.factories import tiny_scenario
 
 # Algorithms whose round reads device values on the host by design, and why (each is checked to still read).
 READS_BY_DESIGN = {
-    "gradma": "the QP reads its reduced factors to the host once a call and solves there; the memory's slot bookkeeping",
+    "gradma": "the QP reads its reduced factors to the host once a call and solves there; its fallback counts",
     "gradma_s": "as gradma",
     "gradma_w": "as gradma",
     "cflag": "Eq. 9's adaptive rates are host floats; its logs list each client's rates",
