@@ -19,9 +19,10 @@ when:
 
 What the update is given is what reached the server, after the plug-ins chose it (a straggler's upload
 lost, DP's clipped and noised rows: :meth:`~fedbench.engine.runner.RoundLoop.receive`), so plug-ins keep
-their meaning. Every other run is updated alone, as on the batched executor. The vmapped update computes each run's
-elementwise operations as that run alone does and its weighted sums as batched products, equal to
-the run alone to float tolerance (tests/engine/test_population.py: in float64 to 1e-10).
+their meaning. Every other run is updated alone, as on the batched executor. The vmapped update computes each
+run's elementwise operations as that run alone does and its weighted sums as batched products, equal to
+the run alone to float tolerance (tests/engine/test_population_server.py: in float64 to 1e-10, and in float32
+bit for bit on this project's CPU).
 """
 
 from __future__ import annotations
