@@ -96,9 +96,15 @@ def draw_plan(
 ) -> RoundPlan:
     """Draw every client's K_i minibatches (advancing the batcher as K_i ``next`` calls would) and
     lay them out as a :class:`RoundPlan`."""
-    rows = row_draws(batcher, clients, steps, cfg)
+    return lay_out(train, row_draws(batcher, clients, steps, cfg), steps, cfg)
+
+
+def lay_out(train: ArraySplit, rows: list[RowDraws], steps: list[int], cfg: LocalConfig) -> RoundPlan:
+    """The :class:`RoundPlan` of clients' drawn batches ``rows`` (K_i = ``steps``), one row each: on the host
+    where they were drawn there (one copy each of the indices and the mask), else on the device. A population
+    lays out every run's rows at once (:mod:`fedbench.engine.population_rows`)."""
     flat_lengths = [n for r in rows for n in r.lengths]
-    shape = (max(steps), len(clients), max(flat_lengths))
+    shape = (max(steps), len(rows), max(flat_lengths))
     widths = [max(r.lengths[k] for r in rows if k < len(r.lengths)) for k in range(shape[0])]
     lengths = torch.tensor(flat_lengths)
     slot = torch.tensor([k * shape[1] + row for row, r in enumerate(rows) for k in range(len(r.lengths))])

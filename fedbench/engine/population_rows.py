@@ -30,7 +30,7 @@ from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.pending import to_device
-from fedbench.engine.plan import RoundPlan, draw_plan
+from fedbench.engine.plan import RoundPlan, draw_plan, lay_out, row_draws
 from fedbench.models.flat import Buffers, FlatModel
 
 
@@ -147,6 +147,16 @@ def joint_plan(plans: list[RoundPlan]) -> RoundPlan:
     )
 
 
+def population_plan(members: list[MemberRound], train: ArraySplit, steps: list[int]) -> RoundPlan:
+    """The round plan of every member's rows: drawn run by run from each run's batcher, then laid out at once
+    on the host (two copies for the whole population) where no run joins replay draws or augments; else each
+    run's plan, side by side (:func:`joint_plan`). The same plan either way."""
+    if any(m.cfg.replay is not None or m.cfg.augments for m in members):
+        return joint_plan([draw_plan(train, m.batcher, m.ctx.client_ids(), m.steps, m.cfg) for m in members])
+    rows = [r for m in members for r in row_draws(m.batcher, m.ctx.client_ids(), m.steps, m.cfg)]
+    return lay_out(train, rows, steps, members[0].cfg)
+
+
 def run_population_clients(
     members: list[MemberRound], model: FlatModel, train: ArraySplit, chunk: int | None = None
 ) -> list[LocalResult]:
@@ -156,7 +166,7 @@ def run_population_clients(
     ctx = joint_context([m.ctx for m in members])
     columns = row_columns(members, ctx.broadcast["x"])
     steps = [k for m in members for k in m.steps]
-    plan = joint_plan([draw_plan(train, m.batcher, m.ctx.client_ids(), m.steps, m.cfg) for m in members])
+    plan = population_plan(members, train, steps)
     layers = RowLayers.of(model)
     device = ctx.clients.device
     if layers.has_dropout:

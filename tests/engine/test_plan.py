@@ -72,3 +72,20 @@ def test_a_plan_without_replay_is_laid_out_on_the_host_and_moved_in_two_copies(m
                 xs, ys = cfg.batch(train, b, client)
                 assert torch.equal(x[row, : len(ys)], xs) and mask[row].sum() == len(ys)
     assert a.cursor == b.cursor
+
+
+def test_the_rows_of_several_runs_laid_out_at_once_are_their_plans_side_by_side():
+    """A population's plan (every run's drawn rows laid out at once) is each run's own plan, padded and side by side."""
+    from fedbench.engine.plan import lay_out, row_draws
+    from fedbench.engine.population_rows import joint_plan
+
+    train, batcher, _ = setup()
+    cfg = LocalConfig(0.0, None, AugmentSpec(), seed=3)
+    runs = [([0, 1, 2, 3], [2, 5, 3, 1]), ([3, 1], [7, 4]), ([2], [1])]  # clients, K_i of three runs
+    own = [batcher() for _ in runs]
+    apart = joint_plan([draw_plan(train, b, clients, steps, cfg) for b, (clients, steps) in zip(own, runs)])
+    together = [batcher() for _ in runs]
+    rows = [r for b, (clients, steps) in zip(together, runs) for r in row_draws(b, clients, steps, cfg)]
+    joint = lay_out(train, rows, [k for _, steps in runs for k in steps], cfg)
+    assert torch.equal(joint.index, apart.index) and torch.equal(joint.mask, apart.mask)
+    assert joint.width == apart.width and joint.mask.dtype == apart.mask.dtype
