@@ -172,8 +172,8 @@ def execute_population(
     options: RunOptions = RunOptions(),
     on_round: PopulationCallback | None = None,
 ) -> list[RunOutcome]:
-    """Run (or resume, or skip) ``runs`` as one population (their :func:`population_key` must be
-    equal); never raises for a failing run. Returns each run's outcome, in order. One run is
+    """Run (or resume, or skip) ``runs`` as one population (their :func:`population_key` of spec and seed must
+    be equal); never raises for a failing run. Returns each run's outcome, in order. One run is
     :func:`~fedbench.engine.runner.execute_run`."""
     if len(runs) == 1:
         r = runs[0]
