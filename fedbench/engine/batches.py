@@ -23,7 +23,7 @@ import math
 import torch
 
 from fedbench.engine.pending import to_device
-from fedbench.seeding import torch_stream
+from fedbench.seeding import torch_seed, torch_seeds
 
 
 def epoch_steps(n: int, batch_size: int, epochs: float) -> int:
@@ -56,6 +56,7 @@ class ClientBatcher:
         self.cursor = [0] * len(parts)
         self._sizes = [len(p) for p in parts]
         self._perm: dict[int, tuple[int, torch.Tensor, torch.Tensor | None]] = {}  # client → (epoch, host, device)
+        self._seeds: dict[tuple[int, int], int] = {}  # (client, epoch) → its generator's seed, computed ahead
 
     def batch_size_of(self, client: int) -> int:
         return min(self.batch_size, len(self.parts[client]))
@@ -70,7 +71,10 @@ class ClientBatcher:
         cached = self._perm.get(client)
         if cached is None or cached[0] != epoch:
             part = self._host[client]
-            order = torch.randperm(len(part), generator=torch_stream(self.seed, *self.stream, client, epoch))
+            seed = self._seeds.pop((client, epoch), None)
+            if seed is None:
+                seed = torch_seed(self.seed, *self.stream, client, epoch)
+            order = torch.randperm(len(part), generator=torch.Generator().manual_seed(seed))
             cached = (epoch, part[order], None)
             self._perm[client] = cached
         if not on_device:
@@ -88,6 +92,13 @@ class ClientBatcher:
         """The client's next ``steps`` minibatches at once, their indices end to end (on the parts' device, or on the
         host: a round plan lays them out there), each batch's length and the cursor before each (the
         augmentation key). A batch never straddles two epochs (module docstring)."""
+        segments, lengths, positions, self.cursor[client] = self._walk(client, steps)
+        pieces = [self._permutation(client, e, on_device)[a:b] for e, a, b in segments]
+        return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)), lengths, positions
+
+    def _walk(self, client: int, steps: int) -> tuple[list[list[int]], list[int], list[int], int]:
+        """Where the client's next ``steps`` batches lie: the [epoch, start, stop] segments of its epochs'
+        permutations, each batch's length, the cursor before each, and the cursor after them."""
         n, size = self._sizes[client], min(self.batch_size, self._sizes[client])
         lengths, positions, segments = [], [], []  # segments: [epoch, start, stop] of the epoch's permutation
         cursor = self.cursor[client]
@@ -104,9 +115,14 @@ class ClientBatcher:
                 segments[-1][2] = pos + take
             else:
                 segments.append([epoch, pos, pos + take])
-        self.cursor[client] = cursor
-        pieces = [self._permutation(client, e, on_device)[a:b] for e, a, b in segments]
-        return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)), lengths, positions
+        return segments, lengths, positions, cursor
+
+    def unseeded(self, client: int, steps: int) -> list[int]:
+        """The epochs whose permutations the client's next ``steps`` batches need and that have neither been
+        composed nor had their seed computed ahead (:func:`seed_ahead`)."""
+        cached = self._perm.get(client)
+        epochs = dict.fromkeys(e for e, _, _ in self._walk(client, steps)[0])
+        return [e for e in epochs if not (cached and cached[0] == e) and (client, e) not in self._seeds]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"cursor": torch.tensor(self.cursor, dtype=torch.int64)}
@@ -114,3 +130,20 @@ class ClientBatcher:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.cursor = [int(v) for v in state["cursor"].tolist()]
         self._perm.clear()
+        self._seeds.clear()
+
+
+def seed_ahead(draws: list[tuple[ClientBatcher, list[int], list[int]]]) -> None:
+    """Compute together (:func:`~fedbench.seeding.torch_seeds`) the generator seeds of every permutation that
+    the draws ``(batcher, clients, steps)`` of a round (of every run of a population) will compose: the same
+    seeds one :func:`~fedbench.seeding.torch_seed` call each would give, at a fraction of the host time."""
+    groups: dict[tuple[str, int], list[tuple[ClientBatcher, int, int, tuple[int, ...]]]] = {}
+    for batcher, clients, steps in draws:
+        name, fixed = batcher.stream[0], tuple(batcher.stream[1:])
+        for client, k in zip(clients, steps):
+            for epoch in batcher.unseeded(client, k):
+                row = (batcher.seed, *fixed, client, epoch)
+                groups.setdefault((str(name), len(row)), []).append((batcher, client, epoch, row))
+    for (name, _), items in groups.items():
+        for (batcher, client, epoch, _), seed in zip(items, torch_seeds(name, [row for *_, row in items])):
+            batcher._seeds[(client, epoch)] = seed

@@ -24,7 +24,7 @@ import torch
 
 from fedbench.data.base import ArraySplit
 from fedbench.engine.augment import apply_augment, augment_draws
-from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.batches import ClientBatcher, seed_ahead
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.pending import to_device
 
@@ -80,6 +80,8 @@ def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg:
     """Each client's K_i batches: with a replay memory one ``cfg.batch_indices`` call per batch (its draw
     joins each batch), else one :meth:`ClientBatcher.draw` per client (the same batches, fewer host calls)."""
     rows = []
+    if cfg.replay is None:
+        seed_ahead([(batcher, clients, steps)])
     for row, c in enumerate(clients):
         if cfg.replay is None:
             flat, lengths, positions = batcher.draw(c, steps[row], on_device=False)

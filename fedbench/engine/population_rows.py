@@ -27,7 +27,7 @@ from fedbench.algorithms.base import Algorithm, RoundContext, map_rows
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched import chunks, dropout_keys, train_rows
 from fedbench.engine.batched_layers import RowLayers
-from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.batches import ClientBatcher, seed_ahead
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.pending import to_device
 from fedbench.engine.plan import RoundPlan, draw_plan, lay_out, row_draws
@@ -153,6 +153,7 @@ def population_plan(members: list[MemberRound], train: ArraySplit, steps: list[i
     run's plan, side by side (:func:`joint_plan`). The same plan either way."""
     if any(m.cfg.replay is not None or m.cfg.augments for m in members):
         return joint_plan([draw_plan(train, m.batcher, m.ctx.client_ids(), m.steps, m.cfg) for m in members])
+    seed_ahead([(m.batcher, m.ctx.client_ids(), m.steps) for m in members])  # every run's permutations' seeds at once
     rows = [r for m in members for r in row_draws(m.batcher, m.ctx.client_ids(), m.steps, m.cfg)]
     return lay_out(train, rows, steps, members[0].cfg)
 

@@ -52,3 +52,17 @@ def test_a_host_draw_is_the_device_draw():
     for client, steps in [(0, 3), (1, 4), (0, 5)]:
         (h, hl, hp), (d, dl, dp) = on_host.draw(client, steps, on_device=False), on_device.draw(client, steps)
         assert h.device.type == "cpu" and torch.equal(h, d.cpu()) and (hl, hp) == (dl, dp)
+
+
+def test_seeds_computed_ahead_draw_the_same_batches():
+    from fedbench.engine.batches import seed_ahead
+
+    parts = [torch.arange(0, 7), torch.arange(7, 30), torch.arange(30, 33)]
+    plain, ahead = ClientBatcher(parts, 5, seed=4, task=2), ClientBatcher(parts, 5, seed=4, task=2)
+    for clients, steps in [([0, 1, 2], [3, 9, 4]), ([2, 0], [7, 1]), ([1], [12])]:
+        seed_ahead([(ahead, clients, steps)])
+        assert ahead._seeds  # some epochs' seeds were computed ahead
+        for client, k in zip(clients, steps):
+            a, b = plain.draw(client, k, on_device=False), ahead.draw(client, k, on_device=False)
+            assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+    assert not ahead._seeds  # every seed computed ahead was used
