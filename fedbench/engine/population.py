@@ -352,14 +352,14 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     for i, (loop, o) in enumerate(zip(loops, opened)):
         with loop.streams(t):
             if i in by_loop:
-                settled.append(loop.settle(o, by_loop[i], received[i], updates.get(i), lazy=True))
+                settled.append(loop.settle(o, by_loop[i], received[i], updates.get(i)))
             else:
-                settled.append(loop.settle_round(o, None, lazy=True))
+                settled.append(loop.settle_round(o, None))
     scores = _test_scores(loops, t)
     closed = []
     for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
         with loop.streams(t):
-            metrics, extra = loop.finish_round(o, metrics, extra, scores.get(i), lazy=True)
+            metrics, extra = loop.finish_round(o, metrics, extra, scores.get(i))
         closed.append(PendingRound(t, metrics, extra, loop.finite()))
     return closed
 

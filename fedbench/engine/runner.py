@@ -111,20 +111,18 @@ T = TypeVar("T", bound=RoundPlugin)
 Scores = tuple[float, float] | tuple[torch.Tensor, torch.Tensor]  # the test set's (accuracy, loss), read or not
 
 
-def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int, lazy: bool = False) -> dict[str, Any]:
+def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int) -> dict[str, Any]:
     """A trained round's metrics; ``bits_up`` counts every upload sent (the float BatchNorm buffers
-    travel both ways at 32 bits), ``test_*`` are filled by the evaluation. ``lazy``: the train loss
-    and the consistency stay 0-d tensors on the device (a population reads every run's at once,
-    :func:`read_metrics`)."""
+    travel both ways at 32 bits), ``test_*`` are filled by the evaluation. The train loss, the
+    consistency and the uplink's bits stay 0-d tensors until the round is read
+    (:func:`~fedbench.engine.pending.read_rounds`)."""
     n = len(ctx.clients)
     buffer_bits = n * buffer_numel * BITS_PER_FLOAT
-    train_loss, consistency = result.losses.mean(), consistency_of(result.final)
-    sent = sent_bits(result.uploads)
     return {
-        "train_loss": train_loss if lazy else float(train_loss),
-        "bits_up": (sent if lazy else float(sent)) + buffer_bits,
+        "train_loss": result.losses.mean(),
+        "bits_up": sent_bits(result.uploads) + buffer_bits,
         "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
-        "consistency": consistency if lazy else float(consistency),
+        "consistency": consistency_of(result.final),
         "test_acc": None,
         "test_loss": None,
     }
@@ -233,14 +231,15 @@ class RoundLoop:
         """Run round t; return (metrics, extra logs), read to the host. Dropout masks (the only draws
         from torch's global generators) come from the ``("dropout", t)`` stream: the generators are
         seeded for the round and restored afterwards, so a resumed run draws what an uninterrupted one did."""
-        with self.streams(t):
-            return self._round(t)
+        pending = self.lazy_round(t)
+        read_rounds([pending])
+        return pending.metrics, pending.extra
 
     def lazy_round(self, t: int) -> PendingRound:
         """:meth:`round` with its device values (and whether the model is finite) left on the device,
         for :func:`~fedbench.engine.pending.read_rounds` when the run :meth:`reads`."""
         with self.streams(t):
-            metrics, extra = self._round(t, lazy=True)
+            metrics, extra = self._round(t)
         return PendingRound(t, metrics, extra, self.finite())
 
     def finite(self) -> torch.Tensor:
@@ -267,13 +266,13 @@ class RoundLoop:
                 torch.cuda.default_generators[index].manual_seed(seed)
             yield
 
-    def _round(self, t: int, lazy: bool = False) -> tuple[dict[str, float | None], dict]:
+    def _round(self, t: int) -> tuple[dict[str, Any], dict]:
         """Sample, train, aggregate, evaluate; the plug-ins' hooks in between (:mod:`fedbench.engine.plugins`).
-        ``lazy``: the metrics' device values left unread."""
+        The metrics' device values are left unread."""
         opened = self.open_round(t)
         if opened.ctx is None:
-            return self.close_round(opened, None, lazy)
-        return self.close_round(opened, self.local_work(opened.ctx, opened.steps), lazy)
+            return self.close_round(opened, None)
+        return self.close_round(opened, self.local_work(opened.ctx, opened.steps))
 
     def open_round(self, t: int) -> OpenRound:
         """Round t up to its local work: sampling, the learning rate, the plug-ins' hooks and the
@@ -294,27 +293,19 @@ class RoundLoop:
         ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, self.fed.sizes[ctx.clients]))
         return OpenRound(t, start, lr, begun, ctx, steps)
 
-    def close_round(
-        self, opened: OpenRound, result: LocalResult | None, lazy: bool = False
-    ) -> tuple[dict[str, float | None], dict]:
+    def close_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, Any], dict]:
         """Round t after its local work (``result``; None when nobody trained): aggregation, the
-        plug-ins' logs, evaluation; returns (metrics, extra logs), their device values unread if ``lazy``."""
-        return self.finish_round(opened, *self.settle_round(opened, result, lazy), lazy=lazy)
+        plug-ins' logs, evaluation; returns (metrics, extra logs), their device values unread."""
+        return self.finish_round(opened, *self.settle_round(opened, result))
 
-    def settle_round(self, opened: OpenRound, result: LocalResult | None, lazy: bool = False) -> tuple[dict, dict]:
-        """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs
-        (``lazy``: :func:`round_metrics`' device values left unread)."""
+    def settle_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict, dict]:
+        """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs."""
         if opened.ctx is None or result is None:
             return idle_metrics(), self.logs(lambda p: p.round_logs(opened.t))
-        return self.settle(opened, result, self.receive(opened.ctx, result), None, lazy)
+        return self.settle(opened, result, self.receive(opened.ctx, result))
 
     def settle(
-        self,
-        opened: OpenRound,
-        result: LocalResult,
-        received: Received | None,
-        update: tuple[Any, dict] | None = None,
-        lazy: bool = False,
+        self, opened: OpenRound, result: LocalResult, received: Received | None, update: tuple[Any, dict] | None = None
     ) -> tuple[dict, dict]:
         """:meth:`settle_round` of a round whose clients trained, from what reached the server
         (:meth:`receive`); ``update``: the algorithm's ``server_update`` of it, computed elsewhere (a
@@ -322,15 +313,15 @@ class RoundLoop:
         extra = self.apply_update(received, update)
         extra = {**extra, **self.logs(lambda p: p.round_logs(opened.t))}
         assert opened.ctx is not None
-        return round_metrics(opened.ctx, result, self.s.model.buffer_numel(), lazy), extra
+        return round_metrics(opened.ctx, result, self.s.model.buffer_numel()), extra
 
     def finish_round(
-        self, opened: OpenRound, metrics: dict[str, Any], extra: dict, scores: Scores | None = None, lazy: bool = False
-    ) -> tuple[dict[str, float | None], dict]:
+        self, opened: OpenRound, metrics: dict[str, Any], extra: dict, scores: Scores | None = None
+    ) -> tuple[dict[str, Any], dict]:
         """:meth:`close_round` from its evaluation on; ``scores``: the test set's (accuracy, loss) when
-        due, computed elsewhere (a population evaluates its runs together); ``lazy``: the evaluation's
-        values left on the device, read with the round's others (:mod:`fedbench.engine.pending`)."""
-        return self._finish(opened.t, opened.start, opened.lr, metrics, extra, opened.begun, scores, lazy)
+        due, computed elsewhere (a population evaluates its runs together). The evaluation's values stay on
+        the device, read with the round's others (:mod:`fedbench.engine.pending`)."""
+        return self._finish(opened.t, opened.start, opened.lr, metrics, extra, opened.begun, scores)
 
     def due(self, t: int) -> bool:
         """Whether round t evaluates on the test set (every ``eval.every`` rounds and the last)."""
@@ -471,20 +462,19 @@ class RoundLoop:
         extra: dict,
         begun: dict,
         given: Scores | None = None,
-        lazy: bool = False,
     ) -> tuple[dict, dict]:
-        """Evaluate on schedule (``given``: the test set's scores, computed elsewhere), time the round,
-        add the once-per-run logs; ``lazy``: the scores left unread."""
+        """Evaluate on schedule (``given``: the test set's scores, computed elsewhere; unread), time the round,
+        add the once-per-run logs."""
         spec = self.spec
         due = self.due(t)
-        scores = self.evaluate(t, due, given, lazy)
+        scores = self.evaluate(t, due, given, lazy=True)
         if scores is not None:
             metrics["test_acc"], metrics["test_loss"] = scores
         for plugin in self.plugins:
             self.state, logs = plugin.after_evaluation(t, self.state, self.buffers, self.local_cfg)
             extra = {**extra, **logs}
         if due and spec.eval.client_spread:
-            metrics["client_acc_std"] = self.client_accuracy_spread(lazy)
+            metrics["client_acc_std"] = self.client_accuracy_spread(lazy=True)
         metrics["wall_s"] = time.perf_counter() - start
         if t == 1:
             extra = {**extra, **self.run_logs()}

@@ -108,10 +108,10 @@ def huge_loss_from(monkeypatch, first_round, crash_round=None):
     ``crash_round``'s metrics."""
     plain = runner.round_metrics
 
-    def metrics(ctx, result, numel, lazy=False):
+    def metrics(ctx, result, numel):
         if ctx.round == crash_round:
             raise RuntimeError("the solver failed on a non-finite input")
-        out = plain(ctx, result, numel, lazy)
+        out = plain(ctx, result, numel)
         return {**out, "train_loss": torch.tensor(1e30)} if ctx.round >= first_round else out
 
     monkeypatch.setattr(runner, "round_metrics", metrics)
@@ -162,16 +162,16 @@ def test_a_population_member_diverging_between_reads_leaves_its_neighbours_as_th
     want = execute_run(spec, 1, alone, cache(tmp_path), "h", options=RunOptions(executor="batched"))
     plain = runner.round_metrics
 
-    def seed_0_blows_up(ctx, result, numel, lazy=False):  # the population's run 0 is the first of its rows
-        out = plain(ctx, result, numel, lazy)
+    def seed_0_blows_up(ctx, result, numel):  # the population's run 0 is the first of its rows
+        out = plain(ctx, result, numel)
         return {**out, "train_loss": torch.tensor(1e30)} if ctx.round >= 3 and seed[0] == 0 else out
 
     seed = [0]
     original = RoundLoop.settle
 
-    def settle(self, opened, result, received, update=None, lazy=False):
+    def settle(self, opened, result, received, update=None):
         seed[0] = self.seed
-        return original(self, opened, result, received, update, lazy)
+        return original(self, opened, result, received, update)
 
     monkeypatch.setattr(runner, "round_metrics", seed_0_blows_up)
     monkeypatch.setattr(RoundLoop, "settle", settle)
