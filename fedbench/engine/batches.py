@@ -44,17 +44,16 @@ class ClientBatcher:
     ):
         self.parts = parts
         self.device = parts[0].device if parts else torch.device("cpu")
+        self._sizes = [len(p) for p in parts]
         # the parts on the host (one copy of them all): a permutation is composed there, and a draw crosses to the
         # device once (:func:`~fedbench.engine.pending.to_device`), instead of a copy and a gather per permutation
-        sizes = [len(p) for p in parts]
-        self._host = list(torch.cat(parts).cpu().split(sizes)) if parts else []
+        self._host = list(torch.cat(parts).cpu().split(self._sizes)) if parts else []
         self.batch_size = batch_size
         self.seed = seed
         self.drop_singleton = drop_singleton
         self.stream = ("batches",) if task is None else ("task_batches", task)  # continual: one stream per task
         # samples each client has consumed (Python ints: drawing batches is on the host's hot path)
         self.cursor = [0] * len(parts)
-        self._sizes = [len(p) for p in parts]
         self._perm: dict[int, tuple[int, torch.Tensor, torch.Tensor | None]] = {}  # client → (epoch, host, device)
         self._seeds: dict[tuple[int, int], int] = {}  # (client, epoch) → its generator's seed, computed ahead
 

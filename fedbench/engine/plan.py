@@ -80,8 +80,6 @@ def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg:
     """Each client's K_i batches: with a replay memory one ``cfg.batch_indices`` call per batch (its draw
     joins each batch), else one :meth:`ClientBatcher.draw` per client (the same batches, fewer host calls)."""
     rows = []
-    if cfg.replay is None:
-        seed_ahead([(batcher, clients, steps)])
     for row, c in enumerate(clients):
         if cfg.replay is None:
             flat, lengths, positions = batcher.draw(c, steps[row], on_device=False)
@@ -97,7 +95,10 @@ def draw_plan(
     train: ArraySplit, batcher: ClientBatcher, clients: list[int], steps: list[int], cfg: LocalConfig
 ) -> RoundPlan:
     """Draw every client's K_i minibatches (advancing the batcher as K_i ``next`` calls would) and
-    lay them out as a :class:`RoundPlan`."""
+    lay them out as a :class:`RoundPlan`; without a replay memory, the seeds of the round's permutations are
+    computed together first (:func:`~fedbench.engine.batches.seed_ahead`)."""
+    if cfg.replay is None:
+        seed_ahead([(batcher, clients, steps)])
     return lay_out(train, row_draws(batcher, clients, steps, cfg), steps, cfg)
 
 

@@ -205,9 +205,8 @@ def run_population_clients(
         at = rows.stop
         own = x[rows].clone()  # fresh, aligned storage: reductions over a run's rows sum as they do alone
         upload = m.algorithm.upload(m.ctx, own, map_rows(lambda v, rows=rows: v[rows].clone(), carry))
-        per_client = [
-            {n: v[i] for n, v in buffers.items()} for i in range(rows.start, rows.stop)
-        ]  # views: averaged by a stack
+        # each client's buffers as views of the joint rows: their average stacks them anyway
+        per_client = [{n: v[i] for n, v in buffers.items()} for i in range(rows.start, rows.stop)]
         results.append(LocalResult(upload, own, per_client, loss[rows].clone()))
     return results
 

@@ -64,9 +64,12 @@ def rates(loops: list[RoundLoop], received: list[Received]) -> tuple[torch.Tenso
     return to_device(local, x.device), to_device(server, x.device)
 
 
-def joint_key(loop: RoundLoop, received: Received | None) -> Hashable | None:
-    """The group of runs whose server updates are one vmapped call (see the module's docstring), or None
-    for a run updated alone."""
+Flat = tuple[list[Any], pytree.TreeSpec]  # a run's server inputs flattened (:func:`server_inputs`)
+
+
+def joint_key(loop: RoundLoop, received: Received | None) -> tuple[Hashable, Flat] | None:
+    """The group of runs whose server updates are one vmapped call (see the module's docstring), with the run's
+    flattened server inputs; None for a run updated alone."""
     algorithm = loop.s.algorithm
     server = algorithm.server.spec
     if received is None or not algorithm.caps.vmap_server or server.bias_correction:
@@ -77,7 +80,7 @@ def joint_key(loop: RoundLoop, received: Received | None) -> Hashable | None:
     shapes = tuple(
         (tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else ("constant", repr(v)) for v in leaves
     )
-    return (type(algorithm), settings_of(algorithm), structure, shapes, received.ctx.round)
+    return (type(algorithm), settings_of(algorithm), structure, shapes, received.ctx.round), (leaves, structure)
 
 
 _SETTINGS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -96,24 +99,26 @@ def server_updates(loops: list[RoundLoop], received: list[Received | None]) -> d
     """The ``server_update`` of every run of ``loops`` that shares a :func:`joint_key` with another,
     computed per group as one vmapped call; keyed by the run's index. Runs left out are updated alone
     by their loop."""
-    groups: dict[Hashable, list[tuple[int, Received]]] = {}
+    groups: dict[Hashable, list[tuple[int, Received, Flat]]] = {}
     for i, (loop, got) in enumerate(zip(loops, received)):
-        key = joint_key(loop, got)
-        if key is not None and got is not None:
-            groups.setdefault(key, []).append((i, got))
+        keyed = joint_key(loop, got)
+        if keyed is not None and got is not None:
+            groups.setdefault(keyed[0], []).append((i, got, keyed[1]))
     updates: dict[int, Update] = {}
     for members in groups.values():
         if len(members) > 1:
-            results = joint_update([loops[i] for i, _ in members], [got for _, got in members])
-            updates.update(zip([i for i, _ in members], results))
+            results = joint_update(
+                [loops[i] for i, _, _ in members], [got for _, got, _ in members], [f for *_, f in members]
+            )
+            updates.update(zip([i for i, _, _ in members], results))
     return updates
 
 
-def joint_update(loops: list[RoundLoop], received: list[Received]) -> list[Update]:
-    """The server updates of runs of one :func:`joint_key`, as one ``vmap`` of the first run's algorithm's
-    ``server_update`` over their stacked inputs; each run's (state, logs), views of the stacked result."""
+def joint_update(loops: list[RoundLoop], received: list[Received], flat: list[Flat]) -> list[Update]:
+    """The server updates of runs of one :func:`joint_key` (``flat``: their flattened server inputs), as one
+    ``vmap`` of the first run's algorithm's ``server_update`` over their stacked inputs; each run's (state,
+    logs), views of the stacked result."""
     first, round_ = loops[0].s.algorithm, received[0].ctx.round
-    flat = [pytree.tree_flatten(server_inputs(loop, got)) for loop, got in zip(loops, received)]
     template, structure = flat[0]
     moving = [i for i, v in enumerate(template) if isinstance(v, torch.Tensor)]
     stacked = [torch.stack([leaves[i] for leaves, _ in flat]) for i in moving]

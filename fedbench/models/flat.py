@@ -63,7 +63,7 @@ class FlatModel:
         self.names = [n for n, _ in params]
         self.shapes = [p.shape for _, p in params]
         self.numels = [p.numel() for _, p in params]
-        self._buffer_numel: int | None = None
+        self._buffer_numel = sum(b.numel() for b in module.buffers() if b.is_floating_point())
         self.dim = sum(self.numels)
         self.label_mask: torch.Tensor | None = None  # [K, K] bool set by the engine in continual runs
         self.autocast: torch.dtype | None = None  # local.precision bf16: forward passes under autocast
@@ -92,10 +92,8 @@ class FlatModel:
         return {n: b.detach().clone() for n, b in self.module.named_buffers()}
 
     def buffer_numel(self) -> int:
-        """Elements of the module's float buffers (BatchNorm's running statistics), counted once (the
-        round loop charges them as communication every round)."""
-        if self._buffer_numel is None:
-            self._buffer_numel = sum(b.numel() for b in self.module.buffers() if b.is_floating_point())
+        """Elements of the module's float buffers (BatchNorm's running statistics), counted once at
+        construction (the round loop charges them as communication every round)."""
         return self._buffer_numel
 
     def logits(self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor) -> torch.Tensor:

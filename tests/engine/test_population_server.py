@@ -30,9 +30,9 @@ def joint_calls(monkeypatch):
     calls: list[int] = []
     original = population_server.joint_update
 
-    def counting(loops, received):
+    def counting(loops, received, flat):
         calls.append(len(loops))
-        return original(loops, received)
+        return original(loops, received, flat)
 
     monkeypatch.setattr(population_server, "joint_update", counting)
     return calls
