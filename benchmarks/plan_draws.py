@@ -3,8 +3,10 @@ for one run and for a population of R runs (issue 26, item 3: a population's hos
 on a GPU).
 
     python -m benchmarks.plan_draws [--runs 1,8,32] [--clients 10] [--samples 20] [--batch 10] [--steps 9]
+        [--seeds K]
 
-Synthetic partitions (``samples`` per client, each run its own seed), ``steps`` local steps of batch ``batch`` per
+Synthetic partitions (``samples`` per client, each run its own seed; with ``--seeds K`` the runs cycle through K
+seeds, as the trials of a tuning population share theirs), ``steps`` local steps of batch ``batch`` per
 client and round: with the defaults each client composes 4.5 permutations a round, as in the tiny GradMA MNIST
 column. One run draws with :func:`~fedbench.engine.plan.draw_plan`; a population with
 ``population_rows.population_plan`` where it exists (else each run's plan side by side, as older commits did).
@@ -35,6 +37,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--steps", type=int, default=9)
+    ap.add_argument("--seeds", type=int, default=0, help="seeds the runs cycle through (0: one per run)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     n = args.clients * args.samples
@@ -43,11 +46,12 @@ def main() -> None:
     cfg = LocalConfig(0.0, None, AugmentSpec(), seed=0)
     clients, steps = list(range(args.clients)), [args.steps] * args.clients
     joint = getattr(population_rows, "population_plan", None)
-    print(f"{args.clients} clients × {args.samples} samples, {args.steps} steps of batch {args.batch} a round")
+    seeds = f", the runs cycling through {args.seeds} seed(s)" if args.seeds else ""
+    print(f"{args.clients} clients × {args.samples} samples, {args.steps} steps of batch {args.batch} a round{seeds}")
     for runs in [int(r) for r in args.runs.split(",")]:
         best = float("inf")
         for _ in range(5):
-            batchers = [ClientBatcher(parts, args.batch, seed=seed) for seed in range(runs)]
+            batchers = [ClientBatcher(parts, args.batch, seed=r % (args.seeds or runs)) for r in range(runs)]
             start = time.perf_counter()
             for _ in range(20):
                 if runs == 1:

@@ -10,20 +10,30 @@ single sample and ``drop_singleton`` is set (``local.drop_singleton_batch``): th
 skipped for this epoch (as some papers' code does, docs/scenarios.md), because BatchNorm cannot train on a
 batch of one.
 
-Permutations are composed on the host, from a host copy of the parts: a round plan
-(:mod:`fedbench.engine.plan`) lays a round's indices out there and moves them to the device in one copy,
-and a step-by-step draw (the sequential executor) moves each permutation once; no gather runs on the device
-for them (quickstart, a population of 4: 22.9 host→device copies a round a run became 5.0, benchmarks/README.md).
+Permutations are composed on the host, from a NumPy copy of the parts (``torch.randperm`` from one reused
+generator, reseeded per permutation; the gather in NumPy, which a small index costs a third of torch's
+dispatch): a round plan (:mod:`fedbench.engine.plan`) lays a round's indices out there and moves them to the
+device in one copy, and a step-by-step draw (the sequential executor) moves each permutation once; no gather
+runs on the device for them (quickstart, a population of 4: 22.9 host→device copies a round a run became 5.0,
+benchmarks/README.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Hashable
 
+import numpy as np
 import torch
 
 from fedbench.engine.pending import to_device
+from fedbench.host import host_side
 from fedbench.seeding import torch_seed, torch_seeds
+
+Walk = tuple[
+    list[list[int]], list[int], list[int], int
+]  # [epoch, start, stop] segments, lengths, cursors, cursor after
 
 
 def epoch_steps(n: int, batch_size: int, epochs: float) -> int:
@@ -47,15 +57,36 @@ class ClientBatcher:
         self._sizes = [len(p) for p in parts]
         # the parts on the host (one copy of them all): a permutation is composed there, and a draw crosses to the
         # device once (:func:`~fedbench.engine.pending.to_device`), instead of a copy and a gather per permutation
-        self._host = list(torch.cat(parts).cpu().split(self._sizes)) if parts else []
+        host = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, dtype=np.int64)
+        self._host = np.split(host, np.cumsum(self._sizes)[:-1]) if parts else []
+        self._generator = torch.Generator()  # reseeded for each permutation (manual_seed resets all its state)
+        self._fingerprint: Hashable | None = None
         self.batch_size = batch_size
         self.seed = seed
         self.drop_singleton = drop_singleton
         self.stream = ("batches",) if task is None else ("task_batches", task)  # continual: one stream per task
         # samples each client has consumed (Python ints: drawing batches is on the host's hot path)
         self.cursor = [0] * len(parts)
-        self._perm: dict[int, tuple[int, torch.Tensor, torch.Tensor | None]] = {}  # client → (epoch, host, device)
+        self._perm: dict[int, tuple[int, np.ndarray, torch.Tensor | None]] = {}  # client → (epoch, host, device)
         self._seeds: dict[tuple[int, int], int] = {}  # (client, epoch) → its generator's seed, computed ahead
+        self._walked: dict[int, tuple[int, int, Walk]] = {}  # client → (cursor, steps, walk): seed_ahead's, for draw
+
+    @property
+    def fingerprint(self) -> Hashable:
+        """What decides every draw but the cursor: the seed, the stream, B, ``drop_singleton`` and the parts (their
+        sizes and a SHA-256 of their indices, once). Two batchers of one fingerprint and one cursor draw the
+        same batches (:func:`~fedbench.engine.population_rows.population_plan` draws them once)."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256(np.concatenate(self._host).tobytes() if self._host else b"").hexdigest()
+            self._fingerprint = (
+                self.seed,
+                self.stream,
+                self.batch_size,
+                self.drop_singleton,
+                tuple(self._sizes),
+                digest,
+            )
+        return self._fingerprint
 
     def batch_size_of(self, client: int) -> int:
         return min(self.batch_size, len(self.parts[client]))
@@ -64,38 +95,52 @@ class ClientBatcher:
         """Local steps that make ``epochs`` passes over the client's data: ⌈E·n_i/B⌉ (≥ 1)."""
         return epoch_steps(len(self.parts[client]), self.batch_size, epochs)
 
-    def _permutation(self, client: int, epoch: int, on_device: bool = False) -> torch.Tensor:
-        """The client's samples in the order of its epoch ``epoch``: composed on the host, and moved to the parts'
-        device (once) if ``on_device``."""
+    @host_side
+    def _permutation(self, client: int, epoch: int) -> np.ndarray:
+        """The client's samples in the order of its epoch ``epoch``, composed on the host (a host generator's
+        permutation, read as a NumPy view: no device is waited for)."""
         cached = self._perm.get(client)
         if cached is None or cached[0] != epoch:
-            part = self._host[client]
             seed = self._seeds.pop((client, epoch), None)
             if seed is None:
                 seed = torch_seed(self.seed, *self.stream, client, epoch)
-            order = torch.randperm(len(part), generator=torch.Generator().manual_seed(seed))
-            cached = (epoch, part[order], None)
+            order = torch.randperm(self._sizes[client], generator=self._generator.manual_seed(seed))
+            cached = (epoch, self._host[client][order.numpy()], None)
             self._perm[client] = cached
-        if not on_device:
-            return cached[1]
-        if cached[2] is None:
-            cached = (epoch, cached[1], to_device(cached[1], self.device))
-            self._perm[client] = cached
-        return cached[2]
+        return cached[1]
+
+    def _on_device(self, client: int, epoch: int) -> torch.Tensor:
+        """:meth:`_permutation` on the parts' device (moved once an epoch)."""
+        host = self._permutation(client, epoch)
+        epoch_, _, device = self._perm[client]
+        if device is None:
+            device = to_device(torch.from_numpy(host), self.device)
+            self._perm[client] = (epoch_, host, device)
+        return device
 
     def next(self, client: int) -> torch.Tensor:
         """Indices (into the training set) of the client's next minibatch, on the parts' device."""
-        return self.draw(client, 1)[0]
+        (epoch, a, b), *_ = self._advance(client, 1)[0]
+        return self._on_device(client, epoch)[a:b]
 
-    def draw(self, client: int, steps: int, on_device: bool = True) -> tuple[torch.Tensor, list[int], list[int]]:
-        """The client's next ``steps`` minibatches at once, their indices end to end (on the parts' device, or on the
-        host: a round plan lays them out there), each batch's length and the cursor before each (the
-        augmentation key). A batch never straddles two epochs (module docstring)."""
-        segments, lengths, positions, self.cursor[client] = self._walk(client, steps)
-        pieces = [self._permutation(client, e, on_device)[a:b] for e, a, b in segments]
-        return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)), lengths, positions
+    def draw(self, client: int, steps: int) -> tuple[np.ndarray, list[int], list[int]]:
+        """The client's next ``steps`` minibatches at once, on the host (a round plan lays them out there): their
+        indices end to end, each batch's length and the cursor before each (the augmentation key). A batch never
+        straddles two epochs (module docstring)."""
+        segments, lengths, positions = self._advance(client, steps)
+        pieces = [self._permutation(client, e)[a:b] for e, a, b in segments]
+        return (pieces[0] if len(pieces) == 1 else np.concatenate(pieces)), lengths, positions
 
-    def _walk(self, client: int, steps: int) -> tuple[list[list[int]], list[int], list[int], int]:
+    def _advance(self, client: int, steps: int) -> tuple[list[list[int]], list[int], list[int]]:
+        """:meth:`_walk` of the client's next ``steps`` batches (the one :meth:`unseeded` made, if it is of
+        this cursor), moving its cursor past them."""
+        cursor = self.cursor[client]
+        walked = self._walked.pop(client, None)
+        walk = walked[2] if walked is not None and walked[:2] == (cursor, steps) else self._walk(client, steps)
+        self.cursor[client] = walk[3]
+        return walk[0], walk[1], walk[2]
+
+    def _walk(self, client: int, steps: int) -> Walk:
         """Where the client's next ``steps`` batches lie: the [epoch, start, stop] segments of its epochs'
         permutations, each batch's length, the cursor before each, and the cursor after them."""
         n, size = self._sizes[client], min(self.batch_size, self._sizes[client])
@@ -120,7 +165,9 @@ class ClientBatcher:
         """The epochs whose permutations the client's next ``steps`` batches need and that have neither been
         composed nor had their seed computed ahead (:func:`seed_ahead`)."""
         cached = self._perm.get(client)
-        epochs = dict.fromkeys(e for e, _, _ in self._walk(client, steps)[0])
+        walk = self._walk(client, steps)
+        self._walked[client] = (self.cursor[client], steps, walk)
+        epochs = dict.fromkeys(e for e, _, _ in walk[0])
         return [e for e in epochs if not (cached and cached[0] == e) and (client, e) not in self._seeds]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -130,6 +177,7 @@ class ClientBatcher:
         self.cursor = [int(v) for v in state["cursor"].tolist()]
         self._perm.clear()
         self._seeds.clear()
+        self._walked.clear()
 
 
 def seed_ahead(draws: list[tuple[ClientBatcher, list[int], list[int]]]) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from fedbench.data.base import ArraySplit
@@ -66,11 +67,12 @@ class RoundPlan:
 
 @dataclass(frozen=True)
 class RowDraws:
-    """One client's batches of a round: their indices end to end, each batch's length, count of current
-    samples (the rest is its replay draw) and the batcher position it was drawn at (the augmentation key)."""
+    """One client's batches of a round: their indices end to end (on the host, or with a replay memory's draws
+    on the device), each batch's length, count of current samples (the rest is its replay draw) and the batcher
+    position it was drawn at (the augmentation key)."""
 
     client: int
-    flat: torch.Tensor
+    flat: np.ndarray | torch.Tensor
     lengths: list[int]
     current: list[int]
     positions: list[int]
@@ -82,7 +84,7 @@ def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg:
     rows = []
     for row, c in enumerate(clients):
         if cfg.replay is None:
-            flat, lengths, positions = batcher.draw(c, steps[row], on_device=False)
+            flat, lengths, positions = batcher.draw(c, steps[row])
             rows.append(RowDraws(c, flat, lengths, lengths, positions))
             continue
         drawn = [cfg.batch_indices(batcher, c) for _ in range(steps[row])]
@@ -114,17 +116,16 @@ def lay_out(train: ArraySplit, rows: list[RowDraws], steps: list[int], cfg: Loca
     within = torch.arange(sum(flat_lengths)) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
     dest = torch.repeat_interleave(slot * shape[2], lengths) + within
     device, size = train.y.device, shape[0] * shape[1] * shape[2]
-    flat = torch.cat([r.flat for r in rows])
-    if flat.device.type == "cpu":  # drawn on the host: laid out there, and moved in one copy each
+    if all(isinstance(r.flat, np.ndarray) for r in rows):  # drawn on the host: laid out there, one copy each
         index_h = torch.zeros(size, dtype=torch.int64)
-        index_h[dest] = flat
+        index_h[dest] = torch.from_numpy(np.concatenate([r.flat for r in rows]))
         mask_h = torch.zeros(size, dtype=train.x.dtype)
         mask_h[dest] = 1.0
         index, mask, dest_d = to_device(index_h, device), to_device(mask_h, device), dest
     else:  # with a replay memory's draws, on the device
         dest_d = to_device(dest, device)
         index = torch.zeros(size, dtype=torch.int64, device=device)
-        index[dest_d] = flat
+        index[dest_d] = torch.cat([torch.as_tensor(r.flat, device=device) for r in rows])
         mask = train.x.new_zeros(size)
         mask[dest_d] = 1.0
     memory = None

@@ -16,6 +16,7 @@ draws) from its slice of the rows.
 from __future__ import annotations
 
 import copy
+from collections.abc import Hashable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -150,12 +151,27 @@ def joint_plan(plans: list[RoundPlan]) -> RoundPlan:
 def population_plan(members: list[MemberRound], train: ArraySplit, steps: list[int]) -> RoundPlan:
     """The round plan of every member's rows: drawn run by run from each run's batcher, then laid out at once
     on the host (two copies for the whole population) where no run joins replay draws or augments; else each
-    run's plan, side by side (:func:`joint_plan`). The same plan either way."""
+    run's plan, side by side (:func:`joint_plan`). The same plan either way.
+
+    Runs whose batchers would draw the same batches (one :attr:`~fedbench.engine.batches.ClientBatcher.fingerprint`
+    and cursor, the same clients and steps: the trials of one seed in a tuning population) draw them once; the
+    others' cursors move as their own draws would have moved them."""
     if any(m.cfg.replay is not None or m.cfg.augments for m in members):
         return joint_plan([draw_plan(train, m.batcher, m.ctx.client_ids(), m.steps, m.cfg) for m in members])
-    seed_ahead([(m.batcher, m.ctx.client_ids(), m.steps) for m in members])  # every run's permutations' seeds at once
-    rows = [r for m in members for r in row_draws(m.batcher, m.ctx.client_ids(), m.steps, m.cfg)]
-    return lay_out(train, rows, steps, members[0].cfg)
+    alike: dict[Hashable, list[MemberRound]] = {}
+    for m in members:
+        key = (m.batcher.fingerprint, tuple(m.batcher.cursor), tuple(m.ctx.client_ids()), tuple(m.steps))
+        alike.setdefault(key, []).append(m)
+    leaders = [group[0] for group in alike.values()]
+    seed_ahead([(m.batcher, m.ctx.client_ids(), m.steps) for m in leaders])  # their permutations' seeds at once
+    drawn = {}
+    for group in alike.values():
+        leader = group[0]
+        rows = row_draws(leader.batcher, leader.ctx.client_ids(), leader.steps, leader.cfg)
+        for m in group:
+            m.batcher.cursor = list(leader.batcher.cursor)
+            drawn[id(m)] = rows
+    return lay_out(train, [r for m in members for r in drawn[id(m)]], steps, members[0].cfg)
 
 
 def run_population_clients(

@@ -1,3 +1,4 @@
+import numpy as np
 import torch
 
 from fedbench.engine.batches import ClientBatcher
@@ -50,8 +51,42 @@ def test_a_host_draw_is_the_device_draw():
     parts = [torch.arange(0, 7), torch.arange(7, 30)]
     on_host, on_device = ClientBatcher(parts, 5, seed=4), ClientBatcher(parts, 5, seed=4)
     for client, steps in [(0, 3), (1, 4), (0, 5)]:
-        (h, hl, hp), (d, dl, dp) = on_host.draw(client, steps, on_device=False), on_device.draw(client, steps)
-        assert h.device.type == "cpu" and torch.equal(h, d.cpu()) and (hl, hp) == (dl, dp)
+        positions = [on_device.cursor[client]]
+        batches = [on_device.next(client)]
+        for _ in range(steps - 1):
+            positions.append(on_device.cursor[client])
+            batches.append(on_device.next(client))
+        host, lengths, at = on_host.draw(client, steps)
+        assert isinstance(host, np.ndarray) and host.tolist() == torch.cat(batches).tolist()
+        assert lengths == [len(b) for b in batches] and at == positions
+
+
+def test_each_permutation_is_its_streams_randperm_whatever_came_before():
+    """One generator is reseeded for every permutation: each is the randperm of a fresh generator of its
+    ("batches", client, epoch) stream, over the client's samples."""
+    parts = [torch.arange(100, 107), torch.arange(7, 30), torch.arange(3)]
+    b = ClientBatcher(parts, 4, seed=9)
+    for client, steps in [(1, 20), (0, 5), (2, 4), (1, 3), (0, 9)]:
+        start = b.cursor[client]
+        host, lengths, _ = b.draw(client, steps)
+        n, expected, cursor = len(parts[client]), [], start
+        for take in lengths:
+            epoch, pos = divmod(cursor, n)
+            order = torch.randperm(n, generator=torch_stream(9, "batches", client, epoch))
+            expected += parts[client][order][pos : pos + take].tolist()
+            cursor += take
+        assert host.tolist() == expected
+
+
+def test_a_walk_made_ahead_is_not_used_once_the_cursor_moved():
+    from fedbench.engine.batches import seed_ahead
+
+    parts = [torch.arange(0, 11)]
+    plain, ahead = ClientBatcher(parts, 3, seed=1), ClientBatcher(parts, 3, seed=1)
+    seed_ahead([(ahead, [0], [5])])  # walks 5 batches from cursor 0
+    assert torch.equal(plain.next(0), ahead.next(0))  # the cursor moves past that walk's start
+    a, b = plain.draw(0, 5), ahead.draw(0, 5)
+    assert np.array_equal(a[0], b[0]) and a[1:] == b[1:] and plain.cursor == ahead.cursor
 
 
 def test_seeds_computed_ahead_draw_the_same_batches():
@@ -63,6 +98,6 @@ def test_seeds_computed_ahead_draw_the_same_batches():
         seed_ahead([(ahead, clients, steps)])
         assert ahead._seeds  # some epochs' seeds were computed ahead
         for client, k in zip(clients, steps):
-            a, b = plain.draw(client, k, on_device=False), ahead.draw(client, k, on_device=False)
-            assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+            a, b = plain.draw(client, k), ahead.draw(client, k)
+            assert np.array_equal(a[0], b[0]) and a[1:] == b[1:]
     assert not ahead._seeds  # every seed computed ahead was used

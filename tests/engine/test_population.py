@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fedbench.engine.population as population
+import fedbench.engine.population_rows as population_rows
 from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.population import PopulationRun, execute_population, group_runs, population_key, population_size
 from fedbench.engine.runner import execute_run
@@ -98,6 +99,35 @@ def test_population_in_chunks_equals_one_chunk(tmp_path, name):
     a = execute_population(runs, whole, cache, RunOptions(population="3"))
     b = execute_population(runs, chunked, cache, RunOptions(population="3", chunk=2))
     assert_same(chunked, b, whole, a)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "gradma"])
+def test_trials_of_one_seed_draw_their_batches_once(tmp_path, monkeypatch, name):
+    """A tuning population: two runs of one seed and partition that differ in η_g (and η_l where rows may)
+    draw their round's batches once, and each is the run it is alone; a run of the same seed on another
+    partition, and one of another seed, draw their own."""
+    clients = {"clients.num": 8, "clients.per_round": 3}
+    local = {**LOCAL, "lr": 0.03} if ALGORITHMS.capabilities(name).row_lr else LOCAL
+    a = spec_of(with_algorithm(tiny_scenario(clients, local=LOCAL), name))
+    b = spec_of(with_algorithm(tiny_scenario({**clients, "server.lr": 0.7}, local=local), name))
+    c = spec_of(with_algorithm(tiny_scenario({**clients, "partition.omega": 0.2}, local=LOCAL), name))
+    runs = [PopulationRun(a, 0, "h"), PopulationRun(b, 0, "h"), PopulationRun(c, 0, "h"), PopulationRun(a, 1, "h")]
+    drawn = []
+    real = population_rows.row_draws
+
+    def counted(batcher, *args):
+        drawn.append(batcher.seed)
+        return real(batcher, *args)
+
+    monkeypatch.setattr(population_rows, "row_draws", counted)
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="4"))
+    assert [o.status for o in outs] == ["finished"] * 4
+    assert drawn == [0, 0, 1] * a.rounds  # a and b once, c, then seed 1
+    monkeypatch.setattr(population_rows, "row_draws", real)
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
 
 
 def test_a_diverging_member_leaves_its_neighbours_alone(tmp_path):
