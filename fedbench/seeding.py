@@ -44,9 +44,13 @@ def torch_seeds(name: str, rows: Sequence[Sequence[int]]) -> list[int]:
     :func:`torch_seed`."""
     if not rows:
         return []
-    if any(v < 0 or v > _MASK32 for row in rows for v in row):
+    try:
+        given = np.array(rows, dtype=np.int64)
+    except OverflowError:  # a value past 2⁶³
+        given = None
+    if given is None or given.ndim != 2 or given.min() < 0 or given.max() > _MASK32:
         return [torch_seed(row[0], name, *row[1:]) for row in rows]
-    entropy = np.array([[row[0], zlib.crc32(name.encode()), *row[1:]] for row in rows], dtype=np.uint64)
+    entropy = np.insert(given.astype(np.uint64), 1, np.uint64(zlib.crc32(name.encode())), axis=1)
     hash_const = [_INIT_A]
 
     def hashmix(value: np.ndarray) -> np.ndarray:

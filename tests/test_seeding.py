@@ -21,6 +21,6 @@ def test_seeds_computed_together_are_those_computed_one_by_one(keys):
 
 
 def test_a_value_of_several_words_goes_one_by_one():
-    rows = [(2**32 + 5, 1, 2), (7, 2**40, 0), (3, 4, 5)]
-    assert torch_seeds("batches", rows) == [torch_seed(r[0], "batches", *r[1:]) for r in rows]
+    for rows in ([(2**32 + 5, 1, 2), (7, 2**40, 0), (3, 4, 5)], [(3, 4, 5), (2**70, 0, 1)]):
+        assert torch_seeds("batches", rows) == [torch_seed(r[0], "batches", *r[1:]) for r in rows]
     assert torch_seeds("batches", []) == []
