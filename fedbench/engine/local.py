@@ -140,12 +140,16 @@ class GradientOracle:
 @dataclass
 class LocalResult:
     """The round's client work: the clients' :class:`~fedbench.algorithms.base.Upload` (rows in
-    order), final local iterates ``[S, P]``, BatchNorm buffers and each client's mean minibatch loss ``[S]``."""
+    order), final local iterates ``[S, P]``, BatchNorm buffers and each client's mean minibatch loss ``[S]``;
+    a population computes its runs' mean loss and consistency together (0-d tensors; else None, and the
+    round computes them from ``losses`` and ``final``)."""
 
     uploads: Upload
     final: torch.Tensor
     buffers: list[Buffers]
     losses: torch.Tensor
+    mean_loss: torch.Tensor | None = None
+    consistency: torch.Tensor | None = None
 
 
 def run_clients_sequential(

@@ -40,7 +40,7 @@ from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
 from fedbench.engine.lease import leased
 from fedbench.engine.pending import PendingRound, read_rounds
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
-from fedbench.engine.population_server import server_updates
+from fedbench.engine.population_server import joint_buffers, server_updates
 from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import Recorder, RoundLoop, RunOutcome, complete_run, execute_run, open_loop, start_record
 from fedbench.engine.setup import DataCache
@@ -347,21 +347,38 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
             ctx = opened[i].ctx
             assert ctx is not None  # a run with a result trained
             received[i] = loops[i].receive(ctx, result)
-    updates = server_updates(loops, received)
+    updates, buffers = server_updates(loops, received), joint_buffers(received)
     settled = []
     for i, (loop, o) in enumerate(zip(loops, opened)):
         with loop.streams(t):
             if i in by_loop:
-                settled.append(loop.settle(o, by_loop[i], received[i], updates.get(i)))
+                settled.append(loop.settle(o, by_loop[i], received[i], updates.get(i), buffers.get(i)))
             else:
                 settled.append(loop.settle_round(o, None))
     scores = _test_scores(loops, t)
-    closed = []
+    finished = []
     for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
         with loop.streams(t):
-            metrics, extra = loop.finish_round(o, metrics, extra, scores.get(i))
-        closed.append(PendingRound(t, metrics, extra, loop.finite()))
-    return closed
+            finished.append(loop.finish_round(o, metrics, extra, scores.get(i)))
+    return [PendingRound(t, m, e, finite) for (m, e), finite in zip(finished, finite_runs(loops))]
+
+
+def finite_runs(loops: list[RoundLoop]) -> list[torch.Tensor]:
+    """:meth:`RoundLoop.finite` of every run (after its plug-ins' last word on its model), the runs of one model
+    shape checked together: a 0-d bool tensor each, unread."""
+    by_shape: dict[tuple, list[int]] = {}
+    for i, loop in enumerate(loops):
+        x = loop.state.x
+        by_shape.setdefault((x.shape, x.dtype, x.device), []).append(i)
+    finite: list[torch.Tensor] = [torch.empty(0)] * len(loops)
+    for runs in by_shape.values():
+        if len(runs) == 1:
+            finite[runs[0]] = loops[runs[0]].finite()
+            continue
+        flags = torch.isfinite(torch.stack([loops[i].state.x for i in runs])).flatten(1).all(1)
+        for i, flag in zip(runs, flags.unbind(0)):
+            finite[i] = flag
+    return finite
 
 
 def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:

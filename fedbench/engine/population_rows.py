@@ -216,15 +216,31 @@ def run_population_clients(
     x, carry, loss = torch.cat(finals), cat_rows(carries), torch.cat(losses)
     buffers = {n: torch.cat([b[n] for b in buffers_out]) for n in members[0].buffers}
     results, at = [], 0
-    for m in members:
+    # each client's buffers as views of the joint rows (one unbind a buffer): their average stacks them anyway
+    client_rows = {n: v.unbind(0) for n, v in buffers.items()}
+    summaries = run_summaries(members, x, loss)
+    for m, (mean_loss, consistency) in zip(members, summaries):
         rows = slice(at, at + len(m.ctx.clients))
         at = rows.stop
         own = x[rows].clone()  # fresh, aligned storage: reductions over a run's rows sum as they do alone
         upload = m.algorithm.upload(m.ctx, own, map_rows(lambda v, rows=rows: v[rows].clone(), carry))
-        # each client's buffers as views of the joint rows: their average stacks them anyway
-        per_client = [{n: v[i] for n, v in buffers.items()} for i in range(rows.start, rows.stop)]
-        results.append(LocalResult(upload, own, per_client, loss[rows].clone()))
+        per_client = [{n: v[i] for n, v in client_rows.items()} for i in range(rows.start, rows.stop)]
+        results.append(LocalResult(upload, own, per_client, loss[rows].clone(), mean_loss, consistency))
     return results
+
+
+def run_summaries(
+    members: list[MemberRound], x: torch.Tensor, loss: torch.Tensor
+) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
+    """Each member's mean client loss and consistency (:func:`~fedbench.engine.runner.consistency_of`) from the
+    joint final rows ``x`` ``[R·S, P]`` and losses ``[R·S]``, computed for all runs at once (0-d views) where the
+    members share S; else None each (the run computes its own)."""
+    sizes = {len(m.ctx.clients) for m in members}
+    if len(members) < 2 or len(sizes) > 1:
+        return [(None, None)] * len(members)
+    rows = x.unflatten(0, (len(members), -1))  # [R, S, P]
+    consistency = ((rows - rows.mean(1, keepdim=True)) ** 2).sum(2).mean(1)
+    return list(zip(loss.unflatten(0, (len(members), -1)).mean(1).unbind(0), consistency.unbind(0)))
 
 
 EVAL_RUNS = 16  # runs evaluated together at most (each batch of the test set is [runs, batch, …] at once)
@@ -267,4 +283,5 @@ def _evaluate_group(
         losses.append(F.cross_entropy(out.flatten(0, 1), y.repeat(runs), reduction="none").view(runs, n))
         correct.append(out.argmax(2) == y)
     hits, loss = torch.cat(correct, 1), torch.cat(losses, 1)
-    return [(hits[r].float().mean(), loss[r].contiguous().mean()) for r in range(len(flats))]
+    accuracy = hits.float().mean(1).unbind(0)  # counts of 0/1 summed exactly, in any order
+    return [(accuracy[r], loss[r].contiguous().mean()) for r in range(len(flats))]

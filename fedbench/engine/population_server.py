@@ -43,6 +43,7 @@ from fedbench.engine.pending import to_device
 if TYPE_CHECKING:
     from fedbench.engine.plugins import Received
     from fedbench.engine.runner import RoundLoop
+    from fedbench.models.flat import Buffers
 
 Update = tuple[Any, dict]  # a run's new server state and its logs
 
@@ -140,3 +141,32 @@ def joint_update(loops: list[RoundLoop], received: list[Received], flat: list[Fl
 
     outputs = vmap(update)(local_rates, server_rates, *stacked)
     return [pytree.tree_unflatten(list(leaves), returned[0]) for leaves in zip(*(v.unbind(0) for v in outputs))]
+
+
+def joint_buffers(received: list[Received | None]) -> dict[int, Buffers]:
+    """The average of the received BatchNorm buffers (:func:`~fedbench.models.flat.average_buffers`: the float
+    buffers weighted by ``buffer_weights``, the integer counters their maximum) of every run that received as
+    many clients' buffers of one shape as another run, computed per group as one batched product (or maximum)
+    a buffer over ``[G, k, …]`` rows; keyed by the run's index, each a view of its group's result. The others
+    average alone."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, got in enumerate(received):
+        if got is None or not got.buffers or not got.buffers[0]:
+            continue
+        shapes = tuple((n, tuple(v.shape), v.dtype, v.device) for n, v in got.buffers[0].items())
+        groups.setdefault((len(got.buffers), shapes, got.buffer_weights.dtype), []).append(i)
+    averaged: dict[int, Buffers] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        got = [received[i] for i in members if received[i] is not None]
+        weights = torch.stack([g.buffer_weights for g in got])  # [G, k]
+        joint = {}
+        for name, first in got[0].buffers[0].items():
+            rows = torch.stack([b[name] for g in got for b in g.buffers]).unflatten(0, (len(got), -1))  # [G, k, …]
+            if first.is_floating_point():
+                joint[name] = torch.einsum("gk,gk...->g...", weights.to(first.dtype), rows).unbind(0)
+            else:
+                joint[name] = rows.amax(1).unbind(0)
+        averaged.update((i, {n: v[j] for n, v in joint.items()}) for j, i in enumerate(members))
+    return averaged

@@ -58,7 +58,7 @@ from fedbench.engine.precision import run_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
 from fedbench.engine.threads import pinned_threads
 from fedbench.engine.uploads import aggregation_weights, decoded, sent_bits
-from fedbench.models.flat import average_buffers
+from fedbench.models.flat import Buffers, average_buffers
 from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, run_id_of, run_record
 from fedbench.seeding import numpy_stream, torch_seed
@@ -119,10 +119,10 @@ def round_metrics(ctx: RoundContext, result: LocalResult, buffer_numel: int) -> 
     n = len(ctx.clients)
     buffer_bits = n * buffer_numel * BITS_PER_FLOAT
     return {
-        "train_loss": result.losses.mean(),
+        "train_loss": result.losses.mean() if result.mean_loss is None else result.mean_loss,
         "bits_up": sent_bits(result.uploads) + buffer_bits,
         "bits_down": n * sum(v.numel() for v in ctx.broadcast.values()) * BITS_PER_FLOAT + buffer_bits,
-        "consistency": consistency_of(result.final),
+        "consistency": consistency_of(result.final) if result.consistency is None else result.consistency,
         "test_acc": None,
         "test_loss": None,
     }
@@ -187,6 +187,8 @@ class RoundLoop:
         self.fed = setup.federation  # the clients' data at the current stage (plug-ins may move it on)
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
+        self._stream_seed = (-1, 0)  # (round, its ("dropout", round) seed): :meth:`streams`, computed once a round
+        self._weights: tuple[torch.Tensor, torch.Tensor] | None = None  # open_round's (clients, aggregation weights)
         self.plugins = build_plugins(spec, seed, setup)
         caps = setup.algorithm.caps
         local = spec.local
@@ -259,7 +261,9 @@ class RoundLoop:
         device = self.s.x0.device
         cuda = device.type == "cuda"
         with torch.random.fork_rng(devices=[device] if cuda else []):
-            seed = torch_seed(self.seed, "dropout", t)
+            if self._stream_seed[0] != t:  # a population enters a round's streams four times
+                self._stream_seed = (t, torch_seed(self.seed, "dropout", t))
+            seed = self._stream_seed[1]
             torch.default_generator.manual_seed(seed)
             if cuda:
                 index = device.index if device.index is not None else torch.cuda.current_device()
@@ -290,7 +294,9 @@ class RoundLoop:
         if len(clients) == 0:  # nothing trains or is sent
             return OpenRound(t, start, lr, begun)
         ctx, steps = self.context(t, clients.tolist(), lr)
-        ctx = s.algorithm.prepare_round(self.state, ctx, aggregation_weights(spec, self.fed.sizes[ctx.clients]))
+        weights = aggregation_weights(spec, self.fed.sizes[ctx.clients])
+        self._weights = (ctx.clients, weights)  # receive's too, unless the clients changed
+        ctx = s.algorithm.prepare_round(self.state, ctx, weights)
         return OpenRound(t, start, lr, begun, ctx, steps)
 
     def close_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, Any], dict]:
@@ -305,12 +311,18 @@ class RoundLoop:
         return self.settle(opened, result, self.receive(opened.ctx, result))
 
     def settle(
-        self, opened: OpenRound, result: LocalResult, received: Received | None, update: tuple[Any, dict] | None = None
+        self,
+        opened: OpenRound,
+        result: LocalResult,
+        received: Received | None,
+        update: tuple[Any, dict] | None = None,
+        buffers: Buffers | None = None,
     ) -> tuple[dict, dict]:
         """:meth:`settle_round` of a round whose clients trained, from what reached the server
-        (:meth:`receive`); ``update``: the algorithm's ``server_update`` of it, computed elsewhere (a
-        population updates its runs' servers together, :mod:`~fedbench.engine.population_server`)."""
-        extra = self.apply_update(received, update)
+        (:meth:`receive`); ``update``: the algorithm's ``server_update`` of it, and ``buffers``: the received
+        BatchNorm buffers' average, computed elsewhere (a population updates its runs' servers together,
+        :mod:`~fedbench.engine.population_server`, and averages their buffers together)."""
+        extra = self.apply_update(received, update, buffers)
         extra = {**extra, **self.logs(lambda p: p.round_logs(opened.t))}
         assert opened.ctx is not None
         return round_metrics(opened.ctx, result, self.s.model.buffer_numel()), extra
@@ -433,7 +445,10 @@ class RoundLoop:
     def receive(self, ctx: RoundContext, result: LocalResult) -> Received | None:
         """What reaches the server: every decoded upload with its aggregation weight, unless a plug-in's
         ``select_received`` keeps fewer; None when nothing does."""
-        weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
+        if self._weights is not None and self._weights[0] is ctx.clients:  # weighted by open_round
+            weights = self._weights[1]
+        else:
+            weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
         received: Received | None = Received(ctx, decoded(result.uploads), result.buffers, weights, weights)
         for plugin in self.plugins:
             if received is None:
@@ -441,16 +456,18 @@ class RoundLoop:
             received = plugin.select_received(received, result)
         return received
 
-    def apply_update(self, received: Received | None, update: tuple[Any, dict] | None = None) -> dict:
+    def apply_update(
+        self, received: Received | None, update: tuple[Any, dict] | None = None, buffers: Buffers | None = None
+    ) -> dict:
         """The new server state, ``server_update`` of ``received`` (or ``update``, that same update computed
-        elsewhere), and the weighted BatchNorm buffers; with nothing received the model and buffers stay.
-        Returns the algorithm's logs."""
+        elsewhere), and the weighted BatchNorm buffers (or ``buffers``, that same average computed elsewhere);
+        with nothing received the model and buffers stay. Returns the algorithm's logs."""
         if received is None:
             return {}
         if update is None:
             update = self.s.algorithm.server_update(self.state, received.ctx, received.uploads, received.weights)
         self.state, extra = update
-        self.buffers = average_buffers(received.buffers, received.buffer_weights)
+        self.buffers = average_buffers(received.buffers, received.buffer_weights) if buffers is None else buffers
         return extra
 
     def _finish(

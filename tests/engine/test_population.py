@@ -410,3 +410,33 @@ def test_continual_runs_train_in_a_population(tmp_path, name, changes, runs):
         assert sum(row is not None for row in want) == 3
         for g, w in zip(got, want):
             assert (g is None and w is None) or g == pytest.approx(w, rel=1e-10, abs=1e-12)
+
+
+def test_run_summaries_and_finiteness_computed_together_are_each_runs_own():
+    """The members' mean loss and consistency from the joint rows equal each run's own (float64, 1e-14); with
+    unequal S each run computes its own. Finiteness of the runs of one shape is checked together: a run with
+    a NaN and one with an inf are not finite, the others are, and a run of another shape is checked alone."""
+    from types import SimpleNamespace
+
+    from fedbench.engine.population import finite_runs
+    from fedbench.engine.population_rows import run_summaries
+    from fedbench.engine.runner import consistency_of
+
+    g = torch.Generator().manual_seed(0)
+    x, loss = torch.randn(12, 7, generator=g, dtype=torch.float64), torch.rand(12, generator=g, dtype=torch.float64)
+    members = [SimpleNamespace(ctx=SimpleNamespace(clients=torch.arange(3))) for _ in range(4)]
+    for r, (mean_loss, consistency) in enumerate(run_summaries(members, x, loss)):
+        rows = slice(3 * r, 3 * r + 3)
+        torch.testing.assert_close(mean_loss, loss[rows].mean(), rtol=1e-14, atol=0)
+        torch.testing.assert_close(consistency, consistency_of(x[rows].clone()), rtol=1e-14, atol=0)
+    unequal = [SimpleNamespace(ctx=SimpleNamespace(clients=torch.arange(k))) for k in (3, 9)]
+    assert run_summaries(unequal, x, loss) == [(None, None)] * 2
+
+    points = [
+        torch.zeros(5),
+        torch.tensor([0.0, float("nan"), 0, 0, 0]),
+        torch.full((5,), float("-inf")),
+        torch.ones(2),
+    ]
+    loops = [SimpleNamespace(state=SimpleNamespace(x=p), finite=lambda p=p: torch.isfinite(p).all()) for p in points]
+    assert [bool(f) for f in finite_runs(loops)] == [True, False, False, True]

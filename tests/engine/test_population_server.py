@@ -3,6 +3,8 @@ of one shape with their own seeds, η_g and η_l give the numbers each has alone
 bit for bit on this CPU), every round goes through the joint call, and the runs it must leave out (another
 shape, bias correction, an algorithm without ``vmap_server``) are updated alone with the same numbers."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.state import state_leaves
 from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.models.flat import average_buffers
 from fedbench.optim.server import ServerOptimizer
 from fedbench.optim.spec import ServerSpec
 from fedbench.options import RunOptions
@@ -111,3 +114,35 @@ def test_a_server_at_a_tensor_rate_steps_as_at_its_own(optimizer):
     want, _ = server.step(x, delta, state)
     got, _ = server.at_rate(torch.tensor(0.3, dtype=torch.float64)).step(x, delta, state)
     assert torch.equal(got, want) and server.lr == 0.3
+
+
+def received_buffers(k, seed, counter=3):
+    """A run's received BatchNorm buffers of k clients (two float buffers and an integer counter) and weights."""
+    g = torch.Generator().manual_seed(seed)
+    buffers = [
+        {
+            "bn.running_mean": torch.randn(4, generator=g, dtype=torch.float64),
+            "bn.running_var": torch.rand(2, 3, generator=g, dtype=torch.float64),
+            "bn.num_batches_tracked": torch.tensor(counter + i),
+        }
+        for i in range(k)
+    ]
+    weights = torch.rand(k, generator=g, dtype=torch.float64)
+    return SimpleNamespace(buffers=buffers, buffer_weights=weights / weights.sum())
+
+
+def test_buffers_averaged_together_are_each_runs_own_average():
+    """Runs with as many received clients average their buffers together (float: weighted, to 1e-14; the
+    counter: the maximum, exactly); a run with another count, a run with nothing received and one without
+    buffers are left to average alone."""
+    received = [received_buffers(3, 0), received_buffers(4, 1), None, received_buffers(3, 2, counter=9)]
+    received += [SimpleNamespace(buffers=[{}, {}], buffer_weights=torch.ones(2) / 2), received_buffers(3, 3)]
+    joint = population_server.joint_buffers(received)
+    assert sorted(joint) == [0, 3, 5]
+    for i in joint:
+        want = average_buffers(received[i].buffers, received[i].buffer_weights)
+        assert joint[i].keys() == want.keys()
+        for name, value in want.items():
+            assert joint[i][name].dtype == value.dtype and joint[i][name].shape == value.shape
+            torch.testing.assert_close(joint[i][name], value, rtol=1e-14, atol=0)
+    assert int(joint[3]["bn.num_batches_tracked"]) == 11
