@@ -1,5 +1,5 @@
 """The server updates of a population's runs as one computation: ``torch.func.vmap`` of the algorithm's
-``server_update`` over a leading run axis.
+``server_update`` over a leading run axis; and their BatchNorm buffers averaged together (:func:`joint_buffers`).
 
 Each run of a population (:mod:`fedbench.engine.population`) has its own server: its state, its round's
 context (clients, η_l, K_i, broadcast), its decoded uploads and aggregation weights, its η_g. Updated one
