@@ -1,10 +1,11 @@
 """Operators a population round dispatches for each of its runs, by phase (issue 26: a population's work per
 run bounds it on a GPU, where every operator is at least one kernel launch or a host dispatch).
 
-    python -m benchmarks.run_operators [--algorithm fedavg] [--runs 4,8] [--rounds 4]
+    python -m benchmarks.run_operators [--algorithm fedavg] [--runs 4,8] [--rounds 4] [--seeds K]
         [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny] [--depth 3]
 
-Trains seeds 0…R−1 of the algorithm's entry as one population for each R of ``--runs`` (two sizes), one untimed
+Trains seeds 0…R−1 of the algorithm's entry (with ``--seeds K``, the runs cycle through K seeds, as the trials of
+a tuning population share theirs) as one population for each R of ``--runs`` (two sizes), one untimed
 round, then counts the non-view ATen operators of ``rounds`` rounds (TorchDispatchMode), each attributed to the
 chain of fedbench functions under ``population_round`` that dispatched it (``depth`` of them). The difference
 between the two sizes, per added run and round, is what each run costs beyond the work the population shares.
@@ -50,9 +51,12 @@ class PhaseOperators(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def count(spec: Any, runs: int, rounds: int, depth: int) -> Counter[str]:
+def count(spec: Any, runs: int, rounds: int, depth: int, seeds: int) -> Counter[str]:
     cache = DataCache(Path("data"), False, torch.device("cpu"))
-    loops = [RoundLoop(spec, seed, build_run(spec, seed, cache), "batched", None, "off") for seed in range(runs)]
+    loops = [
+        RoundLoop(spec, r % (seeds or runs), build_run(spec, r % (seeds or runs), cache), "batched", None, "off")
+        for r in range(runs)
+    ]
     population_round(loops, 1)
     with PhaseOperators(depth) as ops:
         for t in range(2, 2 + rounds):
@@ -68,6 +72,7 @@ def main() -> None:
     ap.add_argument("--config", default="configs/gradma/mnist_s10_w0.01.yaml")
     ap.add_argument("--scale", default="tiny")
     ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=0, help="seeds the runs cycle through (0: one per run)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     small, large = (int(r) for r in args.runs.split(","))
@@ -76,11 +81,12 @@ def main() -> None:
         for s in resolve_runs(load_scenario(Path(args.config), [], scale=args.scale), args.scale)
         if s.algorithm["name"] == args.algorithm
     )
-    a, b = count(spec, small, args.rounds, args.depth), count(spec, large, args.rounds, args.depth)
+    a, b = (count(spec, runs, args.rounds, args.depth, args.seeds) for runs in (small, large))
     added = (large - small) * args.rounds
     total = (sum(b.values()) - sum(a.values())) / added
     print(
-        f"{args.algorithm} of {args.config} at {args.scale}: {sum(a.values()) / args.rounds:,.0f} operators a round "
+        f"{args.algorithm} of {args.config} at {args.scale}{f', {args.seeds} seed(s)' if args.seeds else ''}: "
+        f"{sum(a.values()) / args.rounds:,.0f} operators a round "
         f"for {small} runs, {sum(b.values()) / args.rounds:,.0f} for {large}: {total:.1f} a run a round, by phase:"
     )
     for phase in sorted(set(a) | set(b), key=lambda k: (a[k] - b[k], k)):

@@ -40,7 +40,7 @@ the engine's registered providers (:mod:`fedbench.engine.inputs`) fill them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
@@ -67,6 +67,9 @@ Message = dict[str, torch.Tensor]
 """Named tensors on the wire (a broadcast): each entry is charged as communication."""
 
 Logs = dict[str, Any]
+ServerCall = tuple[
+    "Algorithm", Any, "RoundContext", "Upload", torch.Tensor
+]  # a run's (algorithm, state, ctx, up, weights)
 """A hook's per-round logs (JSON-able values), recorded with the round."""
 
 St = TypeVar("St", bound=ServerState)
@@ -320,6 +323,13 @@ class Algorithm:
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         """The new state from the (decoded) uploads, and per-round logs (may be empty)."""
         return self.server_step(state, weighted_mean(up.sent["delta"], weights)), {}
+
+    @classmethod
+    def server_updates(cls, calls: Sequence[ServerCall]) -> list[tuple[Any, Logs]]:
+        """``server_update`` of several runs of this class (a population's), one ``(algorithm, state, ctx, upload,
+        weights)`` call each, in order. Default: each alone; a class that declares ``Capabilities.joint_server``
+        computes them together where that saves work (GradMA's QP_g over the runs' rows)."""
+        return [algorithm.server_update(state, ctx, up, weights) for algorithm, state, ctx, up, weights in calls]
 
     def end_task(self, state: Any, data: TaskData) -> tuple[Any, Logs]:
         """Continual scenarios: called after the last round of each task (after its evaluation and the

@@ -44,7 +44,9 @@ class Capabilities:
     an ``[R·S, 1]`` column); the same test checks each. ``vmap_server``: its ``server_update`` is a pure
     tensor function of its arguments (the state holds no ``[N, P]`` client table, nothing is read to the
     host), so a population updates the servers of its runs as one ``torch.func.vmap`` call
-    (:mod:`fedbench.engine.population_server`; the same test checks it).
+    (:mod:`fedbench.engine.population_server`; the same test checks it). ``joint_server``: its class's
+    ``server_updates`` computes the server updates of several runs together (GradMA's QP_g over the runs' rows,
+    read to the host once), so a population hands it its runs of the class at once.
     """
 
     label: str
@@ -59,6 +61,7 @@ class Capabilities:
     row_params: tuple[str, ...] = ()
     client_dp: bool = False
     vmap_server: bool = False
+    joint_server: bool = False
     diagnostics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -22,6 +23,7 @@ from fedbench.algorithms.base import (
     GradFn,
     Logs,
     RoundContext,
+    ServerCall,
     Upload,
     weighted_mean,
 )
@@ -181,12 +183,16 @@ class GradMAW(Algorithm):
         last = x if self.params.prev_anchor == "last_local" else None
         return Upload({"delta": x - ctx.broadcast["x"]}, WorkerKept(carry.fallbacks, last))
 
-    def worker_round(self, state: Any, ctx: RoundContext, kept: WorkerKept) -> tuple[ClientTable | None, int]:
-        """The participants' x_{t+1}^(i) kept (Alg. 1 line 7), and the round's QP_l fallbacks."""
+    def keep_last(self, state: Any, ctx: RoundContext, kept: WorkerKept) -> ClientTable | None:
+        """The participants' x_{t+1}^(i) kept (Alg. 1 line 7)."""
         table = state.last_local
         if table is not None and kept.last_local is not None:
             table = table.write(ctx.clients, kept.last_local)
-        return table, int(kept.fallbacks.sum())
+        return table
+
+    def worker_round(self, state: Any, ctx: RoundContext, kept: WorkerKept) -> tuple[ClientTable | None, int]:
+        """:meth:`keep_last`, and the round's QP_l fallbacks."""
+        return self.keep_last(state, ctx, kept), int(kept.fallbacks.sum())
 
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         table, fallbacks = self.worker_round(state, ctx, up.kept)
@@ -305,27 +311,75 @@ class GradMAS(Algorithm):
 
     def memory_round(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         """Alg. 4 then Alg. 3 (Eqs. 6–8)."""
-        d_rows = -up.sent["delta"]  # d_i = x_t − x_{t+1}^(i)
-        d = -weighted_mean(up.sent["delta"], weights)  # Eq. 6
-        m = state.momentum * self.params.beta1 + d  # Eq. 6
-        fallbacks, used, memory = 0, 0, state.memory
-        if self.slots > 0:
-            memory, slots, fresh, used = self.mem_red(memory, ctx.client_ids())
-            memory = self.update_memory(memory, used, slots, fresh, d_rows)  # Eq. 7
-            D = memory.U[:used]
-            live = D.any(1)
-            if not bool(live.all()):  # β2 = 0 zeroes absent workers' D_j: ⟨m~, 0⟩ ≥ 0 holds, not a constraint
-                D = D[live]
-            m_tilde, failed = project(m.unsqueeze(0), D.unsqueeze(0), self.blocks)  # Eq. 8
-            m, fallbacks = m_tilde.squeeze(0), int(failed.sum())
-        x = state.x - self.server.spec.lr * m
-        return dataclasses.replace(state, x=x, momentum=m, memory=memory), {
-            "qp_fallbacks": fallbacks,
-            "memory_slots": used,
-        }
+        return memory_rounds([(self, state, ctx, up, weights)])[0]
 
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         return self.memory_round(state, ctx, up, weights)
+
+    @classmethod
+    def server_updates(cls, calls: Sequence[ServerCall]) -> list[tuple[Any, Logs]]:
+        """:meth:`memory_round` of several runs, their QP_g together (:func:`memory_rounds`)."""
+        return memory_rounds(calls)
+
+
+def memory_rounds(calls: Sequence[ServerCall]) -> list[tuple[Any, Logs]]:
+    """Alg. 4 then Alg. 3 (Eqs. 6–8) of each call's run (a :class:`GradMAS` or :class:`GradMA`, a population's runs
+    or one): its momentum and memory on its own; QP_g (Eq. 8) of the runs whose live constraints are as many, cut
+    into the same blocks, as one :func:`project` of their rows (which projects each row alone); every run's live
+    constraints read to the host in one transfer, and each projection's fallback counts in one."""
+    moved = []  # each run's (algorithm, old state, m, memory, slots in use)
+    for algorithm, old, ctx, up, weights in calls:
+        assert isinstance(algorithm, GradMAS)
+        d_rows = -up.sent["delta"]  # d_i = x_t − x_{t+1}^(i)
+        d = -weighted_mean(up.sent["delta"], weights)  # Eq. 6
+        m = old.momentum * algorithm.params.beta1 + d  # Eq. 6
+        memory, used = old.memory, 0
+        if algorithm.slots > 0:
+            memory, slots, fresh, used = algorithm.mem_red(memory, ctx.client_ids())
+            memory = algorithm.update_memory(memory, used, slots, fresh, d_rows)  # Eq. 7
+        moved.append((algorithm, old, m, memory, used))
+    remembering = [i for i, (algorithm, *_) in enumerate(moved) if algorithm.slots > 0]
+    projected = project_memories([(moved[i][2], moved[i][3].U[: moved[i][4]], moved[i][0].blocks) for i in remembering])
+    out = dict(zip(remembering, projected))
+    results = []
+    for i, (algorithm, old, m, memory, used) in enumerate(moved):
+        m, fallbacks = out.get(i, (m, 0))
+        x = old.x - algorithm.server.spec.lr * m
+        new = dataclasses.replace(old, x=x, momentum=m, memory=memory)
+        results.append((new, {"qp_fallbacks": fallbacks, "memory_slots": used}))
+    return results
+
+
+def project_memories(
+    items: Sequence[tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]],
+) -> list[tuple[torch.Tensor, int]]:
+    """QP_g (Eq. 8) of each ``(m [P], D [used, P], blocks)``: m~ and its blocks left unprojected. A zero D_j (β2 = 0
+    zeroes absent workers': ⟨m~, 0⟩ ≥ 0 holds) is no constraint and is dropped; the items with as many live
+    constraints and one block layout are one :func:`project` of their rows."""
+    if not items:
+        return []
+    lives = [D.any(1) for _, D, _ in items]
+    flags = torch.cat(lives).tolist()  # every item's live constraints, one read
+    groups: dict[tuple, list[int]] = {}
+    constraints = []
+    at = 0
+    for k, (m, D, blocks) in enumerate(items):
+        live, at = flags[at : at + len(D)], at + len(D)
+        if not all(live):
+            D = D[torch.tensor([j for j, on in enumerate(live) if on], dtype=torch.int64, device=D.device)]
+        constraints.append(D)
+        groups.setdefault((len(D), tuple(blocks), m.shape, m.dtype, m.device), []).append(k)
+    out: list[tuple[torch.Tensor, int]] = [(items[0][0], 0)] * len(items)
+    for members in groups.values():
+        blocks = items[members[0]][2]
+        if len(members) == 1:
+            m, D = items[members[0]][0].unsqueeze(0), constraints[members[0]].unsqueeze(0)
+        else:
+            m, D = torch.stack([items[k][0] for k in members]), torch.stack([constraints[k] for k in members])
+        m_tilde, failed = project(m, D, blocks)  # Eq. 8
+        for k, row, count in zip(members, m_tilde.unbind(0), failed.tolist()):
+            out[k] = (row, int(count))
+    return out
 
 
 class GradMA(GradMAW, GradMAS):
@@ -340,9 +394,22 @@ class GradMA(GradMAW, GradMAS):
         return extend(GradMAS.init_state(self, x0), GradMAState, last_local=self.worker_table(x0))
 
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
-        table, worker_fallbacks = self.worker_round(state, ctx, up.kept)
-        new, logs = self.memory_round(dataclasses.replace(state, last_local=table), ctx, up, weights)
-        return new, {**logs, "qp_fallbacks": logs["qp_fallbacks"] + worker_fallbacks}
+        return GradMA.server_updates([(self, state, ctx, up, weights)])[0]
+
+    @classmethod
+    def server_updates(cls, calls: Sequence[ServerCall]) -> list[tuple[Any, Logs]]:
+        """Each run's last local models kept, then its memory round (QP_g together, :func:`memory_rounds`);
+        ``qp_fallbacks`` adds its workers' QP_l fallbacks (every run's read in one transfer)."""
+        worker = torch.stack([up.kept.fallbacks.sum() for _, _, _, up, _ in calls]).tolist()
+        tabled = []
+        for algorithm, old, ctx, up, weights in calls:
+            assert isinstance(algorithm, GradMA)
+            table = algorithm.keep_last(old, ctx, up.kept)
+            tabled.append((algorithm, dataclasses.replace(old, last_local=table), ctx, up, weights))
+        return [
+            (new, {**logs, "qp_fallbacks": logs["qp_fallbacks"] + int(count)})
+            for (new, logs), count in zip(memory_rounds(tabled), worker)
+        ]
 
 
 ALGORITHMS.register(
@@ -353,6 +420,7 @@ ALGORITHMS.register(
     server=SERVER,
     diagnostics=DIAGNOSTICS,
     row_params=ROW_PARAMS,
+    joint_server=True,
 )(GradMA)
 ALGORITHMS.register(
     "gradma_w",
@@ -370,4 +438,5 @@ ALGORITHMS.register(
     server=SERVER,
     diagnostics=DIAGNOSTICS,
     row_params=ROW_PARAMS,
+    joint_server=True,
 )(GradMAS)

@@ -1,5 +1,7 @@
 """The server updates of a population's runs as one computation: ``torch.func.vmap`` of the algorithm's
-``server_update`` over a leading run axis; and their BatchNorm buffers averaged together (:func:`joint_buffers`).
+``server_update`` over a leading run axis, or its class's own ``server_updates`` of several runs
+(:func:`joint_server_updates`: a host-side projection of the runs' rows at once); and their BatchNorm buffers
+averaged together (:func:`joint_buffers`).
 
 Each run of a population (:mod:`fedbench.engine.population`) has its own server: its state, its round's
 context (clients, η_l, K_i, broadcast), its decoded uploads and aggregation weights, its η_g. Updated one
@@ -112,6 +114,26 @@ def server_updates(loops: list[RoundLoop], received: list[Received | None]) -> d
                 [loops[i] for i, _, _ in members], [got for _, got, _ in members], [f for *_, f in members]
             )
             updates.update(zip([i for i, _, _ in members], results))
+    updates.update(joint_server_updates(loops, received))
+    return updates
+
+
+def joint_server_updates(loops: list[RoundLoop], received: list[Received | None]) -> dict[int, Update]:
+    """The server updates of the runs whose algorithm declares ``Capabilities.joint_server``, by class, through
+    the class's ``server_updates`` (each run with its own algorithm, state and round); keyed by the run's index."""
+    by_class: dict[type, list[int]] = {}
+    for i, (loop, got) in enumerate(zip(loops, received)):
+        if got is not None and loop.s.algorithm.caps.joint_server:
+            by_class.setdefault(type(loop.s.algorithm), []).append(i)
+    updates: dict[int, Update] = {}
+    for cls, members in by_class.items():
+        if len(members) > 1:
+            calls = []
+            for i in members:
+                got = received[i]
+                assert got is not None
+                calls.append((loops[i].s.algorithm, loops[i].state, got.ctx, got.uploads, got.weights))
+            updates.update(zip(members, cls.server_updates(calls)))
     return updates
 
 

@@ -146,3 +146,44 @@ def test_buffers_averaged_together_are_each_runs_own_average():
             assert joint[i][name].dtype == value.dtype and joint[i][name].shape == value.shape
             torch.testing.assert_close(joint[i][name], value, rtol=1e-14, atol=0)
     assert int(joint[3]["bn.num_batches_tracked"]) == 11
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("name", ["gradma", "gradma_s"])
+def test_gradma_trials_project_their_server_momenta_together(tmp_path, monkeypatch, name):
+    """GradMA's trials of one seed (other β1, β2, η_g and η_l) and a run of another seed: every round the class's
+    server_updates gets all three, the two trials' QP_g (as many live constraints) is one projection of two rows,
+    and each run has the numbers it has alone (float64, 1e-10)."""
+    import fedbench.algorithms.gradma as gradma
+
+    rows, calls, server = [], [], [False]  # rows of each QP_g projection; runs of each joint call
+    project, memories, joint = gradma.project, gradma.project_memories, population_server.joint_server_updates
+
+    def projecting(p, M, blocks):
+        if server[0]:
+            rows.append(len(p))
+        return project(p, M, blocks)
+
+    def server_side(items):
+        server[0] = True
+        try:
+            return memories(items)
+        finally:
+            server[0] = False
+
+    monkeypatch.setattr(gradma, "project", projecting)
+    monkeypatch.setattr(gradma, "project_memories", server_side)
+    monkeypatch.setattr(
+        population_server, "joint_server_updates", lambda loops, got: calls.append(len(loops)) or joint(loops, got)
+    )
+    runs = []
+    for seed, (beta, (server_lr, lr)) in zip([0, 0, 1], zip([0.5, 0.9, 0.5], RATES)):
+        changes = {"clients.num": 8, "clients.per_round": 3, "server.lr": server_lr}
+        raw = with_algorithm(tiny_scenario(changes, local={**LOCAL, "lr": lr}, rounds=3), name)
+        raw["algorithms"][0].update({"beta1": beta, "beta2": 1.4 - beta, "memory_size": 8})
+        runs.append(PopulationRun(spec_of(raw), seed, "h"))
+    store, outs, alone_store, alone_outs = train_both(tmp_path, runs)
+    assert_same(store, outs, alone_store, alone_outs)
+    together, alone_rows = rows[: len(rows) - 9], rows[len(rows) - 9 :]  # alone: one row a run and round
+    assert calls == [3, 3, 3] and alone_rows == [1] * 9
+    assert sum(together) == 9 and len(together) <= 6, together  # each round, the trials' rows in one projection
