@@ -28,7 +28,7 @@ from fedbench.algorithms.base import (
     weighted_mean,
 )
 from fedbench.algorithms.client_table import ClientTable
-from fedbench.algorithms.projection import project
+from fedbench.algorithms.projection import project, solve
 from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.host import host_side
 from fedbench.optim.server import ServerOptimizer
@@ -325,8 +325,8 @@ class GradMAS(Algorithm):
 def memory_rounds(calls: Sequence[ServerCall]) -> list[tuple[Any, Logs]]:
     """Alg. 4 then Alg. 3 (Eqs. 6–8) of each call's run (a :class:`GradMAS` or :class:`GradMA`, a population's runs
     or one): its momentum and memory on its own; QP_g (Eq. 8) of the runs whose live constraints are as many, cut
-    into the same blocks, as one :func:`project` of their rows (which projects each row alone); every run's live
-    constraints read to the host in one transfer, and each projection's fallback counts in one."""
+    into the same blocks, as one projection of their rows (each row projected alone); every run's live constraints
+    read to the host in one transfer (:func:`project_memories`)."""
     moved = []  # each run's (algorithm, old state, m, memory, slots in use)
     for algorithm, old, ctx, up, weights in calls:
         assert isinstance(algorithm, GradMAS)
@@ -355,7 +355,7 @@ def project_memories(
 ) -> list[tuple[torch.Tensor, int]]:
     """QP_g (Eq. 8) of each ``(m [P], D [used, P], blocks)``: m~ and its blocks left unprojected. A zero D_j (β2 = 0
     zeroes absent workers': ⟨m~, 0⟩ ≥ 0 holds) is no constraint and is dropped; the items with as many live
-    constraints and one block layout are one :func:`project` of their rows."""
+    constraints and one block layout are one projection of their rows (:func:`~fedbench.algorithms.projection.solve`)."""
     if not items:
         return []
     lives = [D.any(1) for _, D, _ in items]
@@ -376,9 +376,9 @@ def project_memories(
             m, D = items[members[0]][0].unsqueeze(0), constraints[members[0]].unsqueeze(0)
         else:
             m, D = torch.stack([items[k][0] for k in members]), torch.stack([constraints[k] for k in members])
-        m_tilde, failed = project(m, D, blocks)  # Eq. 8
-        for k, row, count in zip(members, m_tilde.unbind(0), failed.tolist()):
-            out[k] = (row, int(count))
+        m_tilde, dual = solve(m, D, blocks)  # Eq. 8; the fallback counts on the host
+        for k, row, count in zip(members, m_tilde.unbind(0), dual.counts):
+            out[k] = (row, count)
     return out
 
 

@@ -3,6 +3,7 @@ Algs. 1–4, 7, 8 with the QP solved independently (cvxpy), on the toy quadratic
 
 import json
 from collections import OrderedDict
+from types import SimpleNamespace
 
 import cvxpy as cp
 import numpy as np
@@ -397,10 +398,10 @@ def test_fallbacks_warn_once_per_run_and_are_footnoted_under_the_table(tmp_path,
     from fedbench.scenario import parse_scenario, resolve_runs
     from fedbench.store import ResultsStore
 
-    def failing(p, M, blocks):  # every block of every row left unprojected
-        return p.clone(), torch.full((len(p),), len(blocks), dtype=torch.int64, device=p.device)
+    def failing(p, M, blocks):  # every block of every row left unprojected (the dual's counts, on the host)
+        return p.clone(), SimpleNamespace(counts=[len(blocks)] * len(p))
 
-    monkeypatch.setattr(gradma, "project", failing)
+    monkeypatch.setattr(gradma, "solve", failing)
     raw = tiny_scenario(
         {"model.hidden": [8], "clients.num": 6, "clients.per_round": 2, "partition.omega": 0.3, "local.iterations": 2},
         name="fallbacks",

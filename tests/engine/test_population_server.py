@@ -157,12 +157,12 @@ def test_gradma_trials_project_their_server_momenta_together(tmp_path, monkeypat
     import fedbench.algorithms.gradma as gradma
 
     rows, calls, server = [], [], [False]  # rows of each QP_g projection; runs of each joint call
-    project, memories, joint = gradma.project, gradma.project_memories, population_server.joint_server_updates
+    solve, memories, joint = gradma.solve, gradma.project_memories, population_server.joint_server_updates
 
     def projecting(p, M, blocks):
         if server[0]:
             rows.append(len(p))
-        return project(p, M, blocks)
+        return solve(p, M, blocks)
 
     def server_side(items):
         server[0] = True
@@ -171,7 +171,7 @@ def test_gradma_trials_project_their_server_momenta_together(tmp_path, monkeypat
         finally:
             server[0] = False
 
-    monkeypatch.setattr(gradma, "project", projecting)
+    monkeypatch.setattr(gradma, "solve", projecting)
     monkeypatch.setattr(gradma, "project_memories", server_side)
     monkeypatch.setattr(
         population_server, "joint_server_updates", lambda loops, got: calls.append(len(loops)) or joint(loops, got)
