@@ -92,6 +92,39 @@ def client_gradients(
     return total
 
 
+def runs_client_gradients(
+    model: FlatModel,
+    train: ArraySplit,
+    runs: list[tuple[Buffers, list[torch.Tensor], torch.Tensor, torch.Tensor]],
+    batch_size: int,
+) -> list[torch.Tensor]:
+    """:func:`client_gradients` of several runs' clients as one batched computation (a population's): each run
+    ``(buffers, parts, point, keys)`` with its own BatchNorm buffers, clients' samples, point and dropout keys;
+    every chunk of every run's clients is one row, at its run's point with its run's buffers. Returns each run's
+    ``[S_r, P]``."""
+    parts = [part for _, own, _, _ in runs for part in own]
+    index, mask, client, chunk = _rows(parts, batch_size)
+    points = torch.stack([point for _, _, point, _ in runs])  # [R, P]
+    device, dtype = points.device, points.dtype
+    run_of = to_device(torch.tensor([r for r, (_, own, _, _) in enumerate(runs) for _ in own]), device)
+    sizes = to_device(torch.tensor([len(p) for p in parts], dtype=dtype), device)
+    weight = mask.sum(1).to(dtype) / sizes[client]
+    row_keys = mix32(torch.cat([keys for *_, keys in runs])[client] ^ mix32(chunk + CHUNK_SALT))
+    row_run = run_of[client]
+    buffers = {name: torch.stack([own[name] for own, *_ in runs]) for name in runs[0][0]}  # [R, …]
+    step = step_function(RowLayers.of(model), False)
+    model.module.train()
+    total = points.new_zeros(len(parts), points.shape[1])
+    for r in chunks(len(index), max(2, CHUNK_SAMPLES // index.shape[1])):
+        idx, m, k, at = index[r], mask[r].to(dtype), row_keys[r], row_run[r]
+        n = len(idx)
+        if n == 1:  # one row runs as two (client_gradients)
+            idx, m, k, at = idx.repeat(2, 1), m.repeat(2, 1), k.repeat(2), at.repeat(2)
+        grads, _ = step(points[at], {name: v[at] for name, v in buffers.items()}, train.x[idx], train.y[idx], m, k)
+        total.index_add_(0, client[r], grads[:n] * weight[r].unsqueeze(1))
+    return list(total.split([len(own) for _, own, _, _ in runs]))
+
+
 def full_local_gradients(
     model: FlatModel,
     buffers: Buffers,

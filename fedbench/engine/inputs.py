@@ -6,8 +6,9 @@ first every round plug-in (:meth:`~fedbench.engine.plugins.RoundPlugin.provide`,
 stream's replay-memory gradients, the wireless uplink's bit allocation), then, for what no plug-in
 gave, the engine's own providers (:data:`PROVIDERS`): ``full_grad`` from the clients' whole local
 data, ``memory_grad``/``memory_size`` as zeros (no replay memory without a task stream). An input
-nobody provides is absent from ``ctx.inputs`` (``bits`` without a wireless block). The round loop
-names no input and no algorithm: a new input is a name in ``INPUTS`` and a provider here or in a
+nobody provides is absent from ``ctx.inputs`` (``bits`` without a wireless block). A population computes
+an input of :data:`JOINT_PROVIDERS` for all its runs that declared it at once (:func:`joint_inputs`). The
+round loop names no input and no algorithm: a new input is a name in ``INPUTS`` and a provider here or in a
 plug-in.
 """
 
@@ -19,7 +20,7 @@ import torch
 
 from fedbench.engine.batched import dropout_keys
 from fedbench.engine.federation import InputRequest
-from fedbench.engine.full_gradient import full_local_gradients
+from fedbench.engine.full_gradient import full_local_gradients, runs_client_gradients
 
 Provider = Callable[[InputRequest], torch.Tensor]
 
@@ -47,3 +48,38 @@ PROVIDERS: dict[str, Provider] = {
     "memory_grad": empty_memory_gradients,
     "memory_size": empty_memory_sizes,
 }
+
+
+def runs_full_gradients(requests: list[InputRequest]) -> list[torch.Tensor]:
+    """:func:`full_gradients` of several runs' requests (one model, training set and minibatch size) as one
+    batched computation (:func:`~fedbench.engine.full_gradient.runs_client_gradients`), each finished with its
+    run's clipping/weight-decay convention."""
+    first = requests[0]
+    runs = [
+        (
+            req.buffers,
+            [req.fed.parts[c] for c in req.ids],
+            req.point,
+            dropout_keys(req.cfg.seed, req.round, list(req.ids), req.point.device),
+        )
+        for req in requests
+    ]
+    grads = runs_client_gradients(first.model, first.train, runs, first.batch_size)
+    return [req.cfg.finish(g, req.point.unsqueeze(0).expand(len(g), -1)) for req, g in zip(requests, grads)]
+
+
+JOINT_PROVIDERS: dict[str, Callable[[list[InputRequest]], list[torch.Tensor]]] = {"full_grad": runs_full_gradients}
+
+
+def joint_inputs(requests: dict[int, InputRequest]) -> dict[int, dict[str, torch.Tensor]]:
+    """The inputs of :data:`JOINT_PROVIDERS` of the runs ``requests`` (keyed by the run's index) that declared
+    them, each computed for all those runs at once where two or more did; keyed by the run's index (the round
+    loop uses them where no plug-in provides the input, :meth:`~fedbench.engine.runner.RoundLoop.inputs`)."""
+    given: dict[int, dict[str, torch.Tensor]] = {}
+    for name, provider in JOINT_PROVIDERS.items():
+        wanting = [i for i, req in requests.items() if name in req.wanted]
+        if len(wanting) < 2:
+            continue
+        for i, value in zip(wanting, provider([requests[i] for i in wanting])):
+            given.setdefault(i, {})[name] = value
+    return given

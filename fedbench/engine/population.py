@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
+from fedbench.engine.inputs import JOINT_PROVIDERS, joint_inputs
 from fedbench.engine.lease import leased
 from fedbench.engine.pending import PendingRound, read_rounds
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
@@ -328,10 +329,17 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     """Round t of every run of ``loops`` (one population): each opens its round alone, their clients
     train together (``chunk`` rows at a time; all when None), each closes its round alone. Returns each
     run's round as :meth:`RoundLoop.lazy_round` would (its device values unread)."""
-    opened = []
+    sampled = []
     for loop in loops:
         with loop.streams(t):
-            opened.append(loop.open_round(t))
+            sampled.append(loop.sample_round(t))
+    ready = joint_inputs(
+        {i: loop.input_request(s) for i, (loop, s) in enumerate(zip(loops, sampled)) if s.ids and joint_wants(loop)}
+    )
+    opened = []
+    for i, (loop, s) in enumerate(zip(loops, sampled)):
+        with loop.streams(t):
+            opened.append(loop.open_sampled(s, ready.get(i)))
     training = [i for i, o in enumerate(opened) if o.ctx is not None]
     rounds = [
         MemberRound(loop.s.algorithm, o.ctx, o.steps, loop.buffers, loop.fed.batcher, loop.local_cfg)
@@ -361,6 +369,12 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
         with loop.streams(t):
             finished.append(loop.finish_round(o, metrics, extra, scores.get(i)))
     return [PendingRound(t, m, e, finite) for (m, e), finite in zip(finished, finite_runs(loops))]
+
+
+def joint_wants(loop: RoundLoop) -> bool:
+    """Whether the run's algorithm declares an engine input that a population computes for its runs at once
+    (:data:`~fedbench.engine.inputs.JOINT_PROVIDERS`)."""
+    return any(name in JOINT_PROVIDERS for name in loop.s.algorithm.caps.inputs)
 
 
 def finite_runs(loops: list[RoundLoop]) -> list[torch.Tensor]:

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import RoundContext
+from fedbench.algorithms.base import Message, RoundContext
 from fedbench.algorithms.state import flatten_state, restore_state, state_bytes
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
@@ -170,6 +170,22 @@ class OpenRound:
     steps: list[int] = dataclasses.field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """A round opened up to its engine inputs (:meth:`RoundLoop.sample_round`): its number, start time, learning
+    rate and the plug-ins' ``begin_round`` logs; the sampled clients on the host (none: no client trains), their
+    local steps, and on the device the clients and the server's broadcast to them."""
+
+    t: int
+    start: float
+    lr: float
+    begun: dict
+    ids: list[int] = dataclasses.field(default_factory=list)
+    steps: list[int] = dataclasses.field(default_factory=list)
+    clients: torch.Tensor | None = None
+    broadcast: Message | None = None
+
+
 class RoundLoop:
     """Executes the rounds of one run on a prepared :class:`RunSetup`, with the round plug-ins of
     the spec's blocks (:func:`~fedbench.engine.axes.build_plugins`) around the plain round."""
@@ -279,8 +295,14 @@ class RoundLoop:
         return self.close_round(opened, self.local_work(opened.ctx, opened.steps))
 
     def open_round(self, t: int) -> OpenRound:
-        """Round t up to its local work: sampling, the learning rate, the plug-ins' hooks and the
-        algorithm's ``prepare_round``; ``ctx`` is None when no sampled client trains."""
+        """Round t up to its local work: sampling, the learning rate, the plug-ins' hooks, the engine inputs and
+        the algorithm's ``prepare_round``; ``ctx`` is None when no sampled client trains."""
+        return self.open_sampled(self.sample_round(t))
+
+    def sample_round(self, t: int) -> Sampled:
+        """Round t up to its engine inputs: the stage, sampling, the learning rate, the plug-ins' hooks, the
+        clients' local steps and the broadcast; the clients and their steps move to the device once, without
+        waiting for it (:func:`~fedbench.engine.pending.to_device`)."""
         spec, s = self.spec, self.s
         start = time.perf_counter()
         self.enter_stage(t)
@@ -292,12 +314,37 @@ class RoundLoop:
         for plugin in self.plugins:
             clients = plugin.after_sampling(t, clients)
         if len(clients) == 0:  # nothing trains or is sent
-            return OpenRound(t, start, lr, begun)
-        ctx, steps = self.context(t, clients.tolist(), lr)
-        weights = aggregation_weights(spec, self.fed.sizes[ctx.clients])
+            return Sampled(t, start, lr, begun)
+        ids = clients.tolist()
+        steps = self.steps_of(ids, t)
+        for plugin in self.plugins:
+            steps = plugin.local_steps(t, ids, steps)
+        on_device = to_device(torch.tensor(ids, dtype=torch.int64), s.x0.device)
+        return Sampled(t, start, lr, begun, ids, steps, on_device, s.algorithm.broadcast(self.state, on_device))
+
+    def open_sampled(self, sampled: Sampled, ready: Mapping[str, torch.Tensor] | None = None) -> OpenRound:
+        """:meth:`open_round` from its sampling on: the clients' :class:`RoundContext` with the engine inputs their
+        algorithm declared (``ready``: some of the engine's, computed elsewhere: a population computes its runs'
+        together), then the algorithm's ``prepare_round``."""
+        t, s = sampled.t, self.s
+        if sampled.clients is None or sampled.broadcast is None:
+            return OpenRound(t, sampled.start, sampled.lr, sampled.begun)
+        algo, clients = s.algorithm, sampled.clients
+        ctx = RoundContext(
+            clients,
+            sampled.lr,
+            to_device(torch.tensor(sampled.steps, dtype=s.x0.dtype), s.x0.device),
+            sampled.broadcast,
+            algo.client_state(self.state, clients),
+            t,
+            self.inputs(sampled, ready),
+            self.fed.sizes,
+            tuple(sampled.ids),
+        )
+        weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
         self._weights = (ctx.clients, weights)  # receive's too, unless the clients changed
-        ctx = s.algorithm.prepare_round(self.state, ctx, weights)
-        return OpenRound(t, start, lr, begun, ctx, steps)
+        ctx = algo.prepare_round(self.state, ctx, weights)
+        return OpenRound(t, sampled.start, sampled.lr, sampled.begun, ctx, sampled.steps)
 
     def close_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, Any], dict]:
         """Round t after its local work (``result``; None when nobody trained): aggregation, the
@@ -353,29 +400,6 @@ class RoundLoop:
                 return chosen
         return sample_clients(spec.clients.num, spec.clients.per_round, self.seed, t)
 
-    def context(self, t: int, ids: list[int], lr: float) -> tuple[RoundContext, list[int]]:
-        """The clients' :class:`RoundContext` (with the engine inputs their algorithm declared)
-        and their local steps; the clients ``ids`` and their steps move to the device once, without
-        waiting for it (:func:`~fedbench.engine.pending.to_device`)."""
-        s, algo, device = self.s, self.s.algorithm, self.s.x0.device
-        steps = self.steps_of(ids, t)
-        for plugin in self.plugins:
-            steps = plugin.local_steps(t, ids, steps)
-        clients = to_device(torch.tensor(ids, dtype=torch.int64), device)
-        broadcast = algo.broadcast(self.state, clients)
-        ctx = RoundContext(
-            clients,
-            lr,
-            to_device(torch.tensor(steps, dtype=s.x0.dtype), device),
-            broadcast,
-            algo.client_state(self.state, clients),
-            t,
-            self.inputs(t, clients, broadcast["x"], ids),
-            self.fed.sizes,
-            tuple(ids),
-        )
-        return ctx, steps
-
     def enter_stage(self, t: int) -> None:
         """The clients' data for round t: the current :class:`~fedbench.engine.federation.Federation`, or the
         one a plug-in moves on to (a continual run's next task); its logit mask goes to the model."""
@@ -386,34 +410,41 @@ class RoundLoop:
             self.fed = fed
             self.s.model.label_mask = fed.label_mask
 
-    def inputs(
-        self, t: int, clients: torch.Tensor, point: torch.Tensor, ids: list[int]
-    ) -> MappingProxyType[str, torch.Tensor]:
-        """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`) for ``clients`` (``ids``
-        on the host): the plug-ins' first, then the engine's providers for the rest; one nobody provides is
-        absent."""
-        wanted = frozenset(self.s.algorithm.caps.inputs)
-        if not wanted:
-            return MappingProxyType({})
+    def input_request(self, sampled: Sampled) -> InputRequest:
+        """What the engine's input providers read for a sampled round (its clients and broadcast model x_t)."""
+        assert sampled.clients is not None and sampled.broadcast is not None
         s = self.s
-        req = InputRequest(
-            t,
-            clients,
-            point,
+        return InputRequest(
+            sampled.t,
+            sampled.clients,
+            sampled.broadcast["x"],
             self.buffers,
             self.local_cfg,
             self.spec.local.batch_size,
             s.model,
             s.data.train,
             self.fed,
-            wanted,
-            tuple(ids),
+            frozenset(s.algorithm.caps.inputs),
+            tuple(sampled.ids),
         )
+
+    def inputs(
+        self, sampled: Sampled, ready: Mapping[str, torch.Tensor] | None = None
+    ) -> MappingProxyType[str, torch.Tensor]:
+        """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`) for the sampled clients: the
+        plug-ins' first, then for the rest ``ready``'s (computed elsewhere) or the engine's providers'; one
+        nobody provides is absent."""
+        wanted = frozenset(self.s.algorithm.caps.inputs)
+        if not wanted:
+            return MappingProxyType({})
+        req = self.input_request(sampled)
         given: dict[str, torch.Tensor] = {}
         for plugin in self.plugins:
             given.update({k: v for k, v in plugin.provide(req).items() if k in wanted})
         for name in sorted(wanted - given.keys()):
-            if name in PROVIDERS:
+            if ready is not None and name in ready:
+                given[name] = ready[name]
+            elif name in PROVIDERS:
                 given[name] = PROVIDERS[name](req)
         return MappingProxyType(given)
 

@@ -100,3 +100,27 @@ def test_dropout_masks_follow_each_clients_key():
     torch.testing.assert_close(both[1], alone[0])
     other = client_gradients(model, {}, train, parts[1:], point, 4, keys=torch.tensor([10]))
     assert not torch.allclose(other[0], alone[0])
+
+
+@pytest.mark.parametrize(
+    "name, params", [("tinynn", {"hidden": (8, 6)}), ("mlp", {"hidden": [16], "dropout": 0.3})], ids=["bn", "dropout"]
+)
+def test_several_runs_clients_at_once_are_each_runs_own(name: str, params: dict):
+    """A population's runs (each its own point, BatchNorm buffers, clients and dropout keys) computed as one
+    batched call give what each run's call gives (float64, 1e-12), a run of one two-sample client included."""
+    from fedbench.engine.full_gradient import runs_client_gradients
+
+    with default_dtype(torch.float64):
+        torch.manual_seed(3)
+        model = FlatModel(build_model(name, params, (12,), 4))
+        train = ArraySplit(torch.randn(70, 12), torch.randint(0, 4, (70,)))
+        runs = []
+        clients = [[torch.arange(0, 17), torch.arange(17, 21)], [torch.arange(21, 70)], [torch.arange(5, 7)]]
+        for r, parts in enumerate(clients):
+            buffers = {k: v + 0.1 * r if v.is_floating_point() else v for k, v in model.buffers().items()}
+            point = model.flatten() + 0.05 * r * torch.randn(model.dim)
+            runs.append((buffers, parts, point, torch.arange(len(parts)) + 11 * r))
+        together = runs_client_gradients(model, train, runs, 5)
+        for (buffers, parts, point, keys), got in zip(runs, together):
+            alone = client_gradients(model, buffers, train, parts, point, 5, keys=keys)
+            torch.testing.assert_close(got, alone, rtol=1e-12, atol=1e-14)

@@ -440,3 +440,25 @@ def test_run_summaries_and_finiteness_computed_together_are_each_runs_own():
     ]
     loops = [SimpleNamespace(state=SimpleNamespace(x=p), finite=lambda p=p: torch.isfinite(p).all()) for p in points]
     assert [bool(f) for f in finite_runs(loops)] == [True, False, False, True]
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("name", ["mimelite", "fedtrack"])
+def test_a_populations_full_gradients_are_one_computation(tmp_path, monkeypatch, name):
+    """The engine input full_grad of the runs of a population comes from one joint computation a round (a run
+    left alone asks the per-run provider), and each run is the run it is alone."""
+    import fedbench.engine.inputs as inputs
+
+    calls, alone_calls = [], []
+    joint, single = inputs.JOINT_PROVIDERS["full_grad"], inputs.PROVIDERS["full_grad"]
+    monkeypatch.setitem(inputs.JOINT_PROVIDERS, "full_grad", lambda reqs: calls.append(len(reqs)) or joint(reqs))
+    monkeypatch.setitem(inputs.PROVIDERS, "full_grad", lambda req: alone_calls.append(1) or single(req))
+    runs = mixed_runs(name)
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert [o.status for o in outs] == ["finished"] * 3
+    rounds = [r.spec.rounds for r in runs]
+    # rounds 1-3 of the three runs: one joint call each; round 4 of the one run left: its own provider
+    assert calls == [3] * min(rounds) and len(alone_calls) == max(rounds) - min(rounds), (calls, alone_calls, rounds)
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
