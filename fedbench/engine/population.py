@@ -7,12 +7,15 @@ outages and bit allocation), a continual run's own task partitions, batches and 
 block, so that every run is in the same task with the same heads), η_l and its decay
 (``Capabilities.row_lr``) and the algorithm parameters it declares per row (``Capabilities.row_params``)
 share everything else their clients' local work reads (:func:`population_key`). Such runs go through
-their rounds in lockstep (:func:`population_round`): each run opens its round alone (sampling, plug-ins,
-``prepare_round``: :meth:`~fedbench.engine.runner.RoundLoop.open_round`), the clients of every run train
-as one ``[R·S, P]`` batched computation (:mod:`fedbench.engine.population_rows`), the servers of the runs
-whose updates have one shape are updated as one vmapped call (:mod:`fedbench.engine.population_server`;
-the others alone), the runs due to evaluate are evaluated together, and each finishes
-its round alone; each run's rounds stay on the device until it evaluates, checkpoints or ends, and the runs
+their rounds in lockstep (:func:`population_round`): each run samples its round alone (sampling, plug-ins:
+:meth:`~fedbench.engine.runner.RoundLoop.sample_round`), the engine inputs the runs declared are computed for
+all of them at once where they can be (:func:`~fedbench.engine.inputs.joint_inputs`), each run opens its
+round with them (``prepare_round``), the clients of every run train as one ``[R·S, P]`` batched computation
+(:mod:`fedbench.engine.population_rows`), the servers of the runs whose updates have one shape are updated
+as one vmapped call or through their class's ``server_updates`` (:mod:`fedbench.engine.population_server`;
+the others alone) and their BatchNorm buffers averaged together, the runs due to evaluate are evaluated
+together, and each finishes its round alone (their models' finiteness checked together); each run's rounds
+stay on the device until it evaluates, checkpoints or ends, and the runs
 reading in a round are read to the host in one transfer and committed at once (:mod:`fedbench.engine.pending`).
 A run of a population is the run it would be alone on the batched executor: its own streams, its own store
 record, checkpoint and status. A run that diverges is recorded as diverged and leaves the population; the others
@@ -326,9 +329,10 @@ def _lockstep(
 
 
 def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -> list[PendingRound]:
-    """Round t of every run of ``loops`` (one population): each opens its round alone, their clients
-    train together (``chunk`` rows at a time; all when None), each closes its round alone. Returns each
-    run's round as :meth:`RoundLoop.lazy_round` would (its device values unread)."""
+    """Round t of every run of ``loops`` (one population): each samples its round alone, their engine inputs
+    are computed together where they can be, each opens its round, their clients train together (``chunk`` rows
+    at a time; all when None), their servers are updated together where they can be, each closes its round.
+    Returns each run's round as :meth:`RoundLoop.lazy_round` would (its device values unread)."""
     sampled = []
     for loop in loops:
         with loop.streams(t):
