@@ -37,7 +37,7 @@ from fedbench.engine.pending import to_device
 from fedbench.engine.plan import RoundPlan, draw_plan
 from fedbench.engine.uploads import merged
 from fedbench.models.flat import Buffers, FlatModel
-from fedbench.seeding import torch_seed
+from fedbench.seeding import torch_seeds
 
 
 def _twice(t: torch.Tensor) -> torch.Tensor:
@@ -112,7 +112,14 @@ class BatchedOracle:
 
 def dropout_keys(seed: int, round_: int, clients: list[int], device: torch.device) -> torch.Tensor:
     """Each client's 32-bit dropout key of the round, from its ``("dropout", t, i)`` stream."""
-    return to_device(torch.tensor([torch_seed(seed, "dropout", round_, c) & 0xFFFFFFFF for c in clients]), device)
+    return runs_dropout_keys([(seed, round_, clients)], device)
+
+
+def runs_dropout_keys(runs: list[tuple[int, int, list[int]]], device: torch.device) -> torch.Tensor:
+    """:func:`dropout_keys` of several runs' ``(seed, round, clients)``, end to end: their streams' seeds computed
+    together (:func:`~fedbench.seeding.torch_seeds`, the same integers) and moved to ``device`` in one copy."""
+    rows = [(seed, round_, c) for seed, round_, clients in runs for c in clients]
+    return to_device(torch.tensor([v & 0xFFFFFFFF for v in torch_seeds("dropout", rows)], dtype=torch.int64), device)
 
 
 def train_rows(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from fedbench.engine.batched import dropout_keys
+from fedbench.engine.batched import dropout_keys, runs_dropout_keys
 from fedbench.engine.federation import InputRequest
 from fedbench.engine.full_gradient import full_local_gradients, runs_client_gradients
 
@@ -55,14 +55,10 @@ def runs_full_gradients(requests: list[InputRequest]) -> list[torch.Tensor]:
     batched computation (:func:`~fedbench.engine.full_gradient.runs_client_gradients`), each finished with its
     run's clipping/weight-decay convention."""
     first = requests[0]
+    keys = runs_dropout_keys([(req.cfg.seed, req.round, list(req.ids)) for req in requests], first.point.device)
     runs = [
-        (
-            req.buffers,
-            [req.fed.parts[c] for c in req.ids],
-            req.point,
-            dropout_keys(req.cfg.seed, req.round, list(req.ids), req.point.device),
-        )
-        for req in requests
+        (req.buffers, [req.fed.parts[c] for c in req.ids], req.point, own)
+        for req, own in zip(requests, keys.split([len(req.ids) for req in requests]))
     ]
     grads = runs_client_gradients(first.model, first.train, runs, first.batch_size)
     return [req.cfg.finish(g, req.point.unsqueeze(0).expand(len(g), -1)) for req, g in zip(requests, grads)]

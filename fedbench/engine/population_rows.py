@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from fedbench.algorithms.base import Algorithm, RoundContext, map_rows
 from fedbench.data.base import ArraySplit
-from fedbench.engine.batched import chunks, dropout_keys, train_rows
+from fedbench.engine.batched import chunks, runs_dropout_keys, train_rows
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher, seed_ahead
 from fedbench.engine.local import LocalConfig, LocalResult
@@ -187,7 +187,7 @@ def run_population_clients(
     layers = RowLayers.of(model)
     device = ctx.clients.device
     if layers.has_dropout:
-        keys = torch.cat([dropout_keys(m.cfg.seed, m.ctx.round, m.ctx.client_ids(), device) for m in members])
+        keys = runs_dropout_keys([(m.cfg.seed, m.ctx.round, m.ctx.client_ids()) for m in members], device)
     else:
         keys = torch.zeros_like(ctx.clients)
     start_buffers = {  # each run's global BatchNorm buffers on each of its rows
