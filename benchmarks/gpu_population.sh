@@ -25,9 +25,9 @@ step 120 "every CUDA test (the executors, populations, reads between rounds; 21 
 step 100 "$seeds seeds of the tiny GradMA MNIST column (FedAvg, MLP, S = 10) as one population vs 3 alone" \
   "$py" -m benchmarks.population_bench fedavg "$seeds" --device "$device" --alone 3 --modes batched,population \
   --set local.precision=fp32
-step 85 "$gradma GradMA runs as one population vs 2 alone" \
-  "$py" -m benchmarks.population_bench gradma "$gradma" --device "$device" --alone 2 --modes batched,population \
-  --set local.precision=fp32
+step 85 "$gradma GradMA tuning trials of one seed (η_l from ½× to 2× the entry's) as one population vs 2 alone" \
+  "$py" -m benchmarks.population_bench gradma "$gradma" --trials --device "$device" --alone 2 \
+  --modes batched,population --set local.precision=fp32
 step 50 "the peer scenario's round (MLP 784-200-200-10, S = 10), batched" \
   "$py" -m benchmarks.bench_clients --device "$device" --cases mlp --clients 10 --executors batched --rounds 3 --min-seconds 3
 step 40 "one round under torch.profiler: one run, batched" \

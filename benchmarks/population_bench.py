@@ -1,12 +1,13 @@
 """A population of R runs vs the same runs one at a time: one algorithm of a scenario file at a scale, R seeds.
 
     python -m benchmarks.population_bench gradma 3 [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny]
-        [--device cpu|cuda] [--modes sequential,batched,population] [--alone K] [--set key=value]
+        [--device cpu|cuda] [--modes sequential,batched,population] [--alone K] [--set key=value] [--trials]
 
 Times, in one process (one torch thread on a CPU), the runs one by one on the sequential and the batched
 executors (the first ``--alone`` K of them, default all R; per-run times are compared) and as one population
 of all R (after one untimed warm-up run on the batched executor), and says whether the population's metrics
-equal the batched runs' bit for bit. Without the population mode it also times older code:
+equal the batched runs' bit for bit. With ``--trials`` the R runs are a tuning population's trials instead: seed 0
+each, η_l spread over ×½…×2 of the entry's (a grid in log scale). Without the population mode it also times older code:
 ``PYTHONPATH=<worktree of an older commit> python benchmarks/population_bench.py ... --modes batched``."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -38,18 +40,29 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--set", action="append", default=[], help="a scenario override, e.g. local.precision=fp32")
     ap.add_argument("--alone", type=int, default=None, help="runs timed one by one (default: all R)")
+    ap.add_argument("--trials", action="store_true", help="R trials of seed 0 (η_l ×½…×2), not R seeds")
     args = ap.parse_args()
-    spec = next(
-        s
-        for s in resolve_runs(load_scenario(Path(args.config), args.set, scale=args.scale), args.scale)
-        if s.algorithm["name"] == args.algorithm
-    )
+
+    def entry(overrides: list[str]) -> Any:
+        return next(
+            s
+            for s in resolve_runs(load_scenario(Path(args.config), overrides, scale=args.scale), args.scale)
+            if s.algorithm["name"] == args.algorithm
+        )
+
+    spec = entry(args.set)
     cache = DataCache(Path("data"), False, torch.device(args.device))
     alone = args.alone or args.runs
-    runs = [SimpleNamespace(spec=spec, seed=seed) for seed in range(args.runs)]
+    if args.trials:
+        factors = [2 ** (2 * r / max(args.runs - 1, 1) - 1) for r in range(args.runs)]
+        specs = [entry([*args.set, f"local.lr={spec.local.lr * f!r}"]) for f in factors]
+        runs = [SimpleNamespace(spec=trial, seed=0) for trial in specs]
+    else:
+        runs = [SimpleNamespace(spec=spec, seed=seed) for seed in range(args.runs)]
     tmp = Path(tempfile.mkdtemp(prefix="fedbench-population-"))
     execute_run(spec, 10_000, ResultsStore(tmp / "warm"), cache, "bench", options=RunOptions(executor="batched"))
-    print(f"{args.algorithm} of {args.config} at {args.scale} on {args.device}", flush=True)
+    what = f", {args.runs} trials of seed 0" if args.trials else ""
+    print(f"{args.algorithm} of {args.config} at {args.scale} on {args.device}{what}", flush=True)
     stores, seconds, counts = {}, {}, {}
     for mode in args.modes.split(","):
         store = stores[mode] = ResultsStore(tmp / mode)
