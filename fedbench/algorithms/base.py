@@ -67,10 +67,11 @@ Message = dict[str, torch.Tensor]
 """Named tensors on the wire (a broadcast): each entry is charged as communication."""
 
 Logs = dict[str, Any]
-ServerCall = tuple[
-    "Algorithm", Any, "RoundContext", "Upload", torch.Tensor
-]  # a run's (algorithm, state, ctx, up, weights)
 """A hook's per-round logs (JSON-able values), recorded with the round."""
+
+ServerCall = tuple["Algorithm", Any, "RoundContext", "Upload", torch.Tensor]
+"""One run's ``server_update`` arguments with its algorithm: ``(algorithm, state, ctx, upload, weights)``
+(:meth:`Algorithm.server_updates`)."""
 
 St = TypeVar("St", bound=ServerState)
 

@@ -72,12 +72,12 @@ def project(
     row [S] that were left unprojected because the solver failed (also added to ``fallbacks``).
     """
     projected, dual = solve(p, M, blocks, tol)
-    return projected, dual.failed.to(p.device)
+    return projected, torch.tensor(dual.counts, dtype=torch.int64, device=p.device)
 
 
 def solve(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float = KKT_TOL) -> tuple[torch.Tensor, Dual]:
-    """:func:`project`, returning the :class:`Dual` on the host with p~ (its ``failed`` counts read without waiting
-    for ``p``'s device)."""
+    """:func:`project`, returning the :class:`Dual` on the host with p~ (its ``counts`` read without waiting for
+    ``p``'s device)."""
     global fallbacks
     S, C, P = M.shape
     if p.shape != (S, P):
@@ -87,23 +87,21 @@ def solve(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float = 
     if C == 0:
         none = torch.zeros((S, len(blocks)), dtype=torch.bool)
         nothing = torch.zeros((S, len(blocks), 0), dtype=torch.float64)
-        return p.clone(), Dual(nothing, torch.zeros(S, dtype=torch.int64), [0] * S, 0, none, none, [], [])
+        return p.clone(), Dual(nothing, [0] * S, none, none, [], [])
     R = _factor(p, M, blocks)  # [S, B, C+1, C+1]: columns M_1 … M_C, p (the d-sized work, on p's device)
     dual = _dual(R.cpu(), C, tol, p.dtype)  # the small problems, on the host (one read of R)
-    fallbacks += dual.fallbacks
+    fallbacks += sum(dual.counts)
     return _recover(p, M, blocks, dual), dual  # p~ = p + Σ_j coef_j M_j
 
 
 class Dual(NamedTuple):
     """The dual solution of every row and block, on the host: p~ = p + Σ_j coef_j M_j (``coef`` [S, B, C]),
-    the blocks of each row left unprojected (``failed`` [S], ``counts`` as Python ints; ``fallbacks`` their total), and per block the
-    rows it moves (``moved`` [S, B]) and those it recovers in float64 (``wide`` [S, B]), with whether any row
-    does (``moves``, ``widens``: Python bools per block)."""
+    how many blocks of each row are left unprojected (``counts``, Python ints), and per block the rows it
+    moves (``moved`` [S, B]) and those it recovers in float64 (``wide`` [S, B]), with whether any row does
+    (``moves``, ``widens``: Python bools per block)."""
 
     coef: torch.Tensor
-    failed: torch.Tensor
     counts: list[int]
-    fallbacks: int
     moved: torch.Tensor
     wide: torch.Tensor
     moves: list[bool]
@@ -138,8 +136,7 @@ def _dual(R: torch.Tensor, C: int, tol: float, dtype: torch.dtype) -> Dual:
     # float64 where p's dtype's rounding of the terms (Σ_j z_j·‖p‖ in all) would exceed its rounding of p~
     # (z_sum > 1: nearly antiparallel constraints), or a coefficient of a tiny column does not fit it
     wide = (~torch.isfinite(coef.to(dtype)).all(-1) | (z_sum > 1)) & (dtype != torch.float64)
-    counts = failed.tolist()
-    return Dual(coef, failed, counts, sum(counts), moved, wide, moved.any(0).tolist(), wide.any(0).tolist())
+    return Dual(coef, failed.tolist(), moved, wide, moved.any(0).tolist(), wide.any(0).tolist())
 
 
 def _pieces(blocks: Sequence[int], rows: int):

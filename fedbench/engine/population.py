@@ -356,9 +356,7 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     received: list[Received | None] = [None] * len(loops)
     for i, result in by_loop.items():
         with loops[i].streams(t):
-            ctx = opened[i].ctx
-            assert ctx is not None  # a run with a result trained
-            received[i] = loops[i].receive(ctx, result)
+            received[i] = loops[i].receive(opened[i], result)
     updates, buffers = server_updates(loops, received), joint_buffers(received)
     settled = []
     for i, (loop, o) in enumerate(zip(loops, opened)):

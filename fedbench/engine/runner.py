@@ -159,8 +159,8 @@ def local_steps(spec: RunSpec, batcher: ClientBatcher) -> int:
 @dataclass(frozen=True)
 class OpenRound:
     """A round opened up to its local work (:meth:`RoundLoop.open_round`): its number, start time,
-    learning rate, the plug-ins' ``begin_round`` logs, and the clients' context and local steps
-    (``ctx`` None: no sampled client trains)."""
+    learning rate, the plug-ins' ``begin_round`` logs, and the clients' context, local steps and aggregation
+    weights (``ctx`` None: no sampled client trains)."""
 
     t: int
     start: float
@@ -168,6 +168,7 @@ class OpenRound:
     begun: dict
     ctx: RoundContext | None = None
     steps: list[int] = dataclasses.field(default_factory=list)
+    weights: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,6 @@ class RoundLoop:
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
         self._stream_seed = (-1, 0)  # (round, its ("dropout", round) seed): :meth:`streams`, computed once a round
-        self._weights: tuple[torch.Tensor, torch.Tensor] | None = None  # open_round's (clients, aggregation weights)
         self.plugins = build_plugins(spec, seed, setup)
         caps = setup.algorithm.caps
         local = spec.local
@@ -342,9 +342,8 @@ class RoundLoop:
             tuple(sampled.ids),
         )
         weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
-        self._weights = (ctx.clients, weights)  # receive's too, unless the clients changed
         ctx = algo.prepare_round(self.state, ctx, weights)
-        return OpenRound(t, sampled.start, sampled.lr, sampled.begun, ctx, sampled.steps)
+        return OpenRound(t, sampled.start, sampled.lr, sampled.begun, ctx, sampled.steps, weights)
 
     def close_round(self, opened: OpenRound, result: LocalResult | None) -> tuple[dict[str, Any], dict]:
         """Round t after its local work (``result``; None when nobody trained): aggregation, the
@@ -355,7 +354,7 @@ class RoundLoop:
         """:meth:`close_round` up to its evaluation: aggregation and the plug-ins' round logs."""
         if opened.ctx is None or result is None:
             return idle_metrics(), self.logs(lambda p: p.round_logs(opened.t))
-        return self.settle(opened, result, self.receive(opened.ctx, result))
+        return self.settle(opened, result, self.receive(opened, result))
 
     def settle(
         self,
@@ -468,18 +467,12 @@ class RoundLoop:
             algo, ctx, steps, s.model, self.buffers, s.data.train, self.fed.batcher, self.local_cfg
         )
 
-    def aggregate(self, ctx: RoundContext, result: LocalResult) -> dict:
-        """``server_update`` on the uploads that reach the server (:meth:`receive`), then the weighted
-        BatchNorm buffers (:meth:`apply_update`). Returns the algorithm's logs."""
-        return self.apply_update(self.receive(ctx, result))
-
-    def receive(self, ctx: RoundContext, result: LocalResult) -> Received | None:
-        """What reaches the server: every decoded upload with its aggregation weight, unless a plug-in's
-        ``select_received`` keeps fewer; None when nothing does."""
-        if self._weights is not None and self._weights[0] is ctx.clients:  # weighted by open_round
-            weights = self._weights[1]
-        else:
-            weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
+    def receive(self, opened: OpenRound, result: LocalResult) -> Received | None:
+        """What reaches the server of an opened round whose clients trained: every decoded upload with its
+        aggregation weight (the round's, :meth:`open_sampled`), unless a plug-in's ``select_received`` keeps
+        fewer; None when nothing does."""
+        assert opened.ctx is not None and opened.weights is not None
+        ctx, weights = opened.ctx, opened.weights
         received: Received | None = Received(ctx, decoded(result.uploads), result.buffers, weights, weights)
         for plugin in self.plugins:
             if received is None:
