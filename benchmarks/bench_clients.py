@@ -1,12 +1,13 @@
-"""fedbench sequential vs batched (eager, compiled) vs Flower's simulation engine: one FedAvg workload.
+"""fedbench sequential vs batched (eager, compiled, graphed) vs Flower's simulation engine: one FedAvg workload.
 
     python -m benchmarks.bench_clients [--device cpu|cuda] [--cases mlp,cnn,resnet18gn]
         [--clients 10,50] [--rounds 3] [--min-seconds 5] [--warmup 1] [--threads N]
         [--chunk N] [--tf32 on|off] [--max-round-tflop X] [--out table.md]
 
 For every model case and every S, runs the same FedAvg rounds (benchmarks/workload.py) with
-fedbench's sequential executor, its batched executor with an eager and a compiled step
-(``torch.compile``, as ``fedbench run --compile on``) and Flower's Simulation Engine (needs
+fedbench's sequential executor, its batched executor with an eager, a compiled step
+(``torch.compile``, as ``fedbench run --compile on``) and a graphed one (CUDA graphs, ``--compile graphs``;
+only with ``--device cuda``) and Flower's Simulation Engine (needs
 ``pip install -e .[bench]``; left out with a note when flwr is missing or ``--no-flower``), each
 in a fresh subprocess so that peak memory is per configuration: ``--warmup`` untimed rounds, then
 at least ``--rounds`` timed rounds and at least ``--min-seconds``. Prints a Markdown table:
@@ -46,7 +47,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_client
 from benchmarks.workload import CASES, DEFAULT_CASES, case_named, flops_per_sample, matmul_peak  # noqa: E402  (after sys.path)
 from fedbench.engine.precision import gpu_precision  # noqa: E402
 
-EXECUTORS = ("sequential", "batched", "compiled", "flower")
+EXECUTORS = ("sequential", "batched", "compiled", "graphed", "flower")
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +158,9 @@ def main() -> None:
     executors = [e for e in args.executors.split(",") if not (e == "flower" and args.no_flower)]
     if unknown := sorted(set(executors) - set(EXECUTORS)):
         parser.error(f"unknown executor(s) {', '.join(unknown)} in --executors; allowed: {', '.join(EXECUTORS)}")
+    if "graphed" in executors and not cuda:
+        executors.remove("graphed")
+        print("graphed: CUDA graphs need --device cuda; left out", file=sys.stderr)
     if "flower" in executors and importlib.util.find_spec("flwr") is None:
         executors.remove("flower")
         print("flwr is not installed (pip install -e .[bench]): Flower left out", file=sys.stderr)

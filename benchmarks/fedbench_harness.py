@@ -1,6 +1,7 @@
 """fedbench's side of the benchmark: FedAvg rounds through the engine's two client executors.
 
-``compiled`` is the batched executor with its step through ``torch.compile`` (``--compile on``).
+``compiled`` is the batched executor with its step through ``torch.compile`` (``--compile on``), ``graphed`` with
+its eager step replayed from CUDA graphs (``--compile graphs``, CUDA only).
 The batched executor trains ``chunk`` clients at a time: by default the engine's own choice on
 CUDA (a one-client memory probe, :mod:`fedbench.engine.executor`) and the whole round on a CPU (as
 the CPU tables in benchmarks/README.md were measured). BatchNorm buffers are averaged as the
@@ -28,7 +29,8 @@ from fedbench.optim.server import ServerOptimizer
 from fedbench.registry import NoParams
 from fedbench.scenario import AugmentSpec, ServerSpec
 
-EXECUTORS = ("sequential", "batched", "compiled")
+EXECUTORS = ("sequential", "batched", "compiled", "graphed")
+STEP_MODES = {"compiled": "compiled", "graphed": "graphed"}  # the batched step of each executor (default eager)
 
 
 def batched_chunk(model: FlatModel, data: ArraySplit, case: Case, device: torch.device, cfg: LocalConfig) -> int | None:
@@ -62,7 +64,7 @@ def fedavg_rounds(
     steps = torch.full((clients,), float(case.steps), device=device)
     weights = torch.full((clients,), 1 / clients, device=device)
     buffers = [model.buffers()]
-    batched = executor != "sequential"
+    batched, mode = executor != "sequential", STEP_MODES.get(executor, "eager")
     if batched and chunk is None:
         chunk = batched_chunk(model, data, case, device, cfg)
 
@@ -70,7 +72,7 @@ def fedavg_rounds(
         rc = RoundContext(chosen, LR, steps, algo.broadcast(state[0], chosen), None, t)
         if batched:
             res = run_clients_batched(
-                algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg, chunk, executor == "compiled"
+                algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg, chunk, mode
             )
         else:
             res = run_clients_sequential(algo, rc, [case.steps] * clients, model, buffers[0], data, batcher, cfg)

@@ -1,12 +1,14 @@
 """A population of R runs vs the same runs one at a time: one algorithm of a scenario file at a scale, R seeds.
 
     python -m benchmarks.population_bench gradma 3 [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny]
-        [--device cpu|cuda] [--modes sequential,batched,population] [--alone K] [--set key=value] [--trials]
+        [--device cpu|cuda] [--modes sequential,batched,graphed,population,population-graphed] [--alone K]
+        [--set key=value] [--trials]
 
 Times, in one process (one torch thread on a CPU), the runs one by one on the sequential and the batched
 executors (the first ``--alone`` K of them, default all R; per-run times are compared) and as one population
 of all R (after one untimed warm-up run on the batched executor), and says whether the population's metrics
-equal the batched runs' bit for bit. With ``--trials`` the R runs are a tuning population's trials instead: seed 0
+equal the batched runs' bit for bit. ``graphed`` and ``population-graphed`` are the batched executor and the
+population with their step replayed from CUDA graphs (``--compile graphs``, CUDA only). With ``--trials`` the R runs are a tuning population's trials instead: seed 0
 each, η_l spread over ×½…×2 of the entry's (a grid in log scale). Without the population mode it also times older code:
 ``PYTHONPATH=<worktree of an older commit> python benchmarks/population_bench.py ... --modes batched``."""
 
@@ -28,6 +30,7 @@ from fedbench.scenario import load_scenario, resolve_runs
 from fedbench.store import ResultsStore
 
 COLS = ["test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
+GRAPHED = {"graphed": "batched", "population-graphed": "population"}  # modes whose step replays CUDA graphs
 
 
 def main() -> None:
@@ -66,18 +69,19 @@ def main() -> None:
     stores, seconds, counts = {}, {}, {}
     for mode in args.modes.split(","):
         store = stores[mode] = ResultsStore(tmp / mode)
-        counts[mode] = args.runs if mode == "population" else alone
+        kind, step = GRAPHED.get(mode, mode), "graphs" if mode in GRAPHED else "auto"
+        counts[mode] = args.runs if kind == "population" else alone
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         start = time.perf_counter()
-        if mode == "population":  # imported here: the other modes also time code from before populations
+        if kind == "population":  # imported here: the other modes also time code from before populations
             from fedbench.engine.population import PopulationRun, execute_population
 
             members = [PopulationRun(r.spec, r.seed, "bench") for r in runs]
-            outs = execute_population(members, store, cache, RunOptions(population=str(args.runs)))
+            outs = execute_population(members, store, cache, RunOptions(population=str(args.runs), compile_step=step))
         else:
             outs = [
-                execute_run(r.spec, r.seed, store, cache, "bench", options=RunOptions(executor=mode))
+                execute_run(r.spec, r.seed, store, cache, "bench", options=RunOptions(executor=kind, compile_step=step))
                 for r in runs[:alone]
             ]
         if args.device.startswith("cuda"):
@@ -85,10 +89,11 @@ def main() -> None:
         seconds[mode] = time.perf_counter() - start
         assert all(o.status == "finished" for o in outs), outs
         print(f"{args.algorithm} {mode}: {counts[mode]} runs in {seconds[mode]:.2f} s", flush=True)
-    if "population" in stores and "batched" in stores:
-        ids = [o.run_id for o in outs][:alone]
-        same = all(stores["population"].metrics([i])[COLS].equals(stores["batched"].metrics([i])[COLS]) for i in ids)
-        print(f"population == batched bit for bit: {same}")
+    ids = [o.run_id for o in outs][:alone]  # the same run ids in every mode
+    for mode in ("graphed", "population", "population-graphed"):
+        if mode in stores and "batched" in stores:
+            same = all(stores[mode].metrics([i])[COLS].equals(stores["batched"].metrics([i])[COLS]) for i in ids)
+            print(f"{mode} == batched bit for bit: {same}")
     first = next(iter(seconds))
     for mode in seconds:
         per_run = seconds[mode] / counts[mode]

@@ -87,7 +87,8 @@ DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one 
             rich_help_panel=PANEL,
             help=(
                 "batched: run the vmapped step through torch.compile: on, off, or auto (on for runs of ≥ 20,000 "
-                "local steps); equal to float tolerance"
+                "local steps), equal to float tolerance; or graphs: replay the eager step from CUDA graphs (CUDA only; "
+                "populations too)"
             ),
         ),
     ),

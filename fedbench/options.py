@@ -9,7 +9,7 @@ trains, how the S clients of a round are executed, and which trackers get a copy
     --download      flag                                   fetch a missing torchvision dataset there
     --executor      auto | sequential | batched            the client executor (docs/commands.md)
     --chunk         N                                      batched: clients per vmapped chunk
-    --compile       auto | on | off                        batched: the step through torch.compile
+    --compile       auto | on | off | graphs               batched: the step through torch.compile, or CUDA graphs
     --client-state  device | host                          per-client [N, P] tables on the device or in host memory
     --threads       N                                      torch CPU threads per run
     --population    auto | off | N                         runs trained together as one batched computation
@@ -30,7 +30,7 @@ from fedbench.engine.threads import DEFAULT_THREADS
 from fedbench.trackers import LogTarget, parse_log
 
 EXECUTORS = ("auto", "sequential", "batched")  # the client executor (fedbench.engine.executor)
-COMPILE_CHOICES = ("auto", "on", "off")  # the batched step through torch.compile (fedbench.engine.compiled)
+COMPILE_CHOICES = ("auto", "on", "off", "graphs")  # the batched step: torch.compile or CUDA graphs (engine.compiled)
 CLIENT_STATES = ("device", "host")  # where per-client [N, P] tables live (fedbench.algorithms.client_table)
 BACKENDS = ("local", "ray")  # process placement of sweep, tune and reproduce (fedbench.sweeps)
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?|mps"

@@ -26,7 +26,7 @@ def test_defaults_are_the_commands_defaults() -> None:
     [
         ({"executor": "fast"}, "--executor: expected one of auto, sequential, batched, got 'fast'"),
         ({"executor": "local"}, "--executor local: process placement is --backend local (sweep, tune, reproduce)"),
-        ({"compile_step": "yes"}, "--compile: expected one of auto, on, off, got 'yes'"),
+        ({"compile_step": "yes"}, "--compile: expected one of auto, on, off, graphs, got 'yes'"),
         ({"client_state": "disk"}, "--client-state: expected one of device, host, got 'disk'"),
         ({"device": "gpu"}, "--device gpu: expected auto, cpu, cuda, cuda:N or mps"),
         ({"chunk": 0}, "--chunk: expected a positive integer, got 0"),

@@ -30,7 +30,7 @@ from fedbench.algorithms.base import Algorithm, RoundContext, Upload, where_rows
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched_layers import RowLayers, mix32
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.compiled import step_function
+from fedbench.engine.compiled import StepMode, step_function
 from fedbench.engine.executor import STATE_ROWS
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.pending import to_device
@@ -48,8 +48,8 @@ class BatchedOracle:
     """Minibatch gradients of all rows at once: row i on client i's padded, masked batch with its
     own BatchNorm buffers ``[S, …]``; with a ``memory_mask`` (``replay_apart``) the masked samples
     are the step's replay draw, left out of ``grad`` and differentiated by ``memory`` (as the
-    sequential oracle). ``keys`` ``[S]`` seed each row's dropout masks (default zeros); ``compiled``
-    evaluates through the model's compiled step (:mod:`fedbench.engine.compiled`). ``updated``
+    sequential oracle). ``keys`` ``[S]`` seed each row's dropout masks (default zeros); ``mode``
+    picks the model's eager, compiled or graphed step (:mod:`fedbench.engine.compiled`). ``updated``
     holds the buffers after the step's first ``grad`` call."""
 
     def __init__(
@@ -62,7 +62,7 @@ class BatchedOracle:
         cfg: LocalConfig,
         memory_mask: torch.Tensor | None = None,
         keys: torch.Tensor | None = None,
-        compiled: bool = False,
+        mode: StepMode = "eager",
         step: int = 0,
     ):
         self.step = step  # the local step's index k in the round
@@ -73,7 +73,7 @@ class BatchedOracle:
         self.first_loss: torch.Tensor | None = None
         self.updated: Buffers | None = None
         self.calls = 0
-        self._grad = step_function(layers, compiled)
+        self._grad = step_function(layers, mode)
 
     def _evaluate(self, points: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Buffers]:
         """Raw gradients, losses and updated buffers of every row; each call its own dropout keys.
@@ -132,7 +132,7 @@ def train_rows(
     train: ArraySplit,
     cfg: LocalConfig,
     keys: torch.Tensor,
-    compiled: bool = False,
+    mode: StepMode = "eager",
 ) -> tuple[torch.Tensor, Any, Buffers, torch.Tensor]:
     """The K_i local steps (``steps``) of one chunk of clients: final iterates ``[s, P]``, the
     clients' final carry, buffers ``[s, …]`` and mean minibatch losses ``[s]``. A client past its
@@ -144,7 +144,7 @@ def train_rows(
     for k in range(max(steps)):
         xb, yb, mask, memory = plan.batch(k, train)
         step_keys = mix32(keys ^ mix32(torch.full_like(keys, 0x10000 + k))) if layers.has_dropout else keys
-        oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys, compiled, k)
+        oracle = BatchedOracle(layers, buffers, xb, yb, mask, cfg, memory, step_keys, mode, k)
         moved, moved_carry = algo.local_step(ctx, x, carry, oracle)
         on = k_of > k
         x = where_rows(on, moved, x)
@@ -171,10 +171,10 @@ def run_clients_batched(
     batcher: ClientBatcher,
     cfg: LocalConfig,
     chunk: int | None = None,
-    compiled: bool = False,
+    mode: StepMode = "eager",
 ) -> LocalResult:
     """Train the round's S clients from ``ctx.start``, ``chunk`` clients at a time (all when None),
-    through the compiled step when ``compiled``; client i stops after ``steps[i]`` steps."""
+    through the eager, compiled or graphed step (``mode``); client i stops after ``steps[i]`` steps."""
     clients, device = ctx.client_ids(), ctx.start.device
     plan = draw_plan(train, batcher, clients, steps, cfg)
     layers = RowLayers.of(model)
@@ -185,7 +185,7 @@ def run_clients_batched(
         sub, size = ctx.select(rows), rows.stop - rows.start
         buffers = {n: v.unsqueeze(0).expand(size, *v.shape).clone() for n, v in global_buffers.items()}
         x, carry, buffers, loss = train_rows(
-            algo, sub, steps[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows], compiled
+            algo, sub, steps[rows], plan.rows(rows), layers, buffers, train, cfg, keys[rows], mode
         )
         uploads.append(algo.upload(sub, x, carry))
         finals.append(x)

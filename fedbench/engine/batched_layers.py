@@ -120,7 +120,7 @@ class RowLayers:
         self.norms = [(n, m) for n, m in modules if isinstance(m, nn.modules.batchnorm._BatchNorm)]
         self.drops = [m for _, m in modules if type(m) is nn.Dropout]
         self.norm_names = {n for n, _ in self.norms}
-        self.steps: dict[bool, Callable] = {}
+        self.steps: dict[str, Callable] = {}
         if any("forward" in vars(m) for m in [*(m for _, m in self.norms), *self.drops]):
             raise RuntimeError("the model's layers already have per-row forwards: take its RowLayers.of(model)")
         for name, m in self.norms:

@@ -1,4 +1,4 @@
-"""The batched executor's step function, eager or through ``torch.compile`` (``--compile``).
+"""The batched executor's step function: eager, through ``torch.compile``, or replayed from CUDA graphs (``--compile``).
 
 The step function is the vmapped ∇ of every row's masked minibatch loss,
 ``vmap(grad_and_value(row_loss))`` (:mod:`fedbench.engine.batched`): one forward/backward of
@@ -11,7 +11,7 @@ depend on the algorithm, only on how the algorithm calls it, so the tests run bo
 four kinds of call (one evaluation a step, two, per-client state, a replay draw kept apart)
 and the BatchNorm and dropout models.
 
-``--compile`` is ``on``, ``off`` or ``auto``. Compiling costs seconds per model and chunk shape
+``--compile`` is ``on``, ``off``, ``auto`` or ``graphs``. Compiling costs seconds per model and chunk shape
 (5–35 s on this project's 2-core CPU from an empty cache, ResNet-18 the most; Triton's kernels on
 a GPU are still to be measured) and pays back a fixed time per local step, so ``auto`` compiles
 the batched step of runs of at least :data:`COMPILE_MIN_STEPS` local steps (rounds × the largest
@@ -19,6 +19,11 @@ K_i), where the smallest win measured (benchmarks/README.md) repays it twice ove
 reads the run's spec only, never a timing, so a run and its resume make the same choice. The
 sequential executor is never compiled. A compiled run keeps its compiled graphs under its results
 folder (:func:`use_compile_cache`): a later process on the same folder loads them instead of compiling.
+
+``graphs`` replays the eager step from CUDA graphs (:mod:`fedbench.engine.graphed`): the eager step's own kernels,
+recorded once per input shape, so the eager numbers without its per-kernel launches. It needs a CUDA device (on
+another the step stays eager, and the run log says why), and is the one step a population may take (a population
+is never compiled). ``auto`` does not choose it: it waits for its first measurement on a GPU (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch.func import grad_and_value, vmap
 
 from fedbench.engine.batched_layers import RowLayers
+from fedbench.engine.graphed import GraphedStep
 from fedbench.models.flat import Buffers
 from fedbench.options import COMPILE_CHOICES  # noqa: F401  (the vocabulary lives with the run options)
 
@@ -40,6 +47,7 @@ from fedbench.options import COMPILE_CHOICES  # noqa: F401  (the vocabulary live
 # about 9,600 steps; benchmarks/README.md).
 COMPILE_MIN_STEPS = 20_000
 
+StepMode = Literal["eager", "compiled", "graphed"]  # how the batched step runs (compile_choice)
 StepFunction = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]]]
 
 
@@ -61,19 +69,22 @@ def row_loss(
     return loss, (loss.detach(), updated)
 
 
-def step_function(layers: RowLayers, compiled: bool) -> StepFunction:
-    """``vmap(grad_and_value(row_loss))`` over the rows of ``layers``' model, compiled or not;
-    built once per :class:`RowLayers` (one per model, :meth:`RowLayers.of`). A new compiled
-    model clears dynamo's caches first: each run compiles its own model afresh (from inductor's
-    on-disk cache when the graph was seen before) instead of piling guards on one code object
-    until dynamo gives up and runs eagerly."""
-    if compiled not in layers.steps:
-        step = vmap(grad_and_value(partial(row_loss, layers), has_aux=True), randomness="different")
-        if compiled:
-            torch.compiler.reset()
-            step = torch.compile(step)
-        layers.steps[compiled] = step
-    return layers.steps[compiled]
+def step_function(layers: RowLayers, mode: StepMode = "eager") -> StepFunction:
+    """``vmap(grad_and_value(row_loss))`` over the rows of ``layers``' model, eager, compiled or
+    graphed (``mode``); built once per :class:`RowLayers` (one per model, :meth:`RowLayers.of`). A new
+    compiled model clears dynamo's caches first: each run compiles its own model afresh (from
+    inductor's on-disk cache when the graph was seen before) instead of piling guards on one code
+    object until dynamo gives up and runs eagerly. The graphed step replays the eager one."""
+    if mode not in layers.steps:
+        if mode == "graphed":
+            layers.steps[mode] = GraphedStep(step_function(layers, "eager"))
+        else:
+            step = vmap(grad_and_value(partial(row_loss, layers), has_aux=True), randomness="different")
+            if mode == "compiled":
+                torch.compiler.reset()
+                step = torch.compile(step)
+            layers.steps[mode] = step
+    return layers.steps[mode]
 
 
 COMPILE_CACHE = "compile-cache"  # under the results folder: inductor's graphs and Triton's kernels
@@ -92,14 +103,21 @@ def use_compile_cache(out: Path) -> Path | None:
     return folder
 
 
-def compile_choice(choice: str, batched: bool, steps: int) -> tuple[bool, str]:
-    """Whether a run compiles its step (``choice``: ``--compile``; ``steps``: its local steps), and why."""
+def compile_choice(choice: str, batched: bool, steps: int, device: torch.device | None = None) -> tuple[StepMode, str]:
+    """How a run's batched step runs (``choice``: ``--compile``; ``steps``: its local steps, on ``device``),
+    and why."""
     if choice not in COMPILE_CHOICES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {choice!r}")
     if not batched:
-        return False, ""
+        return "eager", ""
+    if choice == "graphs":
+        if device is not None and device.type == "cuda":
+            return "graphed", "step replayed from CUDA graphs (--compile graphs)"
+        return "eager", f"step eager (--compile graphs needs a CUDA device, not {device or 'none'})"
     if choice != "auto":
-        return choice == "on", f"step {'compiled' if choice == 'on' else 'eager'} (--compile {choice})"
+        return (
+            ("compiled", "step compiled (--compile on)") if choice == "on" else ("eager", "step eager (--compile off)")
+        )
     if steps >= COMPILE_MIN_STEPS:
-        return True, f"step compiled (auto: {steps:,} local steps ≥ {COMPILE_MIN_STEPS:,})"
-    return False, f"step eager (auto: {steps:,} local steps < {COMPILE_MIN_STEPS:,}, too few to repay compiling)"
+        return "compiled", f"step compiled (auto: {steps:,} local steps ≥ {COMPILE_MIN_STEPS:,})"
+    return "eager", f"step eager (auto: {steps:,} local steps < {COMPILE_MIN_STEPS:,}, too few to repay compiling)"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.engine.compiled import compile_choice
+from fedbench.engine.compiled import StepMode, compile_choice
 from fedbench.options import EXECUTORS  # noqa: F401  (the vocabulary lives with the run options)
 
 DEFAULT_CPU_CHUNK = 16  # clients per vmapped chunk on a CPU unless --chunk says otherwise (bounds host memory)
@@ -30,13 +30,17 @@ STATE_ROWS = 16  # [P] float rows per client besides the probed step (iterates, 
 @dataclass(frozen=True)
 class ClientExecutor:
     """The executor chosen for a run: ``batched``, its ``chunk`` (clients per vmapped chunk; None:
-    all S at once), ``note``, the one-line reason for the run log, and whether the batched step is
-    ``compiled``."""
+    all S at once), ``note``, the one-line reason for the run log, and how the batched step runs
+    (``step``: eager, compiled or graphed)."""
 
     batched: bool
     chunk: int | None
     note: str
-    compiled: bool = False
+    step: StepMode = "eager"
+
+    @property
+    def compiled(self) -> bool:
+        return self.step == "compiled"
 
 
 def choose_executor(
@@ -49,11 +53,11 @@ def choose_executor(
     steps: int = 0,
 ) -> ClientExecutor:
     """The executor for ``--executor`` on ``device`` (``chunk``: ``--chunk``; ``probe``: bytes one
-    client's batched step needs on CUDA), its step compiled per ``--compile`` (``compile_step``) for
+    client's batched step needs on CUDA), its step eager, compiled or graphed per ``--compile`` (``compile_step``) for
     a run of ``steps`` local steps."""
     chosen = _executor(executor, device, batchable, chunk, probe)
-    compiled, why = compile_choice(compile_step, chosen.batched, steps)
-    return ClientExecutor(chosen.batched, chosen.chunk, "; ".join(filter(None, [chosen.note, why])), compiled)
+    step, why = compile_choice(compile_step, chosen.batched, steps, device)
+    return ClientExecutor(chosen.batched, chosen.chunk, "; ".join(filter(None, [chosen.note, why])), step)
 
 
 def _executor(

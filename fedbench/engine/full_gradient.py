@@ -77,7 +77,7 @@ def client_gradients(
     weight = mask.sum(1).to(point.dtype) / sizes[client]
     keys = torch.zeros(len(parts), dtype=torch.int64, device=point.device) if keys is None else keys
     row_keys = mix32(keys[client] ^ mix32(chunk + CHUNK_SALT))
-    step = step_function(RowLayers.of(model), False)
+    step = step_function(RowLayers.of(model))
     model.module.train()
     total = point.new_zeros(len(parts), point.numel())
     for r in chunks(len(index), max(2, CHUNK_SAMPLES // index.shape[1])):
@@ -112,7 +112,7 @@ def runs_client_gradients(
     row_keys = mix32(torch.cat([keys for *_, keys in runs])[client] ^ mix32(chunk + CHUNK_SALT))
     row_run = run_of[client]
     buffers = {name: torch.stack([own[name] for own, *_ in runs]) for name in runs[0][0]}  # [R, …]
-    step = step_function(RowLayers.of(model), False)
+    step = step_function(RowLayers.of(model))
     model.module.train()
     total = points.new_zeros(len(parts), points.shape[1])
     for r in chunks(len(index), max(2, CHUNK_SAMPLES // index.shape[1])):

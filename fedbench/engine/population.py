@@ -222,6 +222,12 @@ def member_chunk(options: RunOptions, device: torch.device, first: bool) -> int 
     return options.chunk or ALL_ROWS
 
 
+def member_step(options: RunOptions) -> str:
+    """The ``--compile`` a member's loop is built with: ``graphs`` where asked, else ``off`` (a population's
+    step is never compiled: its rows' shapes change as runs finish or diverge)."""
+    return "graphs" if options.compile_step == "graphs" else "off"
+
+
 def population_chunk(first: RoundLoop) -> int | None:
     """The rows a population trains at a time, as its first member's executor was sized (None: all at once)."""
     chunk = first.executor.chunk
@@ -255,7 +261,7 @@ def _join(
         return None
     identity = start_record(spec, seed, store, run.scenario_hash, run_id)
     own = dataclasses.replace(
-        options, executor="batched", chunk=member_chunk(options, cache.device, probe), compile_step="off"
+        options, executor="batched", chunk=member_chunk(options, cache.device, probe), compile_step=member_step(options)
     )
     try:
         loop, done = open_loop(spec, seed, store, cache, own, run_id, identity)
@@ -273,14 +279,15 @@ def _train(
     sub-populations of as many members as :func:`fitting_runs` lets the device hold."""
     if not members:
         return
-    chunk = population_chunk(members[0].loop)
+    chunk, step = population_chunk(members[0].loop), members[0].loop.executor.step
     rows = f"chunks of {chunk} rows" if chunk else "all rows at once"
+    replayed = "; step replayed from CUDA graphs" if step == "graphed" else ""
     size = fitting_runs(members)
     for part in range(0, len(members), size):
         group = members[part : part + size]
-        note = f"population of {len(group)} runs, their clients as one batched computation ({rows})"
+        note = f"population of {len(group)} runs, their clients as one batched computation ({rows}){replayed}"
         for m in group:
-            m.loop.executor = ClientExecutor(True, chunk, note)
+            m.loop.executor = ClientExecutor(True, chunk, note, step)
         _lockstep(group, store, chunk, on_round)
 
 
@@ -351,7 +358,10 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
         if o.ctx is not None
     ]
     first = loops[0].s if loops else None
-    results = run_population_clients(rounds, first.model, first.data.train, chunk) if rounds and first else []
+    if rounds and first:
+        results = run_population_clients(rounds, first.model, first.data.train, chunk, loops[0].executor.step)
+    else:
+        results = []
     by_loop = dict(zip(training, results))
     received: list[Received | None] = [None] * len(loops)
     for i, result in by_loop.items():

@@ -29,6 +29,7 @@ from fedbench.data.base import ArraySplit
 from fedbench.engine.batched import chunks, runs_dropout_keys, train_rows
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher, seed_ahead
+from fedbench.engine.compiled import StepMode
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.pending import to_device
 from fedbench.engine.plan import RoundPlan, draw_plan, lay_out, row_draws
@@ -175,11 +176,12 @@ def population_plan(members: list[MemberRound], train: ArraySplit, steps: list[i
 
 
 def run_population_clients(
-    members: list[MemberRound], model: FlatModel, train: ArraySplit, chunk: int | None = None
+    members: list[MemberRound], model: FlatModel, train: ArraySplit, chunk: int | None = None, mode: StepMode = "eager"
 ) -> list[LocalResult]:
     """Train the sampled clients of every member together, ``chunk`` rows at a time (all when None),
-    with the first member's local hooks (the population shares them); each member's upload is
-    made by its own algorithm. Returns each member's :class:`LocalResult`."""
+    through the eager or graphed step (``mode``), with the first member's local hooks (the population
+    shares them); each member's upload is made by its own algorithm. Returns each member's
+    :class:`LocalResult`."""
     ctx = joint_context([m.ctx for m in members])
     columns = row_columns(members, ctx.broadcast["x"])
     steps = [k for m in members for k in m.steps]
@@ -208,6 +210,7 @@ def run_population_clients(
             train,
             members[0].cfg,
             keys[rows],
+            mode,
         )
         finals.append(x)
         carries.append(carry)

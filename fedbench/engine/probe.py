@@ -1,7 +1,7 @@
 """A run's cost on the current device, timed from its first rounds; nothing written where the user looks.
 
 :func:`probe_run` builds the run as :func:`~fedbench.engine.runner.execute_run` does (same setup,
-round plug-ins, the run options' client executor, chunk, compiled or eager step, client state and
+round plug-ins, the run options' client executor, chunk, eager, compiled or graphed step, client state and
 torch threads, precision) and drives :class:`~fedbench.engine.runner.RoundLoop` with evaluation taken
 out of its rounds:
 
@@ -82,8 +82,9 @@ def probe_run(
         store.start_run(run_record(quiet, seed, "probe"))
         setup = build_run(quiet, seed, cache, options.client_state == "host")
         steps = local_steps(spec, setup.federation.batcher)
-        compiled, _ = compile_choice(options.compile_step, True, steps)  # as the run itself decides
-        loop = RoundLoop(quiet, seed, setup, options.executor, options.chunk, "on" if compiled else "off")
+        mode, _ = compile_choice(options.compile_step, True, steps, cache.device)  # as the run itself decides
+        choice = {"compiled": "on", "graphed": "graphs"}.get(mode, "off")
+        loop = RoundLoop(quiet, seed, setup, options.executor, options.chunk, choice)
 
         def one_round(t: int) -> None:
             store.record_round(run_id, t, *loop.round(t))
@@ -109,6 +110,7 @@ def probe_population(
     round's time / ``runs``), ``eval_s`` one run's evaluation (each run evaluates alone)."""
     from fedbench.engine.population import (  # the population module imports the runner, as this
         member_chunk,
+        member_step,
         population_chunk,
         population_round,
     )
@@ -121,7 +123,9 @@ def probe_population(
             store.start_run(run_record(quiet, seed, "probe"))
             setup = build_run(quiet, seed, cache, options.client_state == "host")
             loops.append(
-                RoundLoop(quiet, seed, setup, "batched", member_chunk(options, cache.device, seed == 0), "off")
+                RoundLoop(
+                    quiet, seed, setup, "batched", member_chunk(options, cache.device, seed == 0), member_step(options)
+                )
             )
         chunk = population_chunk(loops[0])
 

@@ -461,7 +461,7 @@ class RoundLoop:
                 self.fed.batcher,
                 self.local_cfg,
                 self.executor.chunk,
-                self.executor.compiled,
+                self.executor.step,
             )
         return run_clients_sequential(
             algo, ctx, steps, s.model, self.buffers, s.data.train, self.fed.batcher, self.local_cfg

@@ -96,15 +96,15 @@ def test_the_step_is_really_compiled(tmp_path):
 
 def test_auto_compiles_batched_runs_long_enough_to_repay_it():
     assert compile_choice("auto", True, COMPILE_MIN_STEPS) == (
-        True,
+        "compiled",
         "step compiled (auto: 20,000 local steps ≥ 20,000)",
     )
-    compiled, why = compile_choice("auto", True, COMPILE_MIN_STEPS - 1)
-    assert not compiled and why.startswith("step eager (auto: 19,999 local steps < 20,000")
-    assert compile_choice("on", True, 1) == (True, "step compiled (--compile on)")
-    assert compile_choice("off", True, 10**9) == (False, "step eager (--compile off)")
-    assert compile_choice("on", False, 10**9) == (False, "")  # the sequential executor is never compiled
-    with pytest.raises(ValueError, match="compile must be one of auto, on, off, got 'yes'"):
+    mode, why = compile_choice("auto", True, COMPILE_MIN_STEPS - 1)
+    assert mode == "eager" and why.startswith("step eager (auto: 19,999 local steps < 20,000")
+    assert compile_choice("on", True, 1) == ("compiled", "step compiled (--compile on)")
+    assert compile_choice("off", True, 10**9) == ("eager", "step eager (--compile off)")
+    assert compile_choice("on", False, 10**9) == ("eager", "")  # the sequential executor is never compiled
+    with pytest.raises(ValueError, match="compile must be one of auto, on, off, graphs, got 'yes'"):
         compile_choice("yes", True, 1)
     cpu = torch.device("cpu")
     assert not choose_executor("auto", cpu, steps=10**6).compiled  # auto on a CPU: sequential

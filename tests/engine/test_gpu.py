@@ -167,3 +167,46 @@ def test_the_compiled_step_equals_the_eager_one_and_resumes_identically_on_cuda(
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, raw, "cut", shape=shape, on_round=stop_at_3, compile_step="on")
     pd.testing.assert_frame_equal(whole, run(tmp_path, raw, "cut", shape=shape, compile_step="on")[cols])
+
+
+@pytest.mark.parametrize("model, shape", [(None, None), ({"name": "lenet5_bn", "dropout": 0.5}, (1, 16, 16))])
+def test_the_graphed_step_equals_the_eager_one_and_resumes_identically_on_cuda(tmp_path, model, shape):
+    """``--compile graphs``: the eager step's kernels captured as CUDA graphs and replayed (TF32 off), a run
+    chunked so that its rounds replay two graphs (chunks of 2 and of 1, run as 2 rows), cut in round 3 and
+    resumed. The replayed kernels are the eager ones: equal to the eager run to far below the compiled step's
+    tolerance, and a resumed graphed run equal to an uninterrupted one bit for bit."""
+    raw = with_algorithm(BASE, "scaffold") if model is None else bn_scenario(model, batch_size=16, lr=0.01)
+    raw = {**raw, "rounds": 3, "checkpoint_every": 1, "local": {**raw["local"], "tf32": False}}
+    cols = ["round", *COLS]
+    eager = run(tmp_path, raw, "eager", shape=shape, compile_step="off", chunk=2)[cols]
+    graphed = run(tmp_path, raw, "whole", shape=shape, compile_step="graphs", chunk=2)
+    assert "step replayed from CUDA graphs" in graphed["extra"].iloc[0]
+    pd.testing.assert_frame_equal(eager, graphed[cols], rtol=1e-6, atol=1e-8)
+
+    def stop_at_3(t, _):
+        if t == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, raw, "cut", shape=shape, on_round=stop_at_3, compile_step="graphs", chunk=2)
+    resumed = run(tmp_path, raw, "cut", shape=shape, compile_step="graphs", chunk=2)[cols]
+    pd.testing.assert_frame_equal(graphed[cols], resumed, check_exact=True)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedsam", "gradma"])
+def test_a_graphed_population_equals_the_eager_one_on_cuda(tmp_path, name):
+    """A population of three runs (mixed seeds, S and learning rates) on the graphed step and on the eager one."""
+    from fedbench.engine.population import execute_population
+    from tests.engine.test_population import LOCAL, mixed_runs
+
+    runs = mixed_runs(name, local={**LOCAL, "precision": "fp32", "tf32": False})
+    cache = DataCache(tmp_path / "data", False, CUDA)
+    metrics = {}
+    for how in ("off", "graphs"):
+        store = ResultsStore(tmp_path / how)
+        outs = execute_population(runs, store, cache, RunOptions(device="cuda", population="3", compile_step=how))
+        assert [o.status for o in outs] == ["finished"] * 3
+        metrics[how] = [store.metrics([o.run_id]) for o in outs]
+    for eager, graphed in zip(metrics["off"], metrics["graphs"]):
+        assert "step replayed from CUDA graphs" in graphed["extra"].iloc[0]
+        pd.testing.assert_frame_equal(eager[COLS], graphed[COLS], rtol=1e-6, atol=1e-8)

@@ -1,0 +1,98 @@
+"""The batched step captured as CUDA graphs (``--compile graphs``): one launch a step where eager takes hundreds.
+
+On a GPU the eager vmapped step (:func:`fedbench.engine.compiled.step_function`) is hundreds of small kernels,
+each dispatched from Python through functorch's transforms: about 10 ms a step for the peer MLP on an H200, whose
+FLOPs take microseconds (issue 26). A CUDA graph records the step's kernels once, for one set of input shapes and
+addresses, and replays them with one launch (``torch.cuda.CUDAGraph``).
+
+:class:`GraphedStep` keeps one graph per input signature (the shapes and dtypes of the rows, their buffers,
+batch, labels, mask and keys: a round's chunks, a lone row run as two, a population's rows). Each call copies its
+inputs into that graph's static inputs, replays it, and returns copies of its outputs: a replay overwrites the
+graph's outputs, and the engine keeps a step's first loss and buffers across the step's second evaluation, and an
+algorithm may keep a gradient across steps. The replayed kernels are the eager step's own, launched in the same
+order on the same inputs, so a graphed run computes the eager run's numbers. Before its capture a graph's step runs
+:data:`WARMUP` times on a side stream (cuBLAS handles and lazily built kernels), as torch's CUDA-graph notes ask.
+The graphs of one step share one memory pool: every graph's outputs stay referenced for the step's lifetime, so
+no capture reuses another's outputs, and their intermediates are dead after each replay.
+
+The capture is injected (:class:`Capture`): :func:`cuda_capture` on a GPU, and in the CPU tests a stand-in that
+replays by running the step again into the captured outputs' memory, which checks everything here but the
+recording itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+WARMUP = 2  # eager runs of the step on a side stream before each capture
+
+Signature = tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+class Capture(Protocol):
+    """Records ``step(*inputs)`` once; returns its outputs (fixed memory) and the replay that recomputes them
+    in place from the current contents of ``inputs``."""
+
+    def __call__(self, step: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, Callable[[], None]]: ...
+
+
+@dataclass
+class _Captured:
+    inputs: tuple[Any, ...]  # the static inputs: each call's inputs are copied into them
+    outputs: Any  # the static outputs: overwritten by each replay
+    replay: Callable[[], None]
+
+
+def signature(inputs: tuple[Any, ...]) -> Signature:
+    """The shapes and dtypes of every tensor of ``inputs`` (dicts in their key order)."""
+    leaves, _ = tree_flatten(inputs)
+    return tuple((tuple(t.shape), t.dtype) for t in leaves)
+
+
+class GraphedStep:
+    """``step`` replayed from one captured graph per input :func:`signature` (see the module's notes)."""
+
+    def __init__(self, step: Callable[..., Any], capture: Capture | None = None):
+        self.step = step
+        self.capture = cuda_capture() if capture is None else capture
+        self.graphs: dict[Signature, _Captured] = {}
+
+    def __call__(self, *inputs: Any) -> Any:
+        key = signature(inputs)
+        captured = self.graphs.get(key)
+        if captured is None:
+            static = tree_map(torch.Tensor.clone, inputs)
+            outputs, replay = self.capture(self.step, static)
+            captured = self.graphs[key] = _Captured(static, outputs, replay)
+        else:
+            for into, source in zip(tree_flatten(captured.inputs)[0], tree_flatten(inputs)[0], strict=True):
+                into.copy_(source)
+        captured.replay()
+        return tree_map(torch.Tensor.clone, captured.outputs)
+
+
+def cuda_capture(warmup: int = WARMUP) -> Capture:
+    """The :class:`Capture` of a CUDA device: ``warmup`` runs on a side stream, then ``torch.cuda.graph`` into
+    the pool the step's graphs share."""
+    pool: list[Any] = []
+
+    def capture(step: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, Callable[[], None]]:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                step(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool[0] if pool else None):
+            outputs = step(*inputs)
+        if not pool:
+            pool.append(graph.pool())
+        return outputs, graph.replay
+
+    return capture
