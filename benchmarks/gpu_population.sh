@@ -32,8 +32,8 @@ step 80 "$gradma GradMA tuning trials of one seed (η_l from ½× to 2× the ent
 step 50 "the peer scenario's round (MLP 784-200-200-10, S = 10), batched: eager and graphed (CUDA graphs)" \
   "$py" -m benchmarks.bench_clients --device "$device" --cases mlp --clients 10 --executors batched,graphed --rounds 3 \
   --min-seconds 3
-step 40 "one round under torch.profiler: one run, batched" \
-  "$py" benchmarks/profile_round.py --device "$device" --set local.precision=fp32 --top 15
+step 40 "--compile auto's step prices (eager, graphed, compiled from an empty cache) of the peer MLP, S = 10" \
+  "$py" -m benchmarks.step_prices --device "$device" --cases mlp --clients 10
 step 40 "one round under torch.profiler: a population of $gradma runs" \
   "$py" benchmarks/profile_round.py --device "$device" --runs "$gradma" --set local.precision=fp32 --top 15
 cat "$out"

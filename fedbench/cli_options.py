@@ -86,9 +86,9 @@ DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one 
             "--compile",
             rich_help_panel=PANEL,
             help=(
-                "batched: run the vmapped step through torch.compile: on, off, or auto (on for runs of ≥ 20,000 "
-                "local steps), equal to float tolerance; or graphs: replay the eager step from CUDA graphs (CUDA only; "
-                "populations too)"
+                "batched: run the vmapped step through torch.compile (on; equal to float tolerance), eager (off), "
+                "replayed from CUDA graphs (graphs: CUDA only, populations too), or auto: the one whose measured "
+                "saving repays its set-up over the run (runs of ≥ 400 local steps; prices kept under OUT/compile-cache)"
             ),
         ),
     ),

@@ -194,6 +194,19 @@ def run_clients_batched(
     return LocalResult(merged(uploads), torch.cat(finals), per_client, torch.cat(losses))
 
 
+def probe_inputs(
+    model: FlatModel, buffers: Buffers, train: ArraySplit, batch_size: int, rows: int
+) -> tuple[torch.Tensor, Buffers, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batched step's inputs for ``rows`` clients at the model's point, each on the first ``batch_size``
+    training samples (a full mask, zero dropout keys): shapes for probes, nothing drawn from a run's streams."""
+    device = train.y.device
+    idx = torch.arange(min(batch_size, len(train.y)), device=device).expand(rows, -1)
+    stacked = {n: v.unsqueeze(0).expand(rows, *v.shape).clone() for n, v in buffers.items()}
+    mask = torch.ones(idx.shape, dtype=train.x.dtype, device=device)
+    flat = model.flatten().unsqueeze(0).expand(rows, -1).clone()
+    return flat, stacked, train.x[idx], train.y[idx], mask, torch.zeros(rows, dtype=torch.int64, device=device)
+
+
 def probe_client_bytes(model: FlatModel, buffers: Buffers, train: ArraySplit, batch_size: int, cfg: LocalConfig) -> int:
     """Peak CUDA memory per client of a two-client batched gradient on batches of ``batch_size``
     training samples, plus :data:`~fedbench.engine.executor.STATE_ROWS` ``[P]`` rows: what each
@@ -204,11 +217,9 @@ def probe_client_bytes(model: FlatModel, buffers: Buffers, train: ArraySplit, ba
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     with torch.random.fork_rng(devices=[device]):
-        idx = torch.arange(min(batch_size, len(train.y)), device=device).expand(2, -1)
-        stacked = {n: v.unsqueeze(0).expand(2, *v.shape).clone() for n, v in buffers.items()}
-        mask = torch.ones(idx.shape, dtype=train.x.dtype, device=device)
-        oracle = BatchedOracle(RowLayers.of(model), stacked, train.x[idx], train.y[idx], mask, cfg)
-        oracle(model.flatten().unsqueeze(0).expand(2, -1))
+        flat, stacked, x, y, mask, _ = probe_inputs(model, buffers, train, batch_size, 2)
+        oracle = BatchedOracle(RowLayers.of(model), stacked, x, y, mask, cfg)
+        oracle(flat)
         del oracle
     torch.cuda.synchronize(device)
     return (torch.cuda.max_memory_allocated(device) - base) // 2 + STATE_ROWS * model.dim * 4

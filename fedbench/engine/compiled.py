@@ -12,18 +12,20 @@ four kinds of call (one evaluation a step, two, per-client state, a replay draw 
 and the BatchNorm and dropout models.
 
 ``--compile`` is ``on``, ``off``, ``auto`` or ``graphs``. Compiling costs seconds per model and chunk shape
-(5–35 s on this project's 2-core CPU from an empty cache, ResNet-18 the most; Triton's kernels on
-a GPU are still to be measured) and pays back a fixed time per local step, so ``auto`` compiles
-the batched step of runs of at least :data:`COMPILE_MIN_STEPS` local steps (rounds × the largest
-K_i), where the smallest win measured (benchmarks/README.md) repays it twice over. The rule
-reads the run's spec only, never a timing, so a run and its resume make the same choice. The
-sequential executor is never compiled. A compiled run keeps its compiled graphs under its results
-folder (:func:`use_compile_cache`): a later process on the same folder loads them instead of compiling.
+(5–35 s on this project's 2-core CPU from an empty cache, ResNet-18 the most; 23–70 s and more on an H200) and
+pays back a fixed time per local step, so ``auto`` takes the step whose measured saving over the run repays its
+set-up (:mod:`fedbench.engine.step_price`: the eager, compiled and, on CUDA, graphed steps timed on the run's model
+and kept in a price book under the results folder) for runs of at least :data:`MIN_PRICED_STEPS` local steps
+(rounds × the largest K_i); shorter runs stay eager. A run records the step it took in its checkpoints, and its
+resume takes it again. Without a model at hand (``validate --estimate``'s probe) ``auto`` compiles runs of at least
+:data:`COMPILE_MIN_STEPS` steps, where the smallest win measured (benchmarks/README.md) repays it twice over. The
+sequential executor is never compiled. A compiled run keeps its compiled graphs under its results folder
+(:func:`use_compile_cache`): a later process on the same folder loads them instead of compiling.
 
 ``graphs`` replays the eager step from CUDA graphs (:mod:`fedbench.engine.graphed`): the eager step's own kernels,
 recorded once per input shape, so the eager numbers without its per-kernel launches. It needs a CUDA device (on
 another the step stays eager, and the run log says why), and is the one step a population may take (a population
-is never compiled). ``auto`` does not choose it: it waits for its first measurement on a GPU (benchmarks/README.md).
+is never compiled).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ from fedbench.options import COMPILE_CHOICES  # noqa: F401  (the vocabulary live
 # MLP at S = 4 on a CPU (1.4 ms a step saved against 13.5 s of compilation from an empty cache:
 # about 9,600 steps; benchmarks/README.md).
 COMPILE_MIN_STEPS = 20_000
+# Local steps from which ``auto`` measures the step's prices (fedbench.engine.step_price): measuring costs four
+# calls of the eager step, at most 1 % of such a run.
+MIN_PRICED_STEPS = 400
 
 StepMode = Literal["eager", "compiled", "graphed"]  # how the batched step runs (compile_choice)
 StepFunction = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]]]
@@ -103,9 +108,18 @@ def use_compile_cache(out: Path) -> Path | None:
     return folder
 
 
-def compile_choice(choice: str, batched: bool, steps: int, device: torch.device | None = None) -> tuple[StepMode, str]:
-    """How a run's batched step runs (``choice``: ``--compile``; ``steps``: its local steps, on ``device``),
-    and why."""
+def compile_choice(
+    choice: str,
+    batched: bool,
+    steps: int,
+    device: torch.device | None = None,
+    priced: Callable[[], tuple[StepMode, str]] | None = None,
+    resumed: StepMode | None = None,
+) -> tuple[StepMode, str]:
+    """How a run's batched step runs (``choice``: ``--compile``; ``steps``: its local steps, on ``device``), and
+    why. ``auto`` takes ``priced()``, the choice at the step's measured prices (:mod:`fedbench.engine.step_price`),
+    for runs of at least :data:`MIN_PRICED_STEPS` steps, and ``resumed``, the step a resumed run took before; with
+    neither (no model at hand: ``validate --estimate``'s probe), the spec rule of :data:`COMPILE_MIN_STEPS`."""
     if choice not in COMPILE_CHOICES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {choice!r}")
     if not batched:
@@ -118,6 +132,15 @@ def compile_choice(choice: str, batched: bool, steps: int, device: torch.device 
         return (
             ("compiled", "step compiled (--compile on)") if choice == "on" else ("eager", "step eager (--compile off)")
         )
+    if resumed is not None:
+        return resumed, f"step {resumed} (auto: as the run took it before it was resumed)"
+    if priced is not None:
+        if steps < MIN_PRICED_STEPS:
+            return (
+                "eager",
+                f"step eager (auto: {steps:,} local steps < {MIN_PRICED_STEPS:,}, too few to measure its price)",
+            )
+        return priced()
     if steps >= COMPILE_MIN_STEPS:
         return "compiled", f"step compiled (auto: {steps:,} local steps ≥ {COMPILE_MIN_STEPS:,})"
     return "eager", f"step eager (auto: {steps:,} local steps < {COMPILE_MIN_STEPS:,}, too few to repay compiling)"

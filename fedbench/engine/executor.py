@@ -51,12 +51,16 @@ def choose_executor(
     probe: Callable[[], int] | None = None,
     compile_step: str = "auto",
     steps: int = 0,
+    price: Callable[[int | None], tuple[StepMode, str]] | None = None,
+    resumed: StepMode | None = None,
 ) -> ClientExecutor:
     """The executor for ``--executor`` on ``device`` (``chunk``: ``--chunk``; ``probe``: bytes one
     client's batched step needs on CUDA), its step eager, compiled or graphed per ``--compile`` (``compile_step``) for
-    a run of ``steps`` local steps."""
+    a run of ``steps`` local steps: under ``auto``, ``price(chunk)``'s choice at the step's measured prices, or
+    ``resumed``, the step the run took before (:func:`~fedbench.engine.compiled.compile_choice`)."""
     chosen = _executor(executor, device, batchable, chunk, probe)
-    step, why = compile_choice(compile_step, chosen.batched, steps, device)
+    priced = None if price is None else (lambda: price(chosen.chunk))
+    step, why = compile_choice(compile_step, chosen.batched, steps, device, priced, resumed)
     return ClientExecutor(chosen.batched, chosen.chunk, "; ".join(filter(None, [chosen.note, why])), step)
 
 

@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -43,10 +44,11 @@ from fedbench.algorithms.base import Message, RoundContext
 from fedbench.algorithms.state import flatten_state, restore_state, state_bytes
 from fedbench.compress import BITS_PER_FLOAT
 from fedbench.engine.axes import build_plugins
-from fedbench.engine.batched import probe_client_bytes, run_clients_batched
+from fedbench.engine.batched import probe_client_bytes, probe_inputs, run_clients_batched
+from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import LAYOUT, resume_point, run_identity, save_checkpoint
-from fedbench.engine.compiled import use_compile_cache
+from fedbench.engine.compiled import StepMode, use_compile_cache
 from fedbench.engine.executor import ClientExecutor, choose_executor
 from fedbench.engine.federation import InputRequest
 from fedbench.engine.inputs import PROVIDERS
@@ -56,6 +58,7 @@ from fedbench.engine.pending import PendingRound, read_rounds, to_device
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.precision import run_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
+from fedbench.engine.step_price import PriceBook, run_pricer
 from fedbench.engine.threads import pinned_threads
 from fedbench.engine.uploads import aggregation_weights, decoded, sent_bits
 from fedbench.models.flat import Buffers, average_buffers
@@ -199,6 +202,8 @@ class RoundLoop:
         executor: str = "auto",
         chunk: int | None = None,
         compile_step: str = "auto",
+        book: PriceBook | None = None,
+        resumed: StepMode | None = None,
     ):
         self.spec, self.seed, self.s = spec, seed, setup
         self.fed = setup.federation  # the clients' data at the current stage (plug-ins may move it on)
@@ -212,18 +217,35 @@ class RoundLoop:
         for plugin in self.plugins:
             cfg = plugin.local_config(cfg)
         self.local_cfg = cfg
-        self.executor = self.client_executor(executor, chunk, compile_step)
+        self.executor = self.client_executor(executor, chunk, compile_step, book, resumed)
 
-    def client_executor(self, executor: str, chunk: int | None, compile_step: str = "auto") -> ClientExecutor:
-        """The run's client executor, chunk size and compiled step (:mod:`fedbench.engine.executor`)."""
-        s = self.s
+    def client_executor(
+        self,
+        executor: str,
+        chunk: int | None,
+        compile_step: str = "auto",
+        book: PriceBook | None = None,
+        resumed: StepMode | None = None,
+    ) -> ClientExecutor:
+        """The run's client executor, chunk size and step (:mod:`fedbench.engine.executor`): under ``--compile
+        auto`` with a price ``book``, the step measured cheapest (:mod:`fedbench.engine.step_price`), or
+        ``resumed``, the step the run took before it was resumed."""
+        s, spec = self.s, self.spec
+        batch, per_round = spec.local.batch_size, spec.clients.per_round
+        steps = local_steps(spec, s.federation.batcher)
 
         def probe() -> int:
-            return probe_client_bytes(s.model, s.buffers0, s.data.train, self.spec.local.batch_size, self.local_cfg)
+            return probe_client_bytes(s.model, s.buffers0, s.data.train, batch, self.local_cfg)
+
+        def price(chunk: int | None) -> tuple[StepMode, str]:
+            rows = max(2, min(chunk or per_round, per_round))  # one chunk's rows (a lone row runs as two)
+            inputs = partial(probe_inputs, s.model, s.buffers0, s.data.train, batch, rows)
+            assert book is not None
+            return run_pricer(RowLayers.of(s.model), inputs, steps, s.x0.device, book)()
 
         batchable = s.algorithm.caps.batchable
-        steps = local_steps(self.spec, s.federation.batcher)
-        return choose_executor(executor, s.x0.device, batchable, chunk, probe, compile_step, steps)
+        priced = price if book is not None else None
+        return choose_executor(executor, s.x0.device, batchable, chunk, probe, compile_step, steps, priced, resumed)
 
     def plugin(self, kind: type[T]) -> T:
         """The attached plug-in of type ``kind``."""
@@ -584,6 +606,7 @@ class RoundLoop:
             "state": flatten_state(self.state),
             "buffers": self.buffers,
             "batcher": self.fed.batcher.state_dict(),
+            "step": self.executor.step,  # the batched step taken: an ``auto`` run resumed takes it again
         }
         for plugin in self.plugins:
             kept = plugin.state_dict()
@@ -741,13 +764,16 @@ def open_loop(
     spec: RunSpec, seed: int, store: ResultsStore, cache: DataCache, options: RunOptions, run_id: str, identity: dict
 ) -> tuple[RoundLoop, int]:
     """The run's :class:`RoundLoop` as ``options`` say (executor, chunk, compiled step, client state),
-    resumed from its checkpoint with the store's rows after it removed; returns the loop and the last
-    round done. A compiled run keeps its graphs under the store's folder."""
+    resumed from its checkpoint with the store's rows after it removed (and, under ``--compile auto``, with
+    the step it took); returns the loop and the last round done. A compiled run keeps its graphs, and
+    ``auto`` its step prices, under the store's folder."""
     setup = build_run(spec, seed, cache, options.client_state == "host")
-    loop = RoundLoop(spec, seed, setup, options.executor, options.chunk, options.compile_step)
-    if loop.executor.compiled and isinstance(store, ResultsStore):
-        use_compile_cache(store.out_dir)
     payload = resume_point(store.checkpoint_path(run_id), cache.device, store, run_id, identity)
+    out = store.out_dir if isinstance(store, ResultsStore) else None
+    resumed = payload.get("step") if payload else None
+    loop = RoundLoop(spec, seed, setup, options.executor, options.chunk, options.compile_step, PriceBook(out), resumed)
+    if loop.executor.compiled and out is not None:
+        use_compile_cache(out)
     done = loop.restore(payload) if payload else 0
     store.truncate_after(run_id, done)
     return loop, done

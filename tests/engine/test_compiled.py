@@ -32,13 +32,15 @@ def fp64(raw: dict) -> dict:
     return {**raw, "local": {**raw["local"], "precision": "fp64"}}
 
 
-def run_metrics(tmp_path, raw, name, shape=None, **how):
+def run_metrics(tmp_path, raw, name, shape=None, columns=COLS, **how):
+    """One batched run on the CPU with the run options ``how``; its metrics' ``columns`` (None: all)."""
     spec = resolve_runs(parse_scenario(raw))[0]
     store = ResultsStore(tmp_path / name)
     cache = DataCache(tmp_path, False, torch.device("cpu")) if shape is None else ImageCache(tmp_path, shape)
     out = execute_run(spec, 0, store, cache, "h", options=RunOptions(executor="batched", **how))
     assert out.status == "finished", out
-    return store.metrics([out.run_id])[COLS]
+    metrics = store.metrics([out.run_id])
+    return metrics if columns is None else metrics[columns]
 
 
 @pytest.mark.parametrize("name", ORACLE_USES)

@@ -19,14 +19,12 @@ import fedbench.engine.graphed as graphed
 from fedbench.engine.compiled import compile_choice
 from fedbench.engine.graphed import GraphedStep, signature
 from fedbench.engine.population import execute_population
-from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.options import RunOptions
-from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
 from tests.continual.common import raw_with
-from tests.engine.test_batched import BASE, COLS, ImageCache, bn_scenario, with_algorithm
-from tests.engine.test_compiled import ORACLE_USES
+from tests.engine.test_batched import BASE, COLS, bn_scenario, with_algorithm
+from tests.engine.test_compiled import ORACLE_USES, run_metrics
 from tests.engine.test_population import LOCAL, mixed_runs
 
 
@@ -57,22 +55,13 @@ def replayed(monkeypatch):
     capture = Replayed()
     monkeypatch.setattr(graphed, "cuda_capture", lambda: capture)
 
-    def choice(compile_step, batched, steps, device=None):
+    def choice(compile_step, batched, steps, device=None, *rest):
         if compile_step == "graphs" and batched:
             return "graphed", "step replayed from CUDA graphs (--compile graphs)"
-        return compile_choice(compile_step, batched, steps, device)
+        return compile_choice(compile_step, batched, steps, device, *rest)
 
     monkeypatch.setattr(executor, "compile_choice", choice)
     return capture
-
-
-def run_metrics(tmp_path, raw, name, shape=None, **how):
-    spec = resolve_runs(parse_scenario(raw))[0]
-    store = ResultsStore(tmp_path / name)
-    cache = DataCache(tmp_path, False, torch.device("cpu")) if shape is None else ImageCache(tmp_path, shape)
-    out = execute_run(spec, 0, store, cache, "h", options=RunOptions(executor="batched", **how))
-    assert out.status == "finished", out
-    return store.metrics([out.run_id])
 
 
 def test_one_capture_per_signature_and_outputs_that_outlive_the_next_call():
@@ -106,8 +95,8 @@ def test_graphs_need_a_cuda_device_and_say_so():
 @pytest.mark.parametrize("name", ORACLE_USES)
 def test_a_graphed_run_equals_the_eager_one(tmp_path, replayed, name):
     raw = with_algorithm(raw_with() if name == "nccl_fl" else BASE, name)
-    eager = run_metrics(tmp_path, raw, "eager", compile_step="off")
-    graphs = run_metrics(tmp_path, raw, "graphs", compile_step="graphs")
+    eager = run_metrics(tmp_path, raw, "eager", columns=None, compile_step="off")
+    graphs = run_metrics(tmp_path, raw, "graphs", columns=None, compile_step="graphs")
     pd.testing.assert_frame_equal(eager[COLS], graphs[COLS], check_exact=True)
     assert "step replayed from CUDA graphs" in graphs["extra"].iloc[0]
     assert replayed.captures >= 1 and replayed.replays > replayed.captures
@@ -115,8 +104,8 @@ def test_a_graphed_run_equals_the_eager_one(tmp_path, replayed, name):
 
 def test_a_graphed_run_with_batchnorm_dropout_and_chunks_equals_the_eager_one(tmp_path, replayed):
     raw, shape = bn_scenario({"name": "lenet5_bn", "dropout": 0.5}), (1, 16, 16)
-    eager = run_metrics(tmp_path, raw, "eager", shape, compile_step="off")[COLS]
-    graphs = run_metrics(tmp_path, raw, "graphs", shape, compile_step="graphs", chunk=2)[COLS]
+    eager = run_metrics(tmp_path, raw, "eager", shape, compile_step="off")
+    graphs = run_metrics(tmp_path, raw, "graphs", shape, compile_step="graphs", chunk=2)
     pd.testing.assert_frame_equal(eager, graphs, check_exact=True)
 
 

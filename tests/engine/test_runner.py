@@ -291,7 +291,7 @@ def test_round_one_logs_the_executor_and_why(tmp_path):
     note = json.loads(store.metrics([out.run_id])["extra"].iloc[0])["executor"]
     assert (
         note
-        == "batched, chunks of 2 clients (asked for; --chunk); step eager (auto: 15 local steps < 20,000, too few to repay compiling)"
+        == "batched, chunks of 2 clients (asked for; --chunk); step eager (auto: 15 local steps < 400, too few to measure its price)"
     )
     on = execute_run(
         spec,
