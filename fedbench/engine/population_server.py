@@ -14,8 +14,6 @@ when:
 
 * its algorithm declares ``Capabilities.vmap_server`` (a pure tensor update, no ``[N, P]`` client table,
   nothing read to the host);
-* its server optimizer keeps no bias correction (β^t of R runs at once is a vectorised power, which rounds
-  otherwise than each run's own, Python's);
 * and it shares with the group the algorithm class, its parameters, its server settings but η_g, and
   the shapes, dtypes and devices of every input (S, N, P).
 
@@ -24,7 +22,8 @@ lost, DP's clipped and noised rows: :meth:`~fedbench.engine.runner.RoundLoop.rec
 their meaning. Every other run is updated alone, as on the batched executor. The vmapped update computes each
 run's elementwise operations as that run alone does and its weighted sums as batched products, equal to
 the run alone to float tolerance (tests/engine/test_population_server.py: in float64 to 1e-10, and in float32
-bit for bit on this project's CPU).
+bit for bit on this project's CPU). That holds with bias correction too: the runs' β^t is one vectorised power,
+which may round the last float64 bit otherwise than each run's own.
 """
 
 from __future__ import annotations
@@ -74,8 +73,7 @@ def joint_key(loop: RoundLoop, received: Received | None) -> tuple[Hashable, Fla
     """The group of runs whose server updates are one vmapped call (see the module's docstring), with the run's
     flattened server inputs; None for a run updated alone."""
     algorithm = loop.s.algorithm
-    server = algorithm.server.spec
-    if received is None or not algorithm.caps.vmap_server or server.bias_correction:
+    if received is None or not algorithm.caps.vmap_server:
         return None
     if not isinstance(received.ctx.lr, float) or not isinstance(algorithm.server.lr, float):
         return None  # a rate already on the device: the run is updated alone
