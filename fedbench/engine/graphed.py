@@ -15,13 +15,15 @@ order on the same inputs, so a graphed run computes the eager run's numbers. Bef
 The graphs of one step share one memory pool: every graph's outputs stay referenced for the step's lifetime, so
 no capture reuses another's outputs, and their intermediates are dead after each replay.
 
-The capture is injected (:class:`Capture`): :func:`cuda_capture` on a GPU, and in the CPU tests a stand-in that
+A shape whose capture fails (an operation CUDA cannot record) runs eagerly, with a warning. The capture is
+injected (:class:`Capture`): :func:`cuda_capture` on a GPU, and in the CPU tests a stand-in that
 replays by running the step again into the captured outputs' memory, which checks everything here but the
 recording itself.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -60,25 +62,37 @@ class GraphedStep:
     def __init__(self, step: Callable[..., Any], capture: Capture | None = None):
         self.step = step
         self.capture = cuda_capture() if capture is None else capture
-        self.graphs: dict[Signature, _Captured] = {}
+        self.graphs: dict[Signature, _Captured | None] = {}  # None: the capture failed, the step runs eagerly
 
     def __call__(self, *inputs: Any) -> Any:
         key = signature(inputs)
-        captured = self.graphs.get(key)
+        if key not in self.graphs:
+            self.graphs[key] = self._captured(inputs)
+        captured = self.graphs[key]
         if captured is None:
-            static = tree_map(torch.Tensor.clone, inputs)
-            outputs, replay = self.capture(self.step, static)
-            captured = self.graphs[key] = _Captured(static, outputs, replay)
-        else:
-            for into, source in zip(tree_flatten(captured.inputs)[0], tree_flatten(inputs)[0], strict=True):
-                into.copy_(source)
+            return self.step(*inputs)
+        for into, source in zip(tree_flatten(captured.inputs)[0], tree_flatten(inputs)[0], strict=True):
+            into.copy_(source)
         captured.replay()
         return tree_map(torch.Tensor.clone, captured.outputs)
+
+    def _captured(self, inputs: tuple[Any, ...]) -> _Captured | None:
+        """A graph of the step on static copies of ``inputs``; None (with a warning) where CUDA cannot capture
+        it: that shape's step then runs eagerly, with the same numbers."""
+        static = tree_map(torch.Tensor.clone, inputs)
+        try:
+            outputs, replay = self.capture(self.step, static)
+        except RuntimeError as exc:
+            warnings.warn(
+                f"CUDA graphs: the step runs eagerly, its capture failed ({exc})", RuntimeWarning, stacklevel=3
+            )
+            return None
+        return _Captured(static, outputs, replay)
 
 
 def cuda_capture(warmup: int = WARMUP) -> Capture:
     """The :class:`Capture` of a CUDA device: ``warmup`` runs on a side stream, then ``torch.cuda.graph`` into
-    the pool the step's graphs share."""
+    the pool the step's graphs share (other threads' CUDA calls, a store's or a tracker's, left alone)."""
     pool: list[Any] = []
 
     def capture(step: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, Callable[[], None]]:
@@ -89,7 +103,7 @@ def cuda_capture(warmup: int = WARMUP) -> Capture:
                 step(*inputs)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool[0] if pool else None):
+        with torch.cuda.graph(graph, pool=pool[0] if pool else None, capture_error_mode="thread_local"):
             outputs = step(*inputs)
         if not pool:
             pool.append(graph.pool())

@@ -79,6 +79,23 @@ def test_one_capture_per_signature_and_outputs_that_outlive_the_next_call():
     assert signature((a, {"w": w})) == (((2, 3), torch.float32), ((2, 3), torch.float32))
 
 
+def test_a_shape_that_cannot_be_captured_runs_eagerly():
+    class Refused(Replayed):
+        def __call__(self, step, inputs):
+            self.captures += 1
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    capture = Refused()
+    step = GraphedStep(lambda a: (a * 2, a.sum()), capture)
+    a = torch.arange(6.0)
+    with pytest.warns(RuntimeWarning, match="the step runs eagerly, its capture failed \\(operation not permitted"):
+        first = step(a)
+    second = step(a + 1)  # not captured again
+    assert capture.captures == 1 and step.graphs == {signature((a,)): None}
+    torch.testing.assert_close(first, (a * 2, a.sum()), rtol=0, atol=0)
+    torch.testing.assert_close(second, ((a + 1) * 2, (a + 1).sum()), rtol=0, atol=0)
+
+
 def test_graphs_need_a_cuda_device_and_say_so():
     assert compile_choice("graphs", True, 1, torch.device("cuda")) == (
         "graphed",
