@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26's GPU check, one script inside 8 minutes (its steps' time limits sum to 470 s), for the device machine:
+# Issue 26's GPU check, one script inside 8 minutes (its steps' time limits sum to 475 s), for the device machine:
 #   bash benchmarks/gpu_population.sh            (writes $OUT/gpu-population.md, or ./gpu-population.md)
 # Needs the wheels of .whl/ (docs/gpu.md) where the machine lacks pydantic, mnist1d or a recent typer.
 # DEVICE=cpu SEEDS=4 GRADMA=2 PYTHON=.venv/bin/python OUT=/tmp bash benchmarks/gpu_population.sh  checks the
@@ -26,14 +26,15 @@ step 110 "$seeds seeds of the tiny GradMA MNIST column (FedAvg, MLP, S = 10) as 
   "$py" -m benchmarks.population_bench fedavg "$seeds" --device "$device" --alone 3 \
   --modes batched,population,population-graphed \
   --set local.precision=fp32
-step 80 "$gradma GradMA tuning trials of one seed (η_l from ½× to 2× the entry's) as one population, eager and graphed, vs 2 alone" \
+step 85 "$gradma GradMA tuning trials of one seed (η_l from ½× to 2× the entry's) as one population vs 2 alone" \
   "$py" -m benchmarks.population_bench gradma "$gradma" --trials --device "$device" --alone 2 \
-  --modes batched,population,population-graphed --set local.precision=fp32
+  --modes batched,population --set local.precision=fp32
 step 50 "the peer scenario's round (MLP 784-200-200-10, S = 10), batched: eager and graphed (CUDA graphs)" \
   "$py" -m benchmarks.bench_clients --device "$device" --cases mlp --clients 10 --executors batched,graphed --rounds 3 \
   --min-seconds 3
 step 40 "--compile auto's step prices (eager, graphed, compiled from an empty cache) of the peer MLP, S = 10" \
   "$py" -m benchmarks.step_prices --device "$device" --cases mlp --clients 10
-step 40 "one round under torch.profiler: a population of $gradma runs" \
-  "$py" benchmarks/profile_round.py --device "$device" --runs "$gradma" --set local.precision=fp32 --top 15
+step 40 "one round under torch.profiler: a population of $gradma runs, its step eager, then replayed from CUDA graphs" \
+  "$py" benchmarks/profile_round.py --device "$device" --runs "$gradma" --set local.precision=fp32 --top 12 \
+  --compile off,graphs
 cat "$out"

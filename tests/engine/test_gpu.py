@@ -169,6 +169,7 @@ def test_the_compiled_step_equals_the_eager_one_and_resumes_identically_on_cuda(
     pd.testing.assert_frame_equal(whole, run(tmp_path, raw, "cut", shape=shape, compile_step="on")[cols])
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a capture that fails (its step run eagerly) fails the test
 @pytest.mark.parametrize("model, shape", [(None, None), ({"name": "lenet5_bn", "dropout": 0.5}, (1, 16, 16))])
 def test_the_graphed_step_equals_the_eager_one_and_resumes_identically_on_cuda(tmp_path, model, shape):
     """``--compile graphs``: the eager step's kernels captured as CUDA graphs and replayed (TF32 off), a run
@@ -193,6 +194,7 @@ def test_the_graphed_step_equals_the_eager_one_and_resumes_identically_on_cuda(t
     pd.testing.assert_frame_equal(graphed[cols], resumed, check_exact=True)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("name", ["fedavg", "fedsam", "gradma"])
 def test_a_graphed_population_equals_the_eager_one_on_cuda(tmp_path, name):
     """A population of three runs (mixed seeds, S and learning rates) on the graphed step and on the eager one."""
