@@ -4,7 +4,8 @@
         [--steps 1000,10000,100000,1000000]
 
 For each model case of benchmarks/workload.py (S clients, its batch), one process times the eager step, on CUDA
-the graphed one, and the compiled one with ``fedbench.engine.step_price.measure``, as a ``--compile auto`` run does,
+the graphed one (which auto prices once ``step_price.AUTO_GRAPHS`` is set), and the compiled one with
+``fedbench.engine.step_price.measure``, as a ``--compile auto`` run does,
 and prints each price and the step ``auto`` takes for runs of ``--steps`` local steps. The compilation is included:
 inductor's cache starts empty (a new temporary folder), and later cases share it with the earlier ones."""
 
@@ -47,7 +48,7 @@ def main() -> None:
         train = ArraySplit(x.to(device), y.to(device))
         model = FlatModel(initial_model(case).to(device))
         inputs = probe_inputs(model, model.buffers(), train, case.batch, args.clients)
-        prices = measure(RowLayers.of(model), inputs, 10**12, device, Path(tempfile.mkdtemp()))
+        prices = measure(RowLayers.of(model), inputs, 10**12, device, Path(tempfile.mkdtemp()), graphs=True)
         chosen = [priced_choice(prices, n)[0] for n in lengths]
         for mode, price in prices.items():
             cells = [f"{price.step_s * 1e3:.3f}", f"{price.setup_s:.2f}", "yes" if price.agrees else "no"]

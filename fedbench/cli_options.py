@@ -87,8 +87,8 @@ DECLARED: dict[str, tuple[Any, Any]] = {  # RunOptions field → (type, its one 
             rich_help_panel=PANEL,
             help=(
                 "batched: run the vmapped step through torch.compile (on; equal to float tolerance), eager (off), "
-                "replayed from CUDA graphs (graphs: CUDA only, populations too), or auto: the one whose measured "
-                "saving repays its set-up over the run (runs of ≥ 400 local steps; prices kept under OUT/compile-cache)"
+                "replayed from CUDA graphs (graphs: CUDA only, populations too), or auto: compiled where its measured "
+                "saving repays compiling over the run (runs of ≥ 400 local steps; prices kept under OUT/compile-cache)"
             ),
         ),
     ),

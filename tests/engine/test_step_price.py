@@ -146,7 +146,8 @@ def test_auto_measures_once_per_results_folder_and_a_resumed_run_keeps_its_step(
     measured = []
     prices = {"eager": Price(0.1), "compiled": Price(0.01, 1.0)}
 
-    def fake(layers, inputs, steps, device, out):
+    def fake(layers, inputs, steps, device, out, graphs):
+        assert graphs is step_price.AUTO_GRAPHS is False  # auto prices CUDA graphs only once a GPU has tested them
         measured.append(out)
         return dict(prices)
 
