@@ -143,8 +143,8 @@ def measure(
     layers: Any, inputs: tuple[Any, ...], steps: int, device: torch.device, out: Path | None, graphs: bool = False
 ) -> dict[str, Price]:
     """The prices of the step of ``layers``' model on ``inputs`` (one chunk's), for a run of ``steps`` local steps:
-    eager always; graphed on CUDA where ``graphs``; compiled where :func:`cheap_choice` says it could pay (its graphs cached under
-    ``out``); a mode that fails to build is priced as disagreeing (and a warning says why)."""
+    eager always; graphed on CUDA where ``graphs``; compiled where :func:`cheap_choice` says it could pay (its
+    graphs cached under ``out``). A mode that fails to build is priced as disagreeing, and a warning says why."""
     sync = _sync(device)
     layers.model.module.train()
     eager, eager_out = timed_calls(step_function(layers, "eager"), inputs, sync)
@@ -219,6 +219,8 @@ def run_pricer(
         step_inputs = inputs()
         key = price_key(layers, step_inputs, device)
         known = book.get(key)
+        if known is not None and not AUTO_GRAPHS:
+            known.pop("graphed", None)  # priced by a benchmark, or by a later fedbench: not taken by this one
         if known is not None and ("compiled" in known or cheap_choice(known["eager"].step_s, steps) is not None):
             mode, why = priced_choice(known, steps, "known prices")
         else:

@@ -206,3 +206,16 @@ def test_a_step_that_fails_to_build_is_never_taken(tmp_path, monkeypatch):
         "eager",
         "step eager (auto, measured: compiled failed (RuntimeError: no C compiler))",
     )
+
+
+def test_graphed_prices_in_the_book_are_not_taken_until_auto_prices_graphs(tmp_path):
+    spec = resolve_runs(parse_scenario(LONG))[0]
+    setup = build_run(spec, 0, DataCache(tmp_path, False, CPU))
+    layers = RowLayers.of(setup.model)
+    inputs = probe_inputs(setup.model, setup.buffers0, setup.data.train, 32, 4)
+    book = PriceBook()
+    cheap_graphs = {"eager": Price(1.0), "graphed": Price(0.001, 0.0), "compiled": Price(0.9, 10**9)}
+    book.put(step_price.price_key(layers, inputs, CPU), cheap_graphs)
+    assert priced_choice(cheap_graphs, 10**6)[0] == "graphed"
+    mode, why = run_pricer(layers, lambda: inputs, 10**6, CPU, book)()
+    assert mode == "eager" and "graphed" not in why
