@@ -14,8 +14,8 @@ and the BatchNorm and dropout models.
 ``--compile`` is ``on``, ``off``, ``auto`` or ``graphs``. Compiling costs seconds per model and chunk shape
 (5–35 s on this project's 2-core CPU from an empty cache, ResNet-18 the most; 23–70 s and more on an H200) and
 pays back a fixed time per local step, so ``auto`` takes the step whose measured saving over the run repays its
-set-up (:mod:`fedbench.engine.step_price`: the eager, compiled and, on CUDA, graphed steps timed on the run's model
-and kept in a price book under the results folder) for runs of at least :data:`MIN_PRICED_STEPS` local steps
+set-up (:mod:`fedbench.engine.step_price`: the eager and compiled steps timed on the run's model, and kept in a
+price book under the results folder) for runs of at least :data:`MIN_PRICED_STEPS` local steps
 (rounds × the largest K_i); shorter runs stay eager. A run records the step it took in its checkpoints, and its
 resume takes it again. Without a model at hand (``validate --estimate``'s probe) ``auto`` compiles runs of at least
 :data:`COMPILE_MIN_STEPS` steps, where the smallest win measured (benchmarks/README.md) repays it twice over. The
@@ -133,6 +133,8 @@ def compile_choice(
             ("compiled", "step compiled (--compile on)") if choice == "on" else ("eager", "step eager (--compile off)")
         )
     if resumed is not None:
+        if resumed == "graphed" and (device is None or device.type != "cuda"):
+            resumed = "eager"  # the graphed step's numbers, on a device without CUDA graphs
         return resumed, f"step {resumed} (auto: as the run took it before it was resumed)"
     if priced is not None:
         if steps < MIN_PRICED_STEPS:

@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 WARMUP = 2  # eager runs of the step on a side stream before each capture
 
-Signature = tuple[tuple[tuple[int, ...], torch.dtype], ...]
+Signature = tuple[Any, tuple[tuple[tuple[int, ...], torch.dtype], ...]]  # (tree structure, shapes and dtypes)
 
 
 class Capture(Protocol):
@@ -51,9 +51,10 @@ class _Captured:
 
 
 def signature(inputs: tuple[Any, ...]) -> Signature:
-    """The shapes and dtypes of every tensor of ``inputs`` (dicts in their key order)."""
-    leaves, _ = tree_flatten(inputs)
-    return tuple((tuple(t.shape), t.dtype) for t in leaves)
+    """The structure of ``inputs`` (dicts' keys in their order: two buffers of one shape never trade places) and
+    the shape and dtype of each of its tensors."""
+    leaves, structure = tree_flatten(inputs)
+    return structure, tuple((tuple(t.shape), t.dtype) for t in leaves)
 
 
 class GraphedStep:

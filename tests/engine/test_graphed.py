@@ -66,7 +66,7 @@ def replayed(monkeypatch):
 
 def test_one_capture_per_signature_and_outputs_that_outlive_the_next_call():
     capture = Replayed()
-    step = GraphedStep(lambda a, b: (a * b["w"], a.sum()), capture)
+    step = GraphedStep(lambda a, b: (a * sum(b.values()), a.sum()), capture)
     a, w = torch.arange(6.0).reshape(2, 3), torch.full((2, 3), 2.0)
     first = step(a, {"w": w})
     second = step(a + 1, {"w": w})  # the same graph, replayed on new inputs
@@ -76,7 +76,9 @@ def test_one_capture_per_signature_and_outputs_that_outlive_the_next_call():
     step(torch.ones(1, 3), {"w": torch.ones(1, 3)})  # another shape: its own graph
     step(a.double(), {"w": w.double()})  # another dtype: its own graph
     assert capture.captures == 3 and len(step.graphs) == 3
-    assert signature((a, {"w": w})) == (((2, 3), torch.float32), ((2, 3), torch.float32))
+    assert signature((a, {"w": w}))[1] == (((2, 3), torch.float32), ((2, 3), torch.float32))
+    step(a, {"v": w})  # another buffer's name: its own graph (two buffers of one shape never trade places)
+    assert capture.captures == 4
 
 
 def test_a_shape_that_cannot_be_captured_runs_eagerly():

@@ -80,6 +80,10 @@ def test_auto_without_prices_a_resumed_step_and_runs_too_short_to_measure():
         "eager",
         "step eager (auto: as the run took it before it was resumed)",
     )
+    assert compile_choice("auto", True, 10**6, CPU, priced, resumed="graphed") == (
+        "eager",  # graphed on CUDA, resumed on a CPU: the same numbers without CUDA graphs
+        "step eager (auto: as the run took it before it was resumed)",
+    )
     assert compile_choice("off", True, 10**6, CPU, priced) == ("eager", "step eager (--compile off)")
     assert len(asked) == 1  # only where auto had to decide
 
