@@ -43,19 +43,31 @@ def test_probe_times_one_span_per_round_and_per_evaluation(tmp_path: Path, fake_
     assert cost.executor.startswith("sequential")
 
 
-def test_the_probe_compiles_the_step_only_where_the_run_would(tmp_path: Path, monkeypatch) -> None:
-    """The probe's rounds never end (its spec has 10⁹ rounds), yet it keeps the real run's choice."""
-    from fedbench.engine import compiled
+def test_the_probe_prices_the_step_as_the_run_would(tmp_path: Path, monkeypatch) -> None:
+    """The probe's rounds never end (its spec has 10⁹ rounds), yet ``--compile auto`` decides with the real run's
+    local steps, at prices it measures and keeps nowhere (torch.compile stubbed: the choice, not inductor's work)."""
+    from fedbench.engine import compiled, step_price
 
     cache = DataCache(tmp_path, False, torch.device("cpu"))
     spec = tiny_spec(rounds=5)
+    steps = 5 * spec.local.iterations
     assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith(
-        "step eager (--compile off)"
+        f"step eager (auto: {steps} local steps < 400, too few to measure its price)"
     )
-    monkeypatch.setattr(compiled, "COMPILE_MIN_STEPS", 5 * spec.local.iterations)
+    monkeypatch.setattr(compiled, "MIN_PRICED_STEPS", steps)
+    monkeypatch.setattr(compiled.torch, "compile", lambda step, **_: step)
+    seen = []
+
+    def fake(layers, inputs, run_steps, device, out, graphs):
+        seen.append((run_steps, out))
+        return {"eager": step_price.Price(1.0), "compiled": step_price.Price(0.1, 1.0)}
+
+    monkeypatch.setattr(step_price, "measure", fake)
     assert probe.probe_run(spec, 0, cache, RunOptions(executor="batched"), rounds=1).executor.endswith(
-        "step compiled (--compile on)"
+        f"step compiled (auto, measured: compiled 1000.00 → 100.00 ms a step saves {steps * 0.9:,.1f} s over "
+        f"{steps} steps against 1.0 s to compile)"
     )
+    assert seen == [(steps, None)]  # the run's steps; no results folder to keep the prices in
 
 
 def test_evaluations_follow_the_schedule_and_the_last_round() -> None:

@@ -17,7 +17,8 @@ pays back a fixed time per local step, so ``auto`` takes the step whose measured
 set-up (:mod:`fedbench.engine.step_price`: the eager and compiled steps timed on the run's model, and kept in a
 price book under the results folder) for runs of at least :data:`MIN_PRICED_STEPS` local steps
 (rounds × the largest K_i); shorter runs stay eager. A run records the step it took in its checkpoints, and its
-resume takes it again. Without a model at hand (``validate --estimate``'s probe) ``auto`` compiles runs of at least
+resume takes it again (``validate --estimate``'s probe prices the step as its run would). A loop built by hand
+without a price book falls back to a rule of the spec alone: ``auto`` compiles runs of at least
 :data:`COMPILE_MIN_STEPS` steps, where the smallest win measured (benchmarks/README.md) repays it twice over. The
 sequential executor is never compiled. A compiled run keeps its compiled graphs under its results folder
 (:func:`use_compile_cache`): a later process on the same folder loads them instead of compiling.
@@ -119,7 +120,7 @@ def compile_choice(
     """How a run's batched step runs (``choice``: ``--compile``; ``steps``: its local steps, on ``device``), and
     why. ``auto`` takes ``priced()``, the choice at the step's measured prices (:mod:`fedbench.engine.step_price`),
     for runs of at least :data:`MIN_PRICED_STEPS` steps, and ``resumed``, the step a resumed run took before; with
-    neither (no model at hand: ``validate --estimate``'s probe), the spec rule of :data:`COMPILE_MIN_STEPS`."""
+    neither (a loop built by hand without a price book), the spec rule of :data:`COMPILE_MIN_STEPS`."""
     if choice not in COMPILE_CHOICES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {choice!r}")
     if not batched:

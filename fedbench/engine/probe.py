@@ -26,11 +26,11 @@ from functools import partial
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from fedbench.engine.compiled import compile_choice
 from fedbench.engine.pending import read_rounds
 from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import RoundLoop, local_steps
 from fedbench.engine.setup import DataCache, build_run
+from fedbench.engine.step_price import PriceBook
 from fedbench.engine.threads import pinned_threads
 from fedbench.options import RunOptions
 from fedbench.scenario import RunSpec, run_id_of, run_record
@@ -81,10 +81,11 @@ def probe_run(
         store, run_id = ResultsStore(Path(tmp)), run_id_of(quiet, seed)
         store.start_run(run_record(quiet, seed, "probe"))
         setup = build_run(quiet, seed, cache, options.client_state == "host")
-        steps = local_steps(spec, setup.federation.batcher)
-        mode, _ = compile_choice(options.compile_step, True, steps, cache.device)  # as the run itself decides
-        choice = {"compiled": "on", "graphed": "graphs"}.get(mode, "off")
-        loop = RoundLoop(quiet, seed, setup, options.executor, options.chunk, choice)
+        steps = local_steps(spec, setup.federation.batcher)  # the run's, not the never-ending probe's
+        book = PriceBook()  # as the run itself decides (measured here, kept nowhere)
+        loop = RoundLoop(
+            quiet, seed, setup, options.executor, options.chunk, options.compile_step, book, run_steps=steps
+        )
 
         def one_round(t: int) -> None:
             store.record_round(run_id, t, *loop.round(t))

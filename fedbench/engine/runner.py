@@ -204,6 +204,7 @@ class RoundLoop:
         compile_step: str = "auto",
         book: PriceBook | None = None,
         resumed: StepMode | None = None,
+        run_steps: int | None = None,
     ):
         self.spec, self.seed, self.s = spec, seed, setup
         self.fed = setup.federation  # the clients' data at the current stage (plug-ins may move it on)
@@ -217,7 +218,7 @@ class RoundLoop:
         for plugin in self.plugins:
             cfg = plugin.local_config(cfg)
         self.local_cfg = cfg
-        self.executor = self.client_executor(executor, chunk, compile_step, book, resumed)
+        self.executor = self.client_executor(executor, chunk, compile_step, book, resumed, run_steps)
 
     def client_executor(
         self,
@@ -226,13 +227,15 @@ class RoundLoop:
         compile_step: str = "auto",
         book: PriceBook | None = None,
         resumed: StepMode | None = None,
+        run_steps: int | None = None,
     ) -> ClientExecutor:
         """The run's client executor, chunk size and step (:mod:`fedbench.engine.executor`): under ``--compile
         auto`` with a price ``book``, the step measured cheapest (:mod:`fedbench.engine.step_price`), or
-        ``resumed``, the step the run took before it was resumed."""
+        ``resumed``, the step the run took before it was resumed. ``run_steps``: the run's local steps where
+        they are not this loop's spec's (a probe's never-ending spec)."""
         s, spec = self.s, self.spec
         batch, per_round = spec.local.batch_size, spec.clients.per_round
-        steps = local_steps(spec, s.federation.batcher)
+        steps = local_steps(spec, s.federation.batcher) if run_steps is None else run_steps
 
         def probe() -> int:
             return probe_client_bytes(s.model, s.buffers0, s.data.train, batch, self.local_cfg)
