@@ -48,7 +48,10 @@ from fedbench.engine.graphed import signature
 PAYBACK = 2.0  # a mode's saving over the run must repay its set-up this many times over
 PRICE_CALLS = 4  # calls of a step to price it: the first (set-up, lazy initialisation) and three timed ones
 COMPILE_FLOOR_S = 5.0  # the least compilation measured (the tiny MLP, this project's CPU, warm cache)
-AGREE_RTOL = 1e-3  # a mode agrees with the eager step when its gradients are within this of the eager ones' norm
+# A mode agrees with the eager step when its gradients are within this of the eager ones' norm: a broken step is
+# off by the order of the gradient itself, while float32's rounding alone moved ResNet-18-BN's compiled gradient by
+# 1.8e-3 of its norm on this project's CPU (1.2e-14 in float64; S = 2, batch 16).
+AGREE_RTOL = 2e-2
 PRICES_FILE = "step-prices.json"  # under <out>/compile-cache/
 # Whether auto measures the graphed step on CUDA: not until its capture of the vmapped step has passed
 # tests/engine/test_gpu.py on a GPU (benchmarks/gpu_population.sh runs them); a capture gone wrong must not
