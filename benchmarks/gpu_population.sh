@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Issue 26's GPU check, one script inside 8 minutes (its steps' time limits sum to 475 s), for the device machine:
 #   bash benchmarks/gpu_population.sh            (writes $OUT/gpu-population.md, or ./gpu-population.md)
-# Needs the wheels of .whl/ (docs/gpu.md) where the machine lacks pydantic, mnist1d or a recent typer.
+# Where the machine lacks pydantic, mnist1d or a recent typer, carry their wheels in .whl/ (a folder git ignores:
+# echo /.whl/ >> .git/info/exclude), downloaded beforehand with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 --platform any -d .whl pydantic==2.14.4 pydantic-core==2.50.5 \
+#     annotated-types typing-inspection typing-extensions mnist1d typer==0.29.2
+# and the script installs them into /tmp/site first.
 # DEVICE=cpu SEEDS=4 GRADMA=2 PYTHON=.venv/bin/python OUT=/tmp bash benchmarks/gpu_population.sh  checks the
 # script's steps on a CPU (small numbers).
 set -u
