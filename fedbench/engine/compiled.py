@@ -54,6 +54,7 @@ COMPILE_MIN_STEPS = 20_000
 MIN_PRICED_STEPS = 400
 
 StepMode = Literal["eager", "compiled", "graphed"]  # how the batched step runs (compile_choice)
+STEP_WORDS: dict[StepMode, str] = {"eager": "eager", "compiled": "compiled", "graphed": "replayed from CUDA graphs"}
 StepFunction = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]]]
 
 
@@ -127,7 +128,7 @@ def compile_choice(
         return "eager", ""
     if choice == "graphs":
         if device is not None and device.type == "cuda":
-            return "graphed", "step replayed from CUDA graphs (--compile graphs)"
+            return "graphed", f"step {STEP_WORDS['graphed']} (--compile graphs)"
         return "eager", f"step eager (--compile graphs needs a CUDA device, not {device or 'none'})"
     if choice != "auto":
         return (

@@ -45,7 +45,7 @@ class Capture(Protocol):
 
 @dataclass
 class _Captured:
-    inputs: tuple[Any, ...]  # the static inputs: each call's inputs are copied into them
+    inputs: list[torch.Tensor]  # the static inputs, flattened: each call's inputs are copied into them
     outputs: Any  # the static outputs: overwritten by each replay
     replay: Callable[[], None]
 
@@ -53,7 +53,10 @@ class _Captured:
 def signature(inputs: tuple[Any, ...]) -> Signature:
     """The structure of ``inputs`` (dicts' keys in their order: two buffers of one shape never trade places) and
     the shape and dtype of each of its tensors."""
-    leaves, structure = tree_flatten(inputs)
+    return _signature(*tree_flatten(inputs))
+
+
+def _signature(leaves: list[torch.Tensor], structure: Any) -> Signature:
     return structure, tuple((tuple(t.shape), t.dtype) for t in leaves)
 
 
@@ -66,13 +69,14 @@ class GraphedStep:
         self.graphs: dict[Signature, _Captured | None] = {}  # None: the capture failed, the step runs eagerly
 
     def __call__(self, *inputs: Any) -> Any:
-        key = signature(inputs)
+        leaves, structure = tree_flatten(inputs)  # once a call: the step's hot path
+        key = _signature(leaves, structure)
         if key not in self.graphs:
             self.graphs[key] = self._captured(inputs)
         captured = self.graphs[key]
         if captured is None:
             return self.step(*inputs)
-        for into, source in zip(tree_flatten(captured.inputs)[0], tree_flatten(inputs)[0], strict=True):
+        for into, source in zip(captured.inputs, leaves, strict=True):
             into.copy_(source)
         captured.replay()
         return tree_map(torch.Tensor.clone, captured.outputs)
@@ -88,7 +92,7 @@ class GraphedStep:
                 f"CUDA graphs: the step runs eagerly, its capture failed ({exc})", RuntimeWarning, stacklevel=3
             )
             return None
-        return _Captured(static, outputs, replay)
+        return _Captured(tree_flatten(static)[0], outputs, replay)
 
 
 def cuda_capture(warmup: int = WARMUP) -> Capture:

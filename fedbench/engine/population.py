@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedbench.engine.compiled import STEP_WORDS
 from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
 from fedbench.engine.inputs import JOINT_PROVIDERS, joint_inputs
 from fedbench.engine.lease import leased
@@ -281,7 +282,7 @@ def _train(
         return
     chunk, step = population_chunk(members[0].loop), members[0].loop.executor.step
     rows = f"chunks of {chunk} rows" if chunk else "all rows at once"
-    replayed = "; step replayed from CUDA graphs" if step == "graphed" else ""
+    replayed = f"; step {STEP_WORDS[step]}" if step == "graphed" else ""
     size = fitting_runs(members)
     for part in range(0, len(members), size):
         group = members[part : part + size]

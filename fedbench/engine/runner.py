@@ -58,7 +58,7 @@ from fedbench.engine.pending import PendingRound, read_rounds, to_device
 from fedbench.engine.plugins import Received, RoundPlugin
 from fedbench.engine.precision import run_precision
 from fedbench.engine.setup import DataCache, RunSetup, build_run
-from fedbench.engine.step_price import PriceBook, run_pricer
+from fedbench.engine.step_price import PriceBook, priced_step
 from fedbench.engine.threads import pinned_threads
 from fedbench.engine.uploads import aggregation_weights, decoded, sent_bits
 from fedbench.models.flat import Buffers, average_buffers
@@ -244,7 +244,7 @@ class RoundLoop:
             rows = max(2, min(chunk or per_round, per_round))  # one chunk's rows (a lone row runs as two)
             inputs = partial(probe_inputs, s.model, s.buffers0, s.data.train, batch, rows)
             assert book is not None
-            return run_pricer(RowLayers.of(s.model), inputs, steps, s.x0.device, book)()
+            return priced_step(RowLayers.of(s.model), inputs, steps, s.x0.device, book)
 
         batchable = s.algorithm.caps.batchable
         priced = price if book is not None else None

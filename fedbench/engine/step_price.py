@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from fedbench.engine.compiled import COMPILE_CACHE, StepMode, step_function, use_compile_cache
+from fedbench.engine.compiled import COMPILE_CACHE, STEP_WORDS, StepMode, step_function, use_compile_cache
 from fedbench.engine.graphed import signature
 
 PAYBACK = 2.0  # a mode's saving over the run must repay its set-up this many times over
@@ -71,7 +71,6 @@ class Price:
 
 
 Prices = Mapping[str, Price]  # by mode: "eager", and where measured "compiled", "graphed"
-STEP_WORDS = {"eager": "eager", "compiled": "compiled", "graphed": "replayed from CUDA graphs"}
 
 
 def priced_choice(prices: Prices, steps: int, source: str = "measured") -> tuple[StepMode, str]:
@@ -211,29 +210,25 @@ class PriceBook:
         os.replace(tmp, self.path)
 
 
-def run_pricer(
+def priced_step(
     layers: Any, inputs: Callable[[], tuple[Any, ...]], steps: int, device: torch.device, book: PriceBook
-) -> Callable[[], tuple[StepMode, str]]:
+) -> tuple[StepMode, str]:
     """A run's ``auto`` choice (:func:`priced_choice`): at the prices in ``book`` where they are known (measured
     with compiling, or where compiling could not pay this run either), else measured on ``inputs()`` and added to
     it. The compiled and graphed steps the choice did not take are dropped (their graphs' memory freed)."""
-
-    def choose() -> tuple[StepMode, str]:
-        step_inputs = inputs()
-        key = price_key(layers, step_inputs, device)
-        known = book.get(key)
-        if known is not None and not AUTO_GRAPHS:
-            known.pop("graphed", None)  # priced by a benchmark, or by a later fedbench: not taken by this one
-        if known is not None and ("compiled" in known or cheap_choice(known["eager"].step_s, steps) is not None):
-            mode, why = priced_choice(known, steps, "known prices")
-        else:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                prices = measure(layers, step_inputs, steps, device, book.out, AUTO_GRAPHS)
-            book.put(key, prices)
-            mode, why = priced_choice(prices, steps)
-        for other in ("compiled", "graphed"):
-            if other != mode:
-                layers.steps.pop(other, None)
-        return mode, why
-
-    return choose
+    step_inputs = inputs()
+    key = price_key(layers, step_inputs, device)
+    known = book.get(key)
+    if known is not None and not AUTO_GRAPHS:
+        known.pop("graphed", None)  # priced by a benchmark, or by a later fedbench: not taken by this one
+    if known is not None and ("compiled" in known or cheap_choice(known["eager"].step_s, steps) is not None):
+        mode, why = priced_choice(known, steps, "known prices")
+    else:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            prices = measure(layers, step_inputs, steps, device, book.out, AUTO_GRAPHS)
+        book.put(key, prices)
+        mode, why = priced_choice(prices, steps)
+    for other in ("compiled", "graphed"):
+        if other != mode:
+            layers.steps.pop(other, None)
+    return mode, why

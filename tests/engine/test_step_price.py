@@ -15,7 +15,7 @@ from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.compiled import MIN_PRICED_STEPS, compile_choice
 from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache, build_run
-from fedbench.engine.step_price import PAYBACK, Price, PriceBook, cheap_choice, priced_choice, run_pricer
+from fedbench.engine.step_price import PAYBACK, Price, PriceBook, cheap_choice, priced_choice, priced_step
 from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs
 from fedbench.store import ResultsStore
@@ -111,20 +111,20 @@ def test_measuring_runs_the_runs_own_steps_and_keeps_only_the_one_taken(tmp_path
         return probe_inputs(setup.model, setup.buffers0, setup.data.train, 32, 4)
 
     book = PriceBook(tmp_path)
-    mode, why = run_pricer(layers, inputs, 400, CPU, book)()  # real timings: 400 tiny steps cannot repay compiling
+    mode, why = priced_step(layers, inputs, 400, CPU, book)  # real timings: 400 tiny steps cannot repay compiling
     assert mode == "eager" and "compiled not measured" in why
     (key, prices), *_ = json.loads((tmp_path / "compile-cache" / "step-prices.json").read_text()).items()
     assert set(prices) == {"eager"} and prices["eager"]["step_s"] > 0
     calls = []
     monkeypatch.setattr(step_price, "measure", lambda *a: calls.append(a) or {"eager": Price(1.0)})
-    assert run_pricer(layers, inputs, 400, CPU, book)()[1].startswith("step eager (auto, known prices:")
+    assert priced_step(layers, inputs, 400, CPU, book)[1].startswith("step eager (auto, known prices:")
     assert not calls  # known, and compiling could not pay this run either
-    run_pricer(layers, inputs, 10**6, CPU, book)()  # it could pay a long run: measured
+    priced_step(layers, inputs, 10**6, CPU, book)  # it could pay a long run: measured
     assert len(calls) == 1
     monkeypatch.setattr(compiled.torch, "compile", lambda step, **_: step)
     compiled.step_function(layers, "compiled")
     monkeypatch.setattr(step_price, "measure", lambda *a: {"eager": Price(1.0), "compiled": Price(2.0, 1.0)})
-    assert run_pricer(layers, inputs, 10**7, CPU, PriceBook())()[0] == "eager"
+    assert priced_step(layers, inputs, 10**7, CPU, PriceBook())[0] == "eager"
     assert "compiled" not in layers.steps  # the step not taken is dropped
 
 
@@ -221,7 +221,7 @@ def test_graphed_prices_in_the_book_are_not_taken_until_auto_prices_graphs(tmp_p
     cheap_graphs = {"eager": Price(1.0), "graphed": Price(0.001, 0.0), "compiled": Price(0.9, 10**9)}
     book.put(step_price.price_key(layers, inputs, CPU), cheap_graphs)
     assert priced_choice(cheap_graphs, 10**6)[0] == "graphed"
-    mode, why = run_pricer(layers, lambda: inputs, 10**6, CPU, book)()
+    mode, why = priced_step(layers, lambda: inputs, 10**6, CPU, book)
     assert mode == "eager" and "graphed" not in why
 
 
