@@ -2,7 +2,7 @@
 run bounds it on a GPU, where every operator is at least one kernel launch or a host dispatch).
 
     python -m benchmarks.run_operators [--algorithm fedavg] [--runs 4,8] [--rounds 4] [--seeds K]
-        [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny] [--depth 3]
+        [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny] [--depth 3] [--set local.shuffle=device]
 
 Trains seeds 0…R−1 of the algorithm's entry (with ``--seeds K``, the runs cycle through K seeds, as the trials of
 a tuning population share theirs) as one population for each R of ``--runs`` (two sizes), one untimed
@@ -10,7 +10,7 @@ round, then counts the non-view ATen operators of ``rounds`` rounds (TorchDispat
 chain of fedbench functions under ``population_round`` that dispatched it (``depth`` of them). The difference
 between the two sizes, per added run and round, is what each run costs beyond the work the population shares.
 The plan's permutations (``row_draws``) are host operators by design (a host generator's ``randperm``); the rest
-run on the data's device. Runs on older commits too (``PYTHONPATH=<worktree> python -m benchmarks.run_operators``,
+run on the data's device, and so do the plan's under ``--set local.shuffle=device`` (``hashed_plan``). Runs on older commits too (``PYTHONPATH=<worktree> python -m benchmarks.run_operators``,
 with this file copied there). Not a timed test.
 """
 
@@ -73,19 +73,21 @@ def main() -> None:
     ap.add_argument("--scale", default="tiny")
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=0, help="seeds the runs cycle through (0: one per run)")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE scenario overrides, as fedbench run's")
     args = ap.parse_args()
     torch.set_num_threads(1)
     small, large = (int(r) for r in args.runs.split(","))
     spec = next(
         s
-        for s in resolve_runs(load_scenario(Path(args.config), [], scale=args.scale), args.scale)
+        for s in resolve_runs(load_scenario(Path(args.config), args.set, scale=args.scale), args.scale)
         if s.algorithm["name"] == args.algorithm
     )
     a, b = (count(spec, runs, args.rounds, args.depth, args.seeds) for runs in (small, large))
     added = (large - small) * args.rounds
     total = (sum(b.values()) - sum(a.values())) / added
     print(
-        f"{args.algorithm} of {args.config} at {args.scale}{f', {args.seeds} seed(s)' if args.seeds else ''}: "
+        f"{args.algorithm} of {args.config} at {args.scale}{f', {args.seeds} seed(s)' if args.seeds else ''}"
+        f"{''.join(f', --set {v}' for v in args.set)}: "
         f"{sum(a.values()) / args.rounds:,.0f} operators a round "
         f"for {small} runs, {sum(b.values()) / args.rounds:,.0f} for {large}: {total:.1f} a run a round, by phase:"
     )

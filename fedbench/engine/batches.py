@@ -27,6 +27,7 @@ from collections.abc import Hashable
 import numpy as np
 import torch
 
+from fedbench.engine.device_plan import SHUFFLES, hashed_permutation, permutation_keys, stream_base
 from fedbench.engine.pending import to_device
 from fedbench.host import host_side
 from fedbench.seeding import torch_seed, torch_seeds
@@ -51,20 +52,27 @@ class ClientBatcher:
         seed: int,
         drop_singleton: bool = False,
         task: int | None = None,
+        shuffle: str = "host",
     ):
         self.parts = parts
         self.device = parts[0].device if parts else torch.device("cpu")
         self._sizes = [len(p) for p in parts]
+        self.sizes = np.asarray(self._sizes, dtype=np.int64)  # n_i, and each part's first place in the parts end to end
+        self.starts = np.cumsum(self.sizes) - self.sizes
         # the parts on the host (one copy of them all): a permutation is composed there, and a draw crosses to the
         # device once (:func:`~fedbench.engine.pending.to_device`), instead of a copy and a gather per permutation
         host = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, dtype=np.int64)
         self._host = np.split(host, np.cumsum(self._sizes)[:-1]) if parts else []
         self._generator = torch.Generator()  # reseeded for each permutation (manual_seed resets all its state)
-        self._fingerprint: Hashable | None = None
+        self._partition: tuple[tuple[int, ...], str] | None = None
         self.batch_size = batch_size
         self.seed = seed
         self.drop_singleton = drop_singleton
         self.stream = ("batches",) if task is None else ("task_batches", task)  # continual: one stream per task
+        if shuffle not in SHUFFLES:
+            raise ValueError(f"local.shuffle must be one of {SHUFFLES}, got {shuffle!r}")
+        self.shuffle = shuffle  # host: torch.randperm per permutation; device: hashed (fedbench.engine.device_plan)
+        self.base = stream_base(seed, self.stream) if shuffle == "device" else 0
         # samples each client has consumed (Python ints: drawing batches is on the host's hot path)
         self.cursor = [0] * len(parts)
         self._perm: dict[int, tuple[int, np.ndarray, torch.Tensor | None]] = {}  # client → (epoch, host, device)
@@ -72,21 +80,19 @@ class ClientBatcher:
         self._walked: dict[int, tuple[int, int, Walk]] = {}  # client → (cursor, steps, walk): seed_ahead's, for draw
 
     @property
-    def fingerprint(self) -> Hashable:
-        """What decides every draw but the cursor: the seed, the stream, B, ``drop_singleton`` and the parts (their
-        sizes and a SHA-256 of their indices, once). Two batchers of one fingerprint and one cursor draw the
-        same batches (:func:`~fedbench.engine.population_rows.population_plan` draws them once)."""
-        if self._fingerprint is None:
+    def partition(self) -> tuple[tuple[int, ...], str]:
+        """The parts: their sizes and a SHA-256 of their indices (computed once)."""
+        if self._partition is None:
             digest = hashlib.sha256(np.concatenate(self._host).tobytes() if self._host else b"").hexdigest()
-            self._fingerprint = (
-                self.seed,
-                self.stream,
-                self.batch_size,
-                self.drop_singleton,
-                tuple(self._sizes),
-                digest,
-            )
-        return self._fingerprint
+            self._partition = (tuple(self._sizes), digest)
+        return self._partition
+
+    @property
+    def fingerprint(self) -> Hashable:
+        """What decides every draw but the cursor: the seed, the stream, the shuffle, B, ``drop_singleton`` and the
+        parts (:attr:`partition`). Two batchers of one fingerprint and one cursor draw the same batches
+        (:func:`~fedbench.engine.population_rows.population_plan` draws them once)."""
+        return (self.seed, self.stream, self.shuffle, self.batch_size, self.drop_singleton, *self.partition)
 
     def batch_size_of(self, client: int) -> int:
         return min(self.batch_size, len(self.parts[client]))
@@ -98,14 +104,19 @@ class ClientBatcher:
     @host_side
     def _permutation(self, client: int, epoch: int) -> np.ndarray:
         """The client's samples in the order of its epoch ``epoch``, composed on the host (a host generator's
-        permutation, read as a NumPy view: no device is waited for)."""
+        permutation, read as a NumPy view: no device is waited for; under ``shuffle: device`` the hashed one of
+        :mod:`~fedbench.engine.device_plan`, which a device plan ranks on the device)."""
         cached = self._perm.get(client)
         if cached is None or cached[0] != epoch:
-            seed = self._seeds.pop((client, epoch), None)
-            if seed is None:
-                seed = torch_seed(self.seed, *self.stream, client, epoch)
-            order = torch.randperm(self._sizes[client], generator=self._generator.manual_seed(seed))
-            cached = (epoch, self._host[client][order.numpy()], None)
+            if self.shuffle == "device":
+                key = permutation_keys(*(torch.tensor(v, dtype=torch.int64) for v in (self.base, client, epoch)))
+                order = hashed_permutation(int(key), self._sizes[client])
+            else:
+                seed = self._seeds.pop((client, epoch), None)
+                if seed is None:
+                    seed = torch_seed(self.seed, *self.stream, client, epoch)
+                order = torch.randperm(self._sizes[client], generator=self._generator.manual_seed(seed)).numpy()
+            cached = (epoch, self._host[client][order], None)
             self._perm[client] = cached
         return cached[1]
 
@@ -186,6 +197,8 @@ def seed_ahead(draws: list[tuple[ClientBatcher, list[int], list[int]]]) -> None:
     seeds one :func:`~fedbench.seeding.torch_seed` call each would give, at a fraction of the host time."""
     groups: dict[tuple[str, int], list[tuple[ClientBatcher, int, int, tuple[int, ...]]]] = {}
     for batcher, clients, steps in draws:
+        if batcher.shuffle == "device":
+            continue  # hashed permutations: no generator seeds
         name, fixed = batcher.stream[0], tuple(batcher.stream[1:])
         for client, k in zip(clients, steps):
             for epoch in batcher.unseeded(client, k):

@@ -26,6 +26,7 @@ import torch
 from fedbench.data.base import ArraySplit
 from fedbench.engine.augment import apply_augment, augment_draws
 from fedbench.engine.batches import ClientBatcher, seed_ahead
+from fedbench.engine.device_plan import Rows, parts_table, ranked_batches
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.pending import to_device
 
@@ -78,6 +79,42 @@ class RowDraws:
     positions: list[int]
 
 
+def hashed_plan(train: ArraySplit, draws: list[tuple[ClientBatcher, list[int], list[int]]]) -> RoundPlan:
+    """The :class:`RoundPlan` of the draws ``(batcher, clients, K_i)`` of a round (one run's, or every run's of a
+    population), their rows one after another, each batcher under ``shuffle: device``, drawn on the data's device
+    (:func:`~fedbench.engine.device_plan.ranked_batches`): the plan :func:`lay_out` makes of the batchers' own
+    draws, with their cursors moved as those draws move them."""
+    table, offsets = parts_table([(b.partition, b.parts) for b, _, _ in draws], train.y.device)
+    ids = [np.asarray(clients, dtype=np.int64) for _, clients, _ in draws]
+    counts = [len(i) for i in ids]
+    batch, drop, base = (
+        np.repeat(np.asarray(column, dtype=np.int64), counts)
+        for column in zip(*((b.batch_size, b.drop_singleton, b.base) for b, _, _ in draws))
+    )
+    rows = Rows(
+        np.concatenate([b.sizes[i] for (b, _, _), i in zip(draws, ids)]),
+        np.concatenate([np.asarray(b.cursor, dtype=np.int64)[i] for (b, _, _), i in zip(draws, ids)]),
+        batch,
+        drop,
+        base,
+        np.concatenate(ids),
+        np.concatenate([offset + b.starts[i] for (b, _, _), i, offset in zip(draws, ids, offsets)]),
+        np.asarray([k for _, _, s in draws for k in s], dtype=np.int64),
+    )
+    index, real, widths, after = ranked_batches(rows, table)
+    for (batcher, _, _), i, moved in zip(draws, ids, np.split(after, np.cumsum(counts)[:-1])):
+        cursors = np.asarray(batcher.cursor, dtype=np.int64)
+        cursors[i] = moved
+        batcher.cursor = cursors.tolist()
+    return RoundPlan(index, real.to(train.x.dtype), widths)
+
+
+def on_device(batcher: ClientBatcher, cfg: LocalConfig) -> bool:
+    """Whether the batcher's plans are drawn on the device: ``local.shuffle: device``, without replay draws or
+    augmentation (drawn by the batcher, from the same permutations)."""
+    return batcher.shuffle == "device" and cfg.replay is None and not cfg.augments
+
+
 def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg: LocalConfig) -> list[RowDraws]:
     """Each client's K_i batches: with a replay memory one ``cfg.batch_indices`` call per batch (its draw
     joins each batch), else one :meth:`ClientBatcher.draw` per client (the same batches, fewer host calls)."""
@@ -98,7 +135,10 @@ def draw_plan(
 ) -> RoundPlan:
     """Draw every client's K_i minibatches (advancing the batcher as K_i ``next`` calls would) and
     lay them out as a :class:`RoundPlan`; without a replay memory, the seeds of the round's permutations are
-    computed together first (:func:`~fedbench.engine.batches.seed_ahead`)."""
+    computed together first (:func:`~fedbench.engine.batches.seed_ahead`), and under ``local.shuffle: device``
+    the plan is drawn on the device (:func:`~fedbench.engine.device_plan.hashed_plan`, the same plan)."""
+    if on_device(batcher, cfg):
+        return hashed_plan(train, [(batcher, clients, steps)])
     if cfg.replay is None:
         seed_ahead([(batcher, clients, steps)])
     return lay_out(train, row_draws(batcher, clients, steps, cfg), steps, cfg)

@@ -32,7 +32,7 @@ from fedbench.engine.batches import ClientBatcher, seed_ahead
 from fedbench.engine.compiled import StepMode
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.pending import to_device
-from fedbench.engine.plan import RoundPlan, draw_plan, lay_out, row_draws
+from fedbench.engine.plan import RoundPlan, draw_plan, hashed_plan, lay_out, on_device, row_draws
 from fedbench.models.flat import Buffers, FlatModel
 
 
@@ -156,7 +156,10 @@ def population_plan(members: list[MemberRound], train: ArraySplit, steps: list[i
 
     Runs whose batchers would draw the same batches (one :attr:`~fedbench.engine.batches.ClientBatcher.fingerprint`
     and cursor, the same clients and steps: the trials of one seed in a tuning population) draw them once; the
-    others' cursors move as their own draws would have moved them."""
+    others' cursors move as their own draws would have moved them. Under ``local.shuffle: device`` every run's
+    rows are drawn on the device at once (:func:`~fedbench.engine.plan.hashed_plan`)."""
+    if all(on_device(m.batcher, m.cfg) for m in members):
+        return hashed_plan(train, [(m.batcher, m.ctx.client_ids(), m.steps) for m in members])
     if any(m.cfg.replay is not None or m.cfg.augments for m in members):
         return joint_plan([draw_plan(train, m.batcher, m.ctx.client_ids(), m.steps, m.cfg) for m in members])
     alike: dict[Hashable, list[MemberRound]] = {}

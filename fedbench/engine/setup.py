@@ -198,7 +198,7 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: boo
     )
     algorithm = entry.obj(spec.components.algorithm, ServerOptimizer(spec.server), ctx)
     task0 = None if tasks is None else 0
-    batcher = ClientBatcher(parts, local.batch_size, seed, local.drop_singleton_batch, task0)
+    batcher = ClientBatcher(parts, local.batch_size, seed, local.drop_singleton_batch, task0, local.shuffle)
     info = partition_info(data, parts) if tasks is None else tasks.info[0]
     federation = Federation(tuple(parts), sizes, batcher, info)
     return RunSetup(data, federation, model, model.flatten(), model.buffers(), algorithm, tasks, validation)

@@ -92,7 +92,7 @@ class ContinualStream(RoundPlugin):
             return fed
         tasks, local = self.tasks, self.spec.local
         parts = tasks.parts[task]
-        batcher = ClientBatcher(parts, local.batch_size, self.seed, local.drop_singleton_batch, task)
+        batcher = ClientBatcher(parts, local.batch_size, self.seed, local.drop_singleton_batch, task, local.shuffle)
         sizes = torch.tensor([len(p) for p in parts], dtype=fed.sizes.dtype, device=fed.sizes.device)
         self.task, self.entered = task, t
         self.fed = Federation(tuple(parts), sizes, batcher, tasks.info[task], self.masks[task])

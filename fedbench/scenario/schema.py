@@ -187,6 +187,12 @@ class LocalSpec(Strict):
         "fp64: data, parameters, algorithm state and every computation in float64 (the tiny scale: the same numbers on "
         "every CPU)",
     )
+    shuffle: Literal["host", "device"] = Field(
+        default="host",
+        description="each local epoch's order of a client's samples. host: torch.randperm from a seeded CPU generator "
+        "per (client, epoch); device: a counter-based hash permutation, a whole round's plan drawn on the data's device "
+        "in a few batched kernels (populations on a GPU), the same on every CPU and GPU. Other batches than host",
+    )
     tf32: bool = Field(
         default=True,
         description="on a GPU, float32 matmuls and convolutions in TensorFloat-32 (training and evaluation); "
@@ -205,6 +211,8 @@ class LocalSpec(Strict):
         chosen = [k for k in ("iterations", "epochs", "random_epochs") if getattr(self, k) is not None]
         if len(chosen) != 1:
             raise ValueError(f"set exactly one of 'iterations', 'epochs' and 'random_epochs', got {chosen or 'none'}")
+        if self.drop_singleton_batch and self.batch_size == 1:
+            raise ValueError("drop_singleton_batch needs batch_size ≥ 2 (every batch of one sample would be skipped)")
         return self
 
     @field_validator("random_epochs")
@@ -225,7 +233,7 @@ class LocalSpec(Strict):
     def _omit_sgd_keys(self, handler: Any) -> dict[str, Any]:
         """Keys added after the first release are left out while they hold their default (the
         Adam keys with ``optimizer: sgd``, no ``random_epochs``, ``drop_singleton_batch: false``,
-        ``precision: fp32``, ``tf32: true``),
+        ``precision: fp32``, ``shuffle: host``, ``tf32: true``),
         so specs written before they existed keep their JSON and their hash."""
         data = handler(self)
         if self.optimizer == "sgd":
@@ -237,6 +245,8 @@ class LocalSpec(Strict):
             data.pop("drop_singleton_batch", None)
         if self.precision == "fp32":
             data.pop("precision", None)
+        if self.shuffle == "host":
+            data.pop("shuffle", None)
         if self.tf32:
             data.pop("tf32", None)
         return data

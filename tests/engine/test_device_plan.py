@@ -1,0 +1,218 @@
+"""``local.shuffle: device`` (fedbench/engine/device_plan.py): the vectorised walk is the batcher's walk, a plan
+drawn on the device is the plan of the batchers' own draws of the same hashed permutations (so the sequential,
+batched and population executors agree), the permutations are pinned integers, a resumed run draws what an
+uninterrupted one does, and the key stays out of the run hash while it holds its default."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedbench.data.base import ArraySplit
+from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.device_plan import hashed_permutation, permutation_keys, sort_keys, walks
+from fedbench.engine.local import LocalConfig
+from fedbench.engine.plan import draw_plan, hashed_plan, lay_out, row_draws
+from fedbench.engine.population import PopulationRun, execute_population
+from fedbench.engine.runner import execute_run
+from fedbench.engine.setup import DataCache
+from fedbench.options import RunOptions
+from fedbench.scenario import AugmentSpec, ScenarioError, parse_scenario
+from fedbench.store import ResultsStore
+from tests.engine.test_batched import BASE, bn_scenario, metrics, with_algorithm
+from tests.engine.test_population import LOCAL, alone, assert_same, mixed_runs, spec_of
+from tests.factories import tiny_scenario, tiny_spec, with_changes
+
+CFG = LocalConfig(0.0, None, AugmentSpec(), seed=0)
+
+
+def advanced(n: int, batch: int, drop: bool, draws: list[int]) -> ClientBatcher:
+    """A one-client batcher whose cursor has moved through ``draws`` rounds of so many steps."""
+    b = ClientBatcher([torch.arange(n)], batch, seed=0, drop_singleton=drop)
+    for k in draws:
+        b._advance(0, k)
+    return b
+
+
+def test_the_vectorised_walk_is_the_batchers_walk():
+    """Every (n, B, drop_singleton, cursor, K): the same epochs, starts, lengths, positions and cursor after,
+    including cursors left on a skipped singleton and steps past the epoch's end."""
+    rng = np.random.default_rng(0)
+    cases = 0
+    for n in range(1, 14):
+        for batch in range(2, 7):
+            for drop in (False, True):
+                for _ in range(6):
+                    b = advanced(n, batch, drop, [int(v) for v in rng.integers(1, 6, rng.integers(0, 4))])
+                    k = int(rng.integers(0, 9))
+                    cursor = b.cursor[0]
+                    segments, lengths, positions, after = b._walk(0, k)
+                    w = walks(*(np.array([v]) for v in (n, batch, int(drop), cursor, k)))
+                    assert list(w.length[:k, 0]) == lengths and list(w.position[:k, 0]) == positions
+                    assert int(w.after[0]) == after and (w.length[k:] == 0).all()
+                    places = [(e, i) for e, a, z in segments for i in range(a, z)]
+                    assert places == [(w.epoch[s, 0], w.start[s, 0] + i) for s in range(k) for i in range(lengths[s])]
+                    cases += 1
+    assert cases == 13 * 5 * 2 * 6
+
+
+def parts_of(sizes: list[int], total: int = 200) -> list[torch.Tensor]:
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(1))
+    return list(order[: sum(sizes)].split(sizes))
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_device_plan_is_the_plan_of_the_batchers_own_draws(drop):
+    """Three runs (two of one seed and partition), unequal n_i (one of a single sample), unequal K_i, six rounds:
+    the same indices, masks and widths as :func:`lay_out` of the batchers' draws, and the same cursors after."""
+    parts, other = parts_of([7, 1, 13, 25, 4, 40]), parts_of([9, 30, 2, 11, 6, 3])
+    train = ArraySplit(torch.zeros(200, 3), torch.zeros(200, dtype=torch.int64))
+
+    def batchers():
+        return [
+            ClientBatcher(p, 5, seed=s, drop_singleton=drop, shuffle="device")
+            for p, s in ((parts, 0), (parts, 1), (other, 1))
+        ]
+
+    got, want = batchers(), batchers()
+    for r in range(6):
+        clients = [[0, 2, 3], [5, 1], [4, 0, 1 + r % 3]]  # distinct within a run, as sampled
+        steps = [[3, 1, 7], [2, 4 + r], [9, 5, 2]]
+        plan = hashed_plan(train, list(zip(got, clients, steps)))
+        rows = [row for b, c, s in zip(want, clients, steps) for row in row_draws(b, c, s, CFG)]
+        ref = lay_out(train, rows, [k for s in steps for k in s], CFG)
+        assert torch.equal(plan.index, ref.index) and torch.equal(plan.mask, ref.mask) and plan.width == ref.width
+        assert [b.cursor for b in got] == [b.cursor for b in want]
+
+
+def test_one_runs_draw_plan_takes_the_device_path():
+    parts = parts_of([12, 30, 5])
+    train = ArraySplit(torch.zeros(200, 3), torch.zeros(200, dtype=torch.int64))
+    plan = draw_plan(train, ClientBatcher(parts, 8, seed=3, shuffle="device"), [2, 1], [3, 4], CFG)
+    b = ClientBatcher(parts, 8, seed=3, shuffle="device")
+    ref = lay_out(train, row_draws(b, [2, 1], [3, 4], CFG), [3, 4], CFG)
+    assert torch.equal(plan.index, ref.index) and torch.equal(plan.mask, ref.mask)
+
+
+def test_hashed_permutations_are_pinned_integers_and_ranks_never_tie():
+    """Integer arithmetic only: these are the permutations on every CPU and GPU (a change here moves every
+    number of every ``shuffle: device`` run)."""
+    key = int(permutation_keys(torch.tensor(12345), torch.tensor(3), torch.tensor(7)))
+    assert key == 2845949611
+    assert hashed_permutation(key, 12).tolist() == [3, 8, 6, 7, 5, 9, 10, 0, 1, 11, 2, 4]
+    for k in (0, 1, 2**32 - 1, key):
+        ranks = sort_keys(torch.tensor(k), torch.arange(50_000))
+        assert len(torch.unique(ranks)) == 50_000 and int(ranks.max()) < 2**32
+    b = ClientBatcher(parts_of([40]), 8, seed=2, shuffle="device")
+    assert sorted(b._permutation(0, 5).tolist()) == sorted(b.parts[0].tolist())
+    assert b._permutation(0, 5).tolist() != b._permutation(0, 6).tolist()
+
+
+def device(raw: dict) -> dict:
+    return with_changes(raw, {"local.shuffle": "device"})
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "gradma"])
+def test_batched_equals_sequential_under_device_shuffle(tmp_path, name):
+    """The sequential executor composes each hashed permutation on the host; the batched one ranks a round's
+    on the device: the same batches."""
+    raw = device(with_algorithm(BASE, name))
+    seq, bat = metrics(tmp_path, raw, "sequential"), metrics(tmp_path, raw, "batched")
+    pd.testing.assert_frame_equal(seq, bat, rtol=1e-4, atol=1e-6)
+    host = metrics(tmp_path, with_algorithm(BASE, name), "batched", name="host")
+    assert not np.allclose(host["train_loss"], bat["train_loss"])  # other batches than host's
+
+
+def test_batchnorm_with_skipped_singletons_and_augmentation_under_device_shuffle(tmp_path):
+    """drop_singleton (the walk's skip) and augmentation (drawn by the batcher from the hashed permutations)."""
+    raw = device(bn_scenario({"name": "lenet5_bn", "dropout": 0.0}, epochs=1.5, precision="fp64"))
+    raw = with_changes(raw, {"local.augment.flip": True, "local.augment.crop_padding": 2})
+    seq = metrics(tmp_path, raw, "sequential", shape=(1, 16, 16))
+    bat = metrics(tmp_path, raw, "batched", shape=(1, 16, 16))
+    pd.testing.assert_frame_equal(seq, bat, rtol=1e-9, atol=1e-12)
+    plain = device(bn_scenario({"name": "lenet5_bn", "dropout": 0.0}, epochs=1.5, precision="fp64"))
+    seq = metrics(tmp_path, plain, "sequential", shape=(1, 16, 16), name="s2")
+    bat = metrics(tmp_path, plain, "batched", shape=(1, 16, 16), name="b2")
+    pd.testing.assert_frame_equal(seq, bat, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("name", ["fedavg", "scaffold"])
+def test_a_population_under_device_shuffle_equals_each_run_alone(tmp_path, name, monkeypatch):
+    """Every run's rows ranked by one sort: each run is the run it is alone."""
+    runs = mixed_runs(name, local={**LOCAL, "shuffle": "device"})
+    calls = []
+    import fedbench.engine.population_rows as population_rows
+
+    real = population_rows.hashed_plan
+    monkeypatch.setattr(population_rows, "hashed_plan", lambda *a: calls.append(len(a[1])) or real(*a))
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert [o.status for o in outs] == ["finished"] * 3 and calls and calls[0] == 3
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+def test_a_device_shuffled_population_killed_mid_run_resumes_exactly(tmp_path):
+    local = {**LOCAL, "shuffle": "device", "epochs": 0.7}
+    spec = spec_of(with_algorithm(tiny_scenario(local=local, rounds=5, checkpoint_every=2), "fedavg"))
+    runs = [PopulationRun(spec, s, "h") for s in range(2)]
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+
+    def stop(i, t, metrics):
+        if (i, t) == (1, 3):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute_population(runs, store, cache, RunOptions(population="2"), stop)
+    outs = execute_population(runs, store, cache, RunOptions(population="2"))
+    assert [o.status for o in outs] == ["finished"] * 2
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+def test_a_continual_run_under_device_shuffle(tmp_path):
+    """Each task's batcher ranks its own stream (``("task_batches", task)``); replay draws (ER) go through the
+    batcher: the batched executor equals the sequential one."""
+    from tests.continual.common import RAW
+
+    for name in ("fine_fl", "er_fl"):
+        raw = device(with_algorithm(RAW, name))
+        spec = spec_of(raw)
+        stores = {}
+        for executor in ("sequential", "batched"):
+            store = ResultsStore(tmp_path / f"{name}-{executor}")
+            out = execute_run(
+                spec,
+                0,
+                store,
+                DataCache(tmp_path, False, torch.device("cpu")),
+                "h",
+                options=RunOptions(executor=executor),
+            )
+            assert out.status == "finished", out
+            stores[executor] = store.metrics([out.run_id])[["test_acc", "train_loss"]]
+        pd.testing.assert_frame_equal(stores["sequential"], stores["batched"], rtol=1e-4, atol=1e-6)
+
+
+def test_the_key_is_in_the_run_hash_only_when_set():
+    default, on = tiny_spec(), spec_of(device(tiny_scenario()))
+    assert "shuffle" not in json.loads(default.to_json())["local"]
+    assert json.loads(on.to_json())["local"]["shuffle"] == "device" and on.spec_hash() != default.spec_hash()
+    with pytest.raises(ScenarioError, match="local.shuffle"):
+        parse_scenario(tiny_scenario({"local.shuffle": "gpu"}))
+    with pytest.raises(ScenarioError, match="drop_singleton_batch needs batch_size ≥ 2"):
+        parse_scenario(tiny_scenario({"local.batch_size": 1, "local.drop_singleton_batch": True}))
+
+
+@pytest.mark.gpu
+def test_a_device_plan_on_cuda_is_the_hosts():
+    parts = parts_of([7, 1, 13, 25, 4, 40])
+    plans = []
+    for where in ("cpu", "cuda"):
+        train = ArraySplit(torch.zeros(200, 3, device=where), torch.zeros(200, dtype=torch.int64, device=where))
+        b = ClientBatcher([p.to(where) for p in parts], 5, seed=4, drop_singleton=True, shuffle="device")
+        plans.append(hashed_plan(train, [(b, [0, 3, 5, 1], [3, 9, 6, 2])]))
+    assert torch.equal(plans[0].index, plans[1].index.cpu()) and torch.equal(plans[0].mask, plans[1].mask.cpu())
