@@ -42,9 +42,10 @@ class Capabilities:
     that may differ between the runs of a population: read by the server side only (each run keeps
     its own algorithm) or by the local hooks only against ``[S, P]`` rows (each run's value on its rows,
     an ``[R·S, 1]`` column); the same test checks each. ``vmap_server``: its ``server_update`` is a pure
-    tensor function of its arguments (the state holds no ``[N, P]`` client table, nothing is read to the
-    host), so a population updates the servers of its runs as one ``torch.func.vmap`` call
-    (:mod:`fedbench.engine.population_server`; the same test checks it). ``joint_server``: its class's
+    tensor function of its arguments (its ``[N, P]`` client tables, if any, changed only through their own
+    operations and returned, nothing read to the host), so a population updates the servers of its runs as one
+    ``torch.func.vmap`` call (:mod:`fedbench.engine.population_server`; tests/engine/test_population_server.py
+    checks it). ``joint_server``: its class's
     ``server_updates`` computes the server updates of several runs together (GradMA's QP_g over the runs' rows,
     read to the host once), so a population hands it its runs of the class at once.
     """

@@ -24,6 +24,7 @@ class ErrorRows(NamedTuple):
     label="FedCAMS",
     server={"optimizer": "ams", "lr": 1.0, "eps": 1e-3, "weighting": "uniform"},
     compression=True,
+    vmap_server=True,
 )
 class FedCAMS(Algorithm):
     """FedCAMS Alg. 2.

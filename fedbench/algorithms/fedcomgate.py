@@ -41,6 +41,7 @@ class FedCOMGATEParams(BaseModel):
     label="FedCOMGATE",
     server={"weighting": "uniform"},
     compression=True,
+    vmap_server=True,
 )
 class FedCOMGATE(Algorithm):
     """FedCOMGATE Alg. 2 for partial participation.

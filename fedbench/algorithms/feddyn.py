@@ -32,6 +32,7 @@ class FedDynParams(BaseModel):
     label="FedDyn",
     server={"weighting": "uniform"},
     row_params=("alpha",),
+    vmap_server=True,
 )
 class FedDyn(Algorithm):
     """FedDyn Alg. 1.

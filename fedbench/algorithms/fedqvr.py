@@ -68,6 +68,7 @@ def effective_steps(steps: torch.Tensor, gamma_eta: Rate) -> torch.Tensor:
     server={"weighting": "uniform"},
     compression=True,
     row_params=("gamma", "a"),
+    vmap_server=True,
 )
 class FedQVR(Algorithm):
     """FedQVR Alg. 1 (Eqs. 9–12).
@@ -170,6 +171,7 @@ class FedQVR(Algorithm):
     compression=True,
     inputs=("bits",),
     row_params=("gamma", "a"),
+    vmap_server=True,
 )
 class FedQVRE(FedQVR):
     """FedQVR-E Alg. 2: FedQVR where received client i quantizes with its own width B_i.

@@ -54,12 +54,19 @@ class MIFA(Algorithm):
 
 
 ALGORITHMS.register(
-    "mifa", "MIFA (Gu et al. 2021): average of every worker's latest update, 1/N-normalised", label="MIFA"
+    "mifa",
+    "MIFA (Gu et al. 2021): average of every worker's latest update, 1/N-normalised",
+    label="MIFA",
+    vmap_server=True,
 )(MIFA)
 
 
 @ALGORITHMS.register(
-    "mifam", "MIFAM: MIFA with server momentum (GradMA Alg. 6)", label="MIFAM", server={"momentum": 0.5}
+    "mifam",
+    "MIFAM: MIFA with server momentum (GradMA Alg. 6)",
+    label="MIFAM",
+    server={"momentum": 0.5},
+    vmap_server=True,
 )
 class MIFAM(MIFA):
     """MIFA with server momentum β1 (GradMA Alg. 6): m ← β1·m + d, x ← x + η_g·m; default β1 = 0.5

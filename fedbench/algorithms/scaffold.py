@@ -24,7 +24,10 @@ class ControlChange(NamedTuple):
 
 
 @ALGORITHMS.register(
-    "scaffold", "SCAFFOLD: drift-corrected local steps with control variates (option II)", label="SCAFFOLD"
+    "scaffold",
+    "SCAFFOLD: drift-corrected local steps with control variates (option II)",
+    label="SCAFFOLD",
+    vmap_server=True,
 )
 class Scaffold(Algorithm):
     """SCAFFOLD Alg. 1 with option II.

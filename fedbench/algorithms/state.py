@@ -67,8 +67,12 @@ def state_bytes(value: Any) -> int:
 
 
 def flatten_state(value: Any) -> list[Any]:
-    """The state's leaves as plain tensors (a client table as its whole ``data``), for ``torch.save``."""
-    return [v.data if isinstance(v, ClientTable) else v for v in state_leaves(value)]
+    """The state's leaves as plain tensors (a client table as its whole ``data``; a copy of it where it is a
+    view of a population's ``[R, N, P]`` storage, which ``torch.save`` would write whole), for ``torch.save``."""
+    return [
+        (v.data if v.data._base is None else v.data.clone()) if isinstance(v, ClientTable) else v
+        for v in state_leaves(value)
+    ]
 
 
 def restore_state(fresh: Any, leaves: list[Any], device: torch.device) -> Any:

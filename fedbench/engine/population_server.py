@@ -12,10 +12,16 @@ once under ``torch.func.vmap``, with each run's η_l and η_g a per-run 0-d tens
 (:meth:`~fedbench.optim.server.ServerOptimizer.at_rate`). A run joins such a group (:func:`joint_key`)
 when:
 
-* its algorithm declares ``Capabilities.vmap_server`` (a pure tensor update, no ``[N, P]`` client table,
-  nothing read to the host);
+* its algorithm declares ``Capabilities.vmap_server`` (a pure tensor update whose ``[N, P]`` client tables, if
+  any, change only through their own operations, nothing read to the host);
 * and it shares with the group the algorithm class, its parameters, its server settings but η_g, and
-  the shapes, dtypes and devices of every input (S, N, P).
+  the shapes, dtypes and devices of every input (S, N, P); its client tables are on the device
+  (:class:`~fedbench.algorithms.client_table.DeviceTable`: ``--client-state host`` keeps a run alone).
+
+The client tables of a group's runs (control variates, gradient memories, …) live in one ``[R, N, P]``
+storage, each run's table a view of its row (:func:`stacked_tables`: stacked once, when the group first forms
+or its runs change, not each round), and the vmapped update changes them in place through their operations
+(:class:`RunRows`), as each run's own update changes its table.
 
 What the update is given is what reached the server, after the plug-ins chose it (a straggler's upload
 lost, DP's clipped and noised rows: :meth:`~fedbench.engine.runner.RoundLoop.receive`), so plug-ins keep
@@ -39,6 +45,7 @@ import torch.utils._pytree as pytree
 from torch.func import vmap
 
 from fedbench.algorithms.base import RoundContext, Upload
+from fedbench.algorithms.client_table import ClientTable, DeviceTable
 from fedbench.engine.pending import to_device
 
 if TYPE_CHECKING:
@@ -78,10 +85,18 @@ def joint_key(loop: RoundLoop, received: Received | None) -> tuple[Hashable, Fla
     if not isinstance(received.ctx.lr, float) or not isinstance(algorithm.server.lr, float):
         return None  # a rate already on the device: the run is updated alone
     leaves, structure = pytree.tree_flatten(server_inputs(loop, received))
-    shapes = tuple(
-        (tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor) else ("constant", repr(v)) for v in leaves
-    )
+    if any(isinstance(v, ClientTable) and not isinstance(v, DeviceTable) for v in leaves):
+        return None  # a table in host memory: the run is updated alone
+    shapes = tuple(describe(v) for v in leaves)
     return (type(algorithm), settings_of(algorithm), structure, shapes, received.ctx.round), (leaves, structure)
+
+
+def describe(leaf: Any) -> Hashable:
+    """What of a server input must be equal across a group: a tensor's or table's shape, dtype and device, a
+    constant's value."""
+    if isinstance(leaf, torch.Tensor | ClientTable):
+        return (type(leaf).__name__, tuple(leaf.shape), leaf.dtype, leaf.data.device)
+    return ("constant", repr(leaf))
 
 
 _SETTINGS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -135,20 +150,58 @@ def joint_server_updates(loops: list[RoundLoop], received: list[Received | None]
     return updates
 
 
+class RunRows(DeviceTable):
+    """One run's rows of a group's ``[R, N, P]`` table storage inside the vmapped update. Its ``add`` is an
+    accumulating ``index_put_``: under ``vmap`` one kernel for every run, where ``index_add_`` loops over the runs;
+    the same sums (with α ≠ 1, α·rows is rounded before the add, as ``index_add_`` may not: float tolerance)."""
+
+    def add(self, clients: torch.Tensor, rows: torch.Tensor, alpha: float = 1) -> ClientTable:
+        rows = self._here(rows)
+        self.data.index_put_((clients.to(self.data.device),), rows if alpha == 1 else rows * alpha, accumulate=True)
+        return self
+
+
+def stacked_tables(tables: list[ClientTable]) -> torch.Tensor:
+    """One ``[R, N, P]`` storage holding the runs' tables (one column of a group's leaves), each run's table
+    rebound to a view of its row: the storage they already share when they are its rows in order, else a new
+    one (once, when a group forms or its runs change; each table is donated, module docstring of
+    :mod:`~fedbench.algorithms.client_table`)."""
+    base = tables[0].data._base
+    if (
+        base is not None
+        and base.shape == (len(tables), *tables[0].shape)
+        and all(t.data._base is base and t.data.storage_offset() == r * t.numel() for r, t in enumerate(tables))
+    ):
+        return base
+    stacked = torch.stack([t.data for t in tables])
+    for r, t in enumerate(tables):
+        t.data = stacked[r]
+    return stacked
+
+
 def joint_update(loops: list[RoundLoop], received: list[Received], flat: list[Flat]) -> list[Update]:
     """The server updates of runs of one :func:`joint_key` (``flat``: their flattened server inputs), as one
-    ``vmap`` of the first run's algorithm's ``server_update`` over their stacked inputs; each run's (state,
-    logs), views of the stacked result."""
+    ``vmap`` of the first run's algorithm's ``server_update`` over their stacked inputs (their client tables:
+    their shared storage, changed in place); each run's (state, logs), views of the stacked result, with its own
+    client tables."""
     first, round_ = loops[0].s.algorithm, received[0].ctx.round
     template, structure = flat[0]
-    moving = [i for i, v in enumerate(template) if isinstance(v, torch.Tensor)]
-    stacked = [torch.stack([leaves[i] for leaves, _ in flat]) for i in moving]
+    moving = [i for i, v in enumerate(template) if isinstance(v, torch.Tensor | ClientTable)]
+    stacked = [
+        stacked_tables([leaves[i] for leaves, _ in flat])
+        if isinstance(template[i], ClientTable)
+        else torch.stack([leaves[i] for leaves, _ in flat])
+        for i in moving
+    ]
     local_rates, server_rates = rates(loops, received)
     returned: list[pytree.TreeSpec] = []
+    tables_out: list[list[int | None]] = []  # each output leaf: the input leaf of the table it is, or None
 
     def update(rate: torch.Tensor, server_lr: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
-        leaves = list(template)
+        leaves, tables = list(template), {}
         for i, v in zip(moving, tensors):
+            if isinstance(template[i], ClientTable):
+                v = tables[i] = RunRows(v, template[i].device)  # this run's rows of the shared storage
             leaves[i] = v
         state, context, sent, kept, weights = pytree.tree_unflatten(leaves, structure)
         clients, steps, broadcast, held, inputs, sizes = context
@@ -157,10 +210,18 @@ def joint_update(loops: list[RoundLoop], received: list[Received], flat: list[Fl
         algorithm.server = first.server.at_rate(server_lr)
         out, spec = pytree.tree_flatten(algorithm.server_update(state, ctx, Upload(sent, kept), weights))
         returned.append(spec)
-        return out
+        which = {id(t): i for i, t in tables.items()}
+        if any(isinstance(v, ClientTable) and id(v) not in which for v in out):
+            raise ValueError(f"{type(first).__name__}.server_update returned a client table it was not given")
+        tables_out.append([which.get(id(v)) if isinstance(v, ClientTable) else None for v in out])
+        return [rate.new_zeros(()) if isinstance(v, ClientTable) else v for v in out]
 
     outputs = vmap(update)(local_rates, server_rates, *stacked)
-    return [pytree.tree_unflatten(list(leaves), returned[0]) for leaves in zip(*(v.unbind(0) for v in outputs))]
+    results = []
+    for r, leaves in enumerate(zip(*(v.unbind(0) for v in outputs))):
+        own = [flat[r][0][i] if i is not None else v for v, i in zip(leaves, tables_out[0])]
+        results.append(pytree.tree_unflatten(own, returned[0]))
+    return results
 
 
 def joint_buffers(received: list[Received | None]) -> dict[int, Buffers]:

@@ -1,7 +1,8 @@
 """The servers of a population's runs updated as one vmapped call (fedbench/engine/population_server.py): runs
 of one shape with their own seeds, η_g and η_l give the numbers each has alone (float64 to 1e-10, and float32
-bit for bit on this CPU), with and without bias correction, every round goes through the joint call, and the runs
-it must leave out (another shape, an algorithm without ``vmap_server``) are updated alone with the same numbers."""
+bit for bit on this CPU), with and without bias correction, every round goes through the joint call, client tables
+live in one storage stacked once and checkpoint as each run's own, and the runs it must leave out (another shape,
+an algorithm without ``vmap_server``, tables in host memory) are updated alone with the same numbers."""
 
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import torch
 
 import fedbench.engine.population_server as population_server
 from fedbench.algorithms import ALGORITHMS
-from fedbench.algorithms.client_table import ClientTable
+from fedbench.algorithms.client_table import DeviceTable
 from fedbench.algorithms.state import state_leaves
 from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.setup import DataCache, build_run
@@ -20,7 +21,7 @@ from fedbench.optim.spec import ServerSpec
 from fedbench.options import RunOptions
 from fedbench.store import ResultsStore
 from tests.engine.test_batched import with_algorithm
-from tests.engine.test_population import LOCAL, alone, assert_same, spec_of
+from tests.engine.test_population import LOCAL, PLAIN_SERVER, alone, assert_same, spec_of
 from tests.factories import tiny_scenario
 
 VMAP_SERVER = [n for n in ALGORITHMS.names() if ALGORITHMS.capabilities(n).vmap_server]
@@ -45,6 +46,7 @@ def one_shape(name, server=None, local=LOCAL, rounds=3):
     """Three runs of one shape (N = 8, S = 3): seeds 0, 1, 2 with the η_g and η_l of ``RATES``."""
     runs = []
     for seed, (server_lr, lr) in enumerate(RATES):
+        server_lr = 1.0 if name in PLAIN_SERVER else server_lr  # FedQVR's server has no optimizer of its own
         changes = {"clients.num": 8, "clients.per_round": 3, "server.lr": server_lr, **(server or {})}
         raw = with_algorithm(tiny_scenario(changes, local={**local, "lr": lr}, rounds=rounds), name)
         runs.append(PopulationRun(spec_of(raw), seed, "h"))
@@ -90,11 +92,50 @@ def test_float32_is_bit_for_bit(tmp_path, joint_calls, name, server):
     assert joint_calls == [3, 3, 3]
 
 
-@pytest.mark.parametrize(("name", "server"), [("scaffold", None), ("fedqvr", {"server.lr": 1.0})])
-def test_runs_it_cannot_join_are_updated_alone(tmp_path, joint_calls, name, server):
-    store, outs, alone_store, alone_outs = train_both(tmp_path, one_shape(name, server))
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("name", ["gradma_w", "fedtrack"])
+def test_runs_it_cannot_join_are_updated_alone(tmp_path, joint_calls, name):
+    store, outs, alone_store, alone_outs = train_both(tmp_path, one_shape(name))
     assert_same(store, outs, alone_store, alone_outs)
     assert joint_calls == []
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_runs_whose_client_tables_are_in_host_memory_are_updated_alone(tmp_path, joint_calls):
+    runs = one_shape("scaffold")
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3", client_state="host"))
+    assert [o.status for o in outs] == ["finished"] * 3 and joint_calls == []
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_client_tables_are_stacked_once_and_checkpoint_as_each_runs_own(tmp_path, monkeypatch):
+    """SCAFFOLD's c_i of three runs: one [3, N, P] storage from the first round on (not a copy a round), and a
+    run's checkpointed table is its own [N, P] rows, not the population's storage."""
+    storages: list[int] = []
+    original = population_server.stacked_tables
+
+    def recording(tables):
+        stacked = original(tables)
+        storages.append(stacked.untyped_storage().data_ptr())
+        return stacked
+
+    monkeypatch.setattr(population_server, "stacked_tables", recording)
+    saved: list[list] = []
+    import fedbench.engine.runner as runner
+
+    flatten = runner.flatten_state
+    monkeypatch.setattr(runner, "flatten_state", lambda state: saved.append(flatten(state)) or saved[-1])
+    runs = [
+        PopulationRun(r.spec.model_copy(update={"checkpoint_every": 1}), r.seed, "h") for r in one_shape("scaffold")
+    ]
+    store, outs, alone_store, alone_outs = train_both(tmp_path, runs)
+    assert_same(store, outs, alone_store, alone_outs)
+    assert len(storages) == 3 and len(set(storages)) == 1
+    tables = [leaf for leaves in saved for leaf in leaves if isinstance(leaf, torch.Tensor) and leaf.dim() == 2]
+    assert tables and all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in tables)
 
 
 def test_runs_of_another_shape_make_their_own_group(tmp_path, joint_calls):
@@ -107,12 +148,11 @@ def test_runs_of_another_shape_make_their_own_group(tmp_path, joint_calls):
 
 
 @pytest.mark.parametrize("name", VMAP_SERVER)
-def test_a_vmapped_server_keeps_no_client_table(tmp_path, name):
+def test_a_vmapped_servers_state_is_tensors_and_device_tables(tmp_path, name):
     spec = spec_of(with_algorithm(tiny_scenario(local=LOCAL), name))
     run = build_run(spec, 0, DataCache(tmp_path, False, torch.device("cpu")))
     state = run.algorithm.init_state(run.x0)
-    assert not any(isinstance(v, ClientTable) for v in state_leaves(state))
-    assert all(isinstance(v, torch.Tensor) for v in state_leaves(state))
+    assert all(isinstance(v, torch.Tensor | DeviceTable) for v in state_leaves(state))
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "yogi", "amsgrad", "ams"])
