@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26's GPU check, one script inside 8 minutes (its steps' time limits sum to 470 s), for the device machine:
+# Issue 26's GPU check, one script inside 8 minutes (its steps' time limits sum to 480 s), for the device machine:
 #   bash benchmarks/gpu_population.sh            (writes $OUT/gpu-population.md, or ./gpu-population.md)
 # Where the machine lacks pydantic, mnist1d or a recent typer, carry their wheels in .whl/ (a folder git ignores:
 # echo /.whl/ >> .git/info/exclude), downloaded beforehand with
@@ -7,11 +7,11 @@
 #     --platform manylinux_2_17_x86_64 --platform any -d .whl pydantic==2.14.4 pydantic-core==2.50.5 \
 #     annotated-types typing-inspection typing-extensions mnist1d typer==0.29.2
 # and the script installs them into /tmp/site first.
-# DEVICE=cpu SEEDS=4 GRADMA=2 PYTHON=.venv/bin/python OUT=/tmp bash benchmarks/gpu_population.sh  checks the
+# DEVICE=cpu SEEDS=4 GRADMA=2 SCALE=tiny PYTHON=.venv/bin/python OUT=/tmp bash benchmarks/gpu_population.sh  checks the
 # script's steps on a CPU (small numbers).
 set -u
 out="${OUT:-.}/gpu-population.md"
-device="${DEVICE:-cuda}"; seeds="${SEEDS:-100}"; gradma="${GRADMA:-32}"; py="${PYTHON:-python3}"
+device="${DEVICE:-cuda}"; seeds="${SEEDS:-100}"; gradma="${GRADMA:-32}"; py="${PYTHON:-python3}"; scale="${SCALE:-paper}"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 fi
@@ -25,25 +25,28 @@ step() {  # step SECONDS TITLE COMMAND...
 }
 { echo "# Population executor on $device, $(date -u +%F)"; echo; nvidia-smi --query-gpu=name,memory.total --format=csv;
   "$py" -c "import torch; print('torch', torch.__version__)"; } > "$out" 2>&1
-step 120 "every CUDA test (executors, populations, CUDA graphs, device plans, reads between rounds; 21 took 59 s on an H200)" \
+step 110 "every CUDA test (executors, populations, CUDA graphs, device plans, reads between rounds; 21 took 59 s on an H200)" \
   "$py" -m pytest -q -m gpu tests/engine/test_gpu.py tests/engine/test_population.py tests/engine/test_pending.py \
   tests/engine/test_device_plan.py
-step 100 "$seeds seeds of the tiny GradMA MNIST column (FedAvg, MLP, S = 10) as one population, eager and graphed, vs 3 alone" \
+step 90 "$seeds seeds of the tiny GradMA MNIST column (FedAvg, MLP, S = 10) as one population, eager and graphed, vs 3 alone" \
   "$py" -m benchmarks.population_bench fedavg "$seeds" --device "$device" --alone 3 \
   --modes batched,population,population-graphed \
   --set local.precision=fp32
-step 60 "the same $seeds seeds with their round plans drawn on the device (local.shuffle: device), vs 3 alone" \
+step 55 "the same $seeds seeds with their round plans drawn on the device (local.shuffle: device), vs 3 alone" \
   "$py" -m benchmarks.population_bench fedavg "$seeds" --device "$device" --alone 3 \
   --modes batched,population,population-graphed --set local.precision=fp32 --set local.shuffle=device
-step 70 "$gradma GradMA tuning trials of one seed (η_l from ½× to 2× the entry's) as one population vs 2 alone" \
+step 60 "$gradma GradMA tuning trials of one seed (η_l from ½× to 2× the entry's) as one population vs 2 alone" \
   "$py" -m benchmarks.population_bench gradma "$gradma" --trials --device "$device" --alone 2 \
   --modes batched,population --set local.precision=fp32
-step 45 "the peer scenario's round (MLP 784-200-200-10, S = 10), batched: eager and graphed (CUDA graphs)" \
+step 40 "the peer scenario's round (MLP 784-200-200-10, S = 10), batched: eager and graphed (CUDA graphs)" \
   "$py" -m benchmarks.bench_clients --device "$device" --cases mlp --clients 10 --executors batched,graphed --rounds 3 \
   --min-seconds 3
-step 40 "--compile auto's step prices (eager, graphed, compiled from an empty cache) of the peer MLP, S = 10" \
+step 35 "--compile auto's step prices (eager, graphed, compiled from an empty cache) of the peer MLP, S = 10" \
   "$py" -m benchmarks.step_prices --device "$device" --cases mlp --clients 10
-step 35 "one round under torch.profiler: a population of $gradma runs, its step eager, then replayed from CUDA graphs" \
+step 30 "one round under torch.profiler: a population of $gradma runs, its step eager, then replayed from CUDA graphs" \
   "$py" benchmarks/profile_round.py --device "$device" --runs "$gradma" --set local.precision=fp32 --top 12 \
   --compile off,graphs
+step 60 "GradMA Table 1 at paper scale priced on this GPU: populations probed on generated data of each dataset's shape and size" \
+  "$py" -m fedbench reproduce gradma table1 --scale "$scale" --dry-run --estimate --stand-in-data --device "$device" \
+  --probe-budget 40
 cat "$out"

@@ -281,18 +281,27 @@ RATES = typer.Option(
 )
 
 
-def _estimator(on: bool, options: RunOptions, budget: float, rates: Path | None = None):
+STAND_IN = typer.Option(
+    False,
+    "--stand-in-data",
+    help="--estimate: probe a real dataset not on disk on generated data of its shape, size and classes "
+    "(a round costs the same on any pixels; nothing is downloaded or trained for real)",
+)
+
+
+def _estimator(on: bool, options: RunOptions, budget: float, rates: Path | None = None, stand_in: bool = False):
     """The probe of ``--estimate`` (None without it); a bad ``--device`` or ``--rates`` file exits 2."""
     if not on:
-        if rates is not None:
-            console.print("[red]--rates goes with --estimate[/red]")
-            raise typer.Exit(2)
+        for flag, given in (("--rates", rates is not None), ("--stand-in-data", stand_in)):
+            if given:
+                console.print(f"[red]{flag} goes with --estimate[/red]")
+                raise typer.Exit(2)
         return None
     from fedbench.estimate import Estimator, load_rates
     from fedbench.runs import check_device
 
     _or_exit(check_device, options.device)
-    return Estimator(options, budget, rates=None if rates is None else _or_exit(load_rates, rates))
+    return Estimator(options, budget, rates=None if rates is None else _or_exit(load_rates, rates), stand_in=stand_in)
 
 
 @app.command()
@@ -307,6 +316,7 @@ def validate(
     ),
     probe_budget: float = PROBE_BUDGET,
     rates: Path | None = RATES,
+    stand_in_data: bool = STAND_IN,
     *,
     options: RunOptions,
 ) -> None:
@@ -316,7 +326,7 @@ def validate(
     from fedbench.engine.preflight import preflight
     from fedbench.scenario import ScenarioError, read_yaml, scale_names
 
-    estimator = _estimator(estimate, options, probe_budget, rates)
+    estimator = _estimator(estimate, options, probe_budget, rates, stand_in_data)
     try:
         raw = read_yaml(scenario)
         scales = [scale] if scale else scale_names(raw) if isinstance(raw, dict) else ["paper"]
@@ -863,6 +873,7 @@ def reproduce(
     estimate: bool = ESTIMATE,
     probe_budget: float = PROBE_BUDGET,
     rates: Path | None = RATES,
+    stand_in_data: bool = STAND_IN,
     *,
     options: RunOptions,
 ) -> None:
@@ -886,11 +897,11 @@ def reproduce(
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    if (estimate or rates is not None) and not dry_run:
+    if (estimate or rates is not None or stand_in_data) and not dry_run:
         typer.echo("--estimate goes with --dry-run (it prints what would run and its hours; runs nothing)", err=True)
         raise typer.Exit(2)
     if dry_run:
-        estimator = _estimator(estimate, options, probe_budget, rates)
+        estimator = _estimator(estimate, options, probe_budget, rates, stand_in_data)
         for paper, chosen in jobs:
             lines = rp.plan_lines(paper, chosen, opts)
             if estimator is not None:

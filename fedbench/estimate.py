@@ -16,7 +16,10 @@ probed as one population of up to :data:`POPULATION_PROBE` of its runs, and ``ro
 share of a population round. The hours are those
 of one run after another; with J parallel jobs the wall time is about hours/J. Datasets are read
 offline only: the runs of a dataset not on disk (:func:`fedbench.data.missing`) are left out of the
-total, each such dataset named with how to get it, and the rest is priced.
+total, each such dataset named with how to get it, and the rest is priced; with ``stand_in``
+(``--stand-in-data``) a real dataset not on disk is probed on generated data of its shape, size and classes
+(:mod:`fedbench.data.stand_in`: a round costs the same on any pixels), so a machine without the datasets prices
+every run.
 
 Instead of probing, :class:`Rates` (``--rates FILE``) give seconds per round measured elsewhere,
 per dataset and model at S clients per round (optionally per algorithm); a class takes the rate of
@@ -34,6 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fedbench.data import DatasetNotFoundError, MissingDataset, missing
+from fedbench.data.stand_in import can_stand_in
 from fedbench.engine import probe
 from fedbench.engine.population import population_key, population_size
 from fedbench.engine.probe import RoundCost, evaluations
@@ -258,8 +262,9 @@ class Estimator:
         max_probes: int = MAX_PROBES,
         rounds: int = PROBE_ROUNDS,
         rates: Rates | None = None,
+        stand_in: bool = False,
     ):
-        self.options, self.rates = options, rates
+        self.options, self.rates, self.stand_in = options, rates, stand_in
         self.cache = DataCache(options.data_dir, False, resolve_device(options.device))
         self.data_dir, self.budget_s, self.max_probes, self.rounds = options.data_dir, budget_s, max_probes, rounds
         self.spent = 0.0
@@ -301,9 +306,14 @@ class Estimator:
         return Estimate(len(runs), done, classes, [m for n, m in self.missing.items() if n in names])
 
     def look_for_data(self, classes: Sequence[CostClass]) -> set[str]:
-        """The names of the classes' datasets not on disk (:func:`fedbench.data.missing`), remembered."""
-        for m in missing([c.runs[0].spec.dataset for c in classes], self.data_dir, probing=True):
-            self.missing.setdefault(m.name, m)
+        """The names of the classes' datasets not on disk (:func:`fedbench.data.missing`), remembered; under
+        ``stand_in`` those with a generated stand-in are probed on it instead (the cache's ``stand_ins``)."""
+        blocks = {c.runs[0].spec.dataset["name"]: c.runs[0].spec.dataset for c in classes}
+        for m in missing(list(blocks.values()), self.data_dir, probing=True):
+            if self.stand_in and m.name in blocks and can_stand_in(blocks[m.name]):
+                self.cache.stand_ins.add(m.name)
+            else:
+                self.missing.setdefault(m.name, m)
         return set(self.missing)
 
     def probe(self, c: CostClass, options: RunOptions | None = None) -> None:
@@ -460,6 +470,11 @@ def probe_note(estimator: Estimator) -> list[str]:
     if not estimator.costs and not estimator.failed:
         return []
     failed = "".join(f"; probe of {k} failed: {v}" for k, v in estimator.failed.items())
+    if estimator.cache.stand_ins:
+        failed += (
+            f"; not on disk, probed on generated data of the real shape and size: "
+            f"{', '.join(sorted(estimator.cache.stand_ins))}"
+        )
     executors = "; ".join(sorted({c.executor for c in estimator.costs.values()}))
     return [
         f"probe: {len(estimator.costs)} cost class(es) on {estimator.device}, {estimator.rounds} timed round(s) "

@@ -161,6 +161,23 @@ def test_the_estimate_prices_the_data_on_disk_and_names_the_rest(tmp_path: Path,
     assert lines[-1] == "  per dataset: mnist 16 s (2 run(s)); tiny_imagenet not priced (1 run(s))"
 
 
+def test_stand_in_data_prices_a_dataset_not_on_disk(tmp_path: Path, fake_clock: None) -> None:
+    """``--stand-in-data``: MNIST is not on disk; the probe times the run on generated data of its shape and
+    size, the total is whole (≈), the probe's line says so, and nothing is written or downloaded."""
+    sc = parse_scenario(tiny_scenario(rounds=4, **MNIST))
+    est = estimator(tmp_path, stand_in=True)
+    result = est.estimate(estimate.scenario_runs(sc))
+    assert not result.missing and result.seconds == 4 * 1.0 + 4 * 1.0
+    lines = estimate.lines(result, est)
+    assert lines[0].startswith("estimate on cpu: 1 run(s) to do (0 done) × 4 rounds ≈ 8 s")
+    assert estimate.probe_note(est)[0].endswith(
+        "not on disk, probed on generated data of the real shape and size: mnist"
+    )
+    assert not (tmp_path / "data").exists()
+    tiny = parse_scenario(tiny_scenario(name="d", rounds=2))  # digits ships with scikit-learn: no stand-in
+    assert not estimator(tmp_path, stand_in=True).estimate(estimate.scenario_runs(tiny)).missing
+
+
 RATES = {
     "source": "an H200 probe",
     "rates": [
@@ -263,6 +280,8 @@ def test_validate_estimate_writes_nothing(tmp_path: Path, fake_clock: None, monk
         ["validate", "{path}", "--estimate", "--probe-budget", "0"],
         ["validate", "{path}", "--estimate", "--probe-budget", "soon"],
         ["reproduce", "gradma", "table1", "--scale", "tiny", "--estimate"],  # --estimate goes with --dry-run
+        ["validate", "{path}", "--stand-in-data"],  # --stand-in-data goes with --estimate
+        ["reproduce", "gradma", "table1", "--scale", "tiny", "--stand-in-data"],
     ],
 )
 def test_bad_estimate_flags_exit_2(tmp_path: Path, args: list[str]) -> None:

@@ -19,6 +19,7 @@ from fedbench.data import DatasetSplits, load_dataset
 from fedbench.data.holdout import split_clients
 from fedbench.data.partition import make_partition
 from fedbench.data.partition_stats import label_histogram, partition_summary
+from fedbench.data.stand_in import stand_in
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.federation import Federation
 from fedbench.engine.precision import default_dtype, train_dtype
@@ -61,11 +62,13 @@ def check_device(device: str) -> None:
 
 
 class DataCache:
-    """Datasets loaded once per process and kept on the training device."""
+    """Datasets loaded once per process and kept on the training device; those named in ``stand_ins`` are
+    generated of their real shape and size instead (:mod:`fedbench.data.stand_in`: the estimate's probe only)."""
 
     def __init__(self, data_dir: Path, download: bool, device: torch.device):
         self.data_dir, self.download, self.device = data_dir, download, device
         self._loaded: dict[str, DatasetSplits] = {}
+        self.stand_ins: set[str] = set()
 
     def get(self, spec: RunSpec) -> DatasetSplits:
         """The run's dataset, inputs in its training dtype (the resolved ``dataset`` block and the
@@ -73,7 +76,10 @@ class DataCache:
         dtype = train_dtype(spec.local.precision)
         key = json.dumps([spec.dataset, str(dtype)], sort_keys=True)
         if key not in self._loaded:
-            data = load_dataset(spec.dataset["name"], spec.components.dataset, self.data_dir, self.download)
+            if spec.dataset["name"] in self.stand_ins:
+                data = stand_in(spec.dataset)
+            else:
+                data = load_dataset(spec.dataset["name"], spec.components.dataset, self.data_dir, self.download)
             self._loaded[key] = data.to(self.device, dtype)
         return self._loaded[key]
 
