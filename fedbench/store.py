@@ -212,7 +212,7 @@ class ResultsStore:
         check_store_file(self.db_path, being_created=True)  # nothing written to a file that is not a store
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the file itself
+            _use_wal(conn)
             conn.executescript(_SCHEMA)
             _migrate(conn)
 
@@ -416,6 +416,21 @@ class ResultsStore:
         with self._connect() as conn:
             row = conn.execute("SELECT MAX(round) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()
         return None if row[0] is None else int(row[0])
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL (persistent: stored in the file itself). While several processes open a new store at
+    once, SQLite may answer the switch "database is locked" at once, without waiting out the busy timeout (a lock
+    upgrade that could deadlock): the switch is tried again until the timeout (tests/test_store.py)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _open(db: Path, read_only: bool) -> sqlite3.Connection:

@@ -6,11 +6,13 @@ import json
 import math
 import multiprocessing as mp
 import sqlite3
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import fedbench.store as store_module
 from fedbench.store import DB_NAME, RUN_STATUSES, ResultsStore, RunRecord, read_statuses, scale_from_name
 
 
@@ -193,6 +195,49 @@ def _writer(out_dir: str, seed: int, rounds: int) -> None:
     for t in range(1, rounds + 1):
         store.record_round(rec.run_id, t, metrics_at(t))
     store.finish_run(rec.run_id, "finished")
+
+
+class LockedAtFirst:
+    """A connection whose first ``locked`` statements fail as SQLite fails a contended WAL switch."""
+
+    def __init__(self, locked: int, error: str = "database is locked") -> None:
+        self.locked, self.error, self.calls = locked, error, 0
+
+    def execute(self, sql: str) -> None:
+        self.calls += 1
+        if self.calls <= self.locked:
+            raise sqlite3.OperationalError(self.error)
+
+
+def test_a_contended_wal_switch_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several processes opening a new store at once: SQLite may refuse the WAL switch at once ("database is
+    locked", no busy wait); it is tried again until the busy timeout, and another error is raised at once."""
+    conn = LockedAtFirst(3)
+    store_module._use_wal(conn)  # type: ignore[arg-type]
+    assert conn.calls == 4
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        store_module._use_wal(LockedAtFirst(1, "disk I/O error"))  # type: ignore[arg-type]
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.05)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        store_module._use_wal(LockedAtFirst(10**9))  # type: ignore[arg-type]
+
+
+def _opener(out_dir: str, start: float) -> None:
+    while time.time() < start:  # every process opens the new store at the same moment
+        pass
+    ResultsStore(Path(out_dir))
+
+
+def test_processes_creating_one_store_at_once(tmp_path: Path) -> None:
+    ctx = mp.get_context("spawn")
+    for trial in range(3):
+        start = time.time() + 1.0
+        procs = [ctx.Process(target=_opener, args=(str(tmp_path / str(trial)), start)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        assert [p.exitcode for p in procs] == [0] * 6
 
 
 def test_concurrent_processes(tmp_path: Path) -> None:
