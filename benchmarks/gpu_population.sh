@@ -47,6 +47,6 @@ step 30 "one round under torch.profiler: a population of $gradma runs, its step 
   "$py" benchmarks/profile_round.py --device "$device" --runs "$gradma" --set local.precision=fp32 --top 12 \
   --compile off,graphs
 step 60 "GradMA Table 1 at paper scale priced on this GPU: populations probed on generated data of each dataset's shape and size" \
-  "$py" -m fedbench reproduce gradma table1 --scale "$scale" --dry-run --estimate --stand-in-data --device "$device" \
-  --probe-budget 40
+  bash -c "set -o pipefail; '$py' -m fedbench reproduce gradma table1 --scale '$scale' --dry-run --estimate \
+  --stand-in-data --device '$device' --probe-budget 40 2>&1 | sed -n '/estimate on\|^probe:\|rror/,\$p'"
 cat "$out"
