@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_clients [--device cpu|cuda] [--cases mlp,cnn,resnet18gn]
         [--clients 10,50] [--rounds 3] [--min-seconds 5] [--warmup 1] [--threads N]
-        [--chunk N] [--tf32 on|off] [--max-round-tflop X] [--out table.md]
+        [--chunk N] [--tf32 on|off] [--precision fp32|bf16] [--max-round-tflop X] [--out table.md]
 
 For every model case and every S, runs the same FedAvg rounds (benchmarks/workload.py) with
 fedbench's sequential executor, its batched executor with an eager, a compiled step
@@ -20,7 +20,9 @@ ClientApp actor (so threads / that many clients train at once, each with that ma
 threads) and ``--flower-gpus-per-client`` GPUs each on CUDA. On CUDA every harness and the matmul
 peak run with TF32 on (``--tf32 off``: IEEE float32), as fedbench's engine does by default
 (``local.tf32``); fedbench's batched executor trains ``--chunk`` clients at a time (default: the
-engine's memory-probed choice on CUDA, the whole round on a CPU).
+engine's memory-probed choice on CUDA, the whole round on a CPU). ``--precision bf16`` trains fedbench's executors
+with bfloat16 forward passes (``local.precision: bf16``; Flower is left out) and measures the peak as bfloat16
+matmuls.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 device,
                 spec["executor"],
                 spec["chunk"],
+                spec.get("precision", "fp32"),
             )
             extra["device_peak"] = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     return {"rounds": rounds / seconds, "timed_rounds": rounds, "seconds": seconds, "host_peak": host.peak, **extra}
@@ -140,6 +143,9 @@ def main() -> None:
     parser.add_argument(
         "--tf32", choices=("on", "off"), default="on", help="CUDA: TF32 matmuls/convolutions (as local.tf32)"
     )
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="fedbench: bf16 autocast (local.precision)"
+    )
     parser.add_argument("--max-round-tflop", type=float, default=None, help="skip (model, S) whose round needs more")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     parser.add_argument("--out", help="also write the Markdown table here")
@@ -155,7 +161,9 @@ def main() -> None:
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     cases = [(name, case_named(name)) for name in args.cases.split(",")]
-    executors = [e for e in args.executors.split(",") if not (e == "flower" and args.no_flower)]
+    executors = [
+        e for e in args.executors.split(",") if not (e == "flower" and (args.no_flower or args.precision != "fp32"))
+    ]
     if unknown := sorted(set(executors) - set(EXECUTORS)):
         parser.error(f"unknown executor(s) {', '.join(unknown)} in --executors; allowed: {', '.join(EXECUTORS)}")
     if "graphed" in executors and not cuda:
@@ -171,8 +179,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     tf32 = args.tf32 == "on"
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     with gpu_precision(tf32, device):
-        peak = matmul_peak(device, repeats=10)
+        peak = matmul_peak(device, repeats=10, dtype=dtype)
     load_before = os.getloadavg()
     lines = [
         f"device: {device_name(device, args.threads)}",
@@ -181,6 +190,7 @@ def main() -> None:
         "command: python -m benchmarks.bench_clients " + " ".join(sys.argv[1:]),
         f"Flower: Ray with {args.threads} CPUs, {cpus_per_client:g} CPU(s) and {gpus_per_client:g} GPU(s) per ClientApp",
         *([f"TF32 {args.tf32}; fedbench batched chunk: {args.chunk or 'engine default'}"] if cuda else []),
+        f"precision {args.precision} (the peak: {dtype} matmuls)",
         "",
         "| model | S | executor | warm-up s | rounds/s | client-samples/s | vs sequential | fedbench / Flower | "
         "GFLOP/s (% of peak) | peak host MiB | peak device MiB |",
@@ -211,6 +221,7 @@ def main() -> None:
                     "gpus_per_client": gpus_per_client,
                     "chunk": args.chunk,
                     "tf32": tf32,
+                    "precision": args.precision,
                 }
                 results[executor] = spawn(spec, args.timeout)
             rows = _rows(case.label, clients, case.samples_per_client, flops, peak, results, cuda)
@@ -218,8 +229,8 @@ def main() -> None:
             print("\n".join(rows), flush=True)
     load_after = os.getloadavg()
     footer = (
-        f"\nfloat32 matmul peak {peak / 1e9:,.1f} GFLOP/s (measured before the runs; "
-        f"{_peak(device, tf32) / 1e9:,.1f} after); load average (1 min) {load_before[0]:.2f} before, "
+        f"\n{dtype} matmul peak {peak / 1e9:,.1f} GFLOP/s (measured before the runs; "
+        f"{_peak(device, tf32, dtype) / 1e9:,.1f} after); load average (1 min) {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after"
     )
     lines.append(footer)
@@ -229,9 +240,9 @@ def main() -> None:
             f.write("\n".join(lines) + "\n")
 
 
-def _peak(device: torch.device, tf32: bool) -> float:
+def _peak(device: torch.device, tf32: bool, dtype: torch.dtype = torch.float32) -> float:
     with gpu_precision(tf32, device):
-        return matmul_peak(device, repeats=10)
+        return matmul_peak(device, repeats=10, dtype=dtype)
 
 
 def _rows(

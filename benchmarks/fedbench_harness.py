@@ -43,11 +43,12 @@ def batched_chunk(model: FlatModel, data: ArraySplit, case: Case, device: torch.
 
 
 def fedavg_rounds(
-    case: Case, clients: int, device: torch.device, executor: str, chunk: int | None = None
+    case: Case, clients: int, device: torch.device, executor: str, chunk: int | None = None, precision: str = "fp32"
 ) -> tuple[Callable[[int], None], Callable[[], torch.Tensor]]:
     """``(one_round(t), params())``: round t of FedAvg over all ``clients`` clients run by
     ``executor`` (batched: ``chunk`` clients at a time, default :func:`batched_chunk`), and the
-    current global model as a flat vector ``[P]``."""
+    current global model as a flat vector ``[P]``; ``precision`` bf16: forward passes under bfloat16 autocast,
+    as ``local.precision: bf16``."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
     parts = [client_data(case, i) for i in range(clients)]
@@ -55,6 +56,7 @@ def fedavg_rounds(
     n = case.samples_per_client
     index = [torch.arange(i * n, (i + 1) * n, device=device) for i in range(clients)]
     model = FlatModel(initial_model(case).to(device))
+    model.autocast = torch.bfloat16 if precision == "bf16" else None
     ctx = AlgorithmContext(clients, model.dim, device, 0, Compressor(NoParams(), ()))
     algo = ALGORITHMS.get("fedavg").obj(NoParams(), ServerOptimizer(ServerSpec()), ctx)
     state = [algo.init_state(model.flatten())]  # the server state after the last round (hooks return it new)
@@ -91,13 +93,14 @@ def time_fedbench(
     device: torch.device,
     executor: str,
     chunk: int | None = None,
+    precision: str = "fp32",
 ) -> tuple[int, float, float]:
     """``(timed rounds, seconds, warm-up seconds)``: after ``warmup`` untimed FedAvg rounds (the
     compiled step compiles in the first), at least ``rounds`` more, continuing until ``min_seconds``
     have passed."""
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     begin = time.perf_counter()
-    one_round, _ = fedavg_rounds(case, clients, device, executor, chunk)
+    one_round, _ = fedavg_rounds(case, clients, device, executor, chunk, precision)
     for t in range(warmup):
         one_round(t)
     sync()

@@ -84,10 +84,12 @@ def flops_per_sample(case: Case) -> float:
     return counter.get_total_flops() / case.batch
 
 
-def matmul_peak(device: torch.device, size: int | None = None, repeats: int = 5) -> float:
-    """Measured float32 matmul throughput (FLOP/s): best of ``repeats`` timed n×n products."""
+def matmul_peak(
+    device: torch.device, size: int | None = None, repeats: int = 5, dtype: torch.dtype = torch.float32
+) -> float:
+    """Measured matmul throughput (FLOP/s) in ``dtype``: best of ``repeats`` timed n×n products."""
     n = size or (8192 if device.type == "cuda" else 2048)
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     best = float("inf")
     for _ in range(repeats + 1):  # the first product is a warm-up
         if device.type == "cuda":
