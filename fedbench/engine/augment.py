@@ -1,6 +1,9 @@
 """Minibatch augmentation on the training device: random horizontal flips and padded random
 crops, drawn per batch from the stream ``("augment", client, position)`` — no per-sample Python.
 
+Under ``local.shuffle: device`` the draws are hashed instead (:func:`~fedbench.engine.device_plan.hashed_augment`), so
+that a round plan drawn on the device draws them there too.
+
 The convention of the papers that augment (docs/scenarios.md): flip with probability ½ and take a random
 H×W crop of the image zero-padded by ``crop_padding`` pixels on every side. The draws
 (:func:`augment_draws`) and their application (:func:`apply_augment`) are apart so that the
@@ -12,14 +15,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fedbench.engine.device_plan import hashed_augment, permutation_keys, stream_base
 from fedbench.seeding import torch_seed
 
 
 def augment_draws(
-    size: int, flip: bool, crop_padding: int, seed: int, client: int, position: int
+    size: int, flip: bool, crop_padding: int, seed: int, client: int, position: int, shuffle: str = "host"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-sample crop offsets ``dy``, ``dx`` and flips ``[size]`` (CPU) of the batch of ``size``
-    samples at the client's ``position``: the stream's draws in the order :func:`augment_batch` uses."""
+    samples at the client's ``position``: the stream's draws in the order :func:`augment_batch` uses; under
+    ``local.shuffle: device`` hashed (:func:`~fedbench.engine.device_plan.hashed_augment`, as a device plan
+    draws them)."""
+    if shuffle == "device":
+        key = permutation_keys(*(torch.tensor(v, dtype=torch.int64) for v in (augment_base(seed), client, position)))
+        return hashed_augment(key, torch.arange(size, dtype=torch.int64), flip, crop_padding)
     gen = torch.Generator(device="cpu")
     gen.manual_seed(torch_seed(seed, "augment", client, position))
     zero = torch.zeros(size, dtype=torch.int64)
@@ -46,13 +55,18 @@ def apply_augment(
     return torch.where(flips[:, None, None, None], x.flip(-1), x)
 
 
+def augment_base(seed: int) -> int:
+    """The 32-bit base key of the run's ``("augment",)`` stream under ``local.shuffle: device``."""
+    return stream_base(seed, ("augment",))
+
+
 def augment_batch(
-    x: torch.Tensor, flip: bool, crop_padding: int, seed: int, client: int, position: int
+    x: torch.Tensor, flip: bool, crop_padding: int, seed: int, client: int, position: int, shuffle: str = "host"
 ) -> torch.Tensor:
     """Augmented copy of the image batch ``x`` ``[B, C, H, W]``; deterministic given its keys."""
     if not flip and crop_padding == 0:
         return x
     if x.dim() != 4:
         raise ValueError(f"local.augment needs image batches [B, C, H, W], got shape {tuple(x.shape)}")
-    dy, dx, flips = augment_draws(x.shape[0], flip, crop_padding, seed, client, position)
+    dy, dx, flips = augment_draws(x.shape[0], flip, crop_padding, seed, client, position, shuffle)
     return apply_augment(x, dy.to(x.device), dx.to(x.device), flips.to(x.device), crop_padding)

@@ -10,15 +10,16 @@ on a GPU (benchmarks/README.md, "Host time of a round plan"). Under ``device`` i
 
 (:func:`sort_keys`; h is ``mix32``, a bijective 32-bit hash, so the ranks of one permutation never tie and the
 order is unique), where ``base`` is the stream's seed (``("batches",)``, or ``("task_batches", task)``) and κ
-mixes it with the client and the epoch (:func:`permutation_keys`). Integer arithmetic only, without overflow:
+mixes it with the client and the epoch (:func:`permutation_keys`). Augmentation's crops and flips are hashed the
+same way (:func:`hashed_augment`), keyed by κ of the ``("augment",)`` base, the client and the batch's position. Integer arithmetic only, without overflow:
 the same permutations on every CPU and GPU, and the same on the host, where the sequential executor composes
 them one at a time (:func:`hashed_permutation`), as here, where a round's are ranked by one sort.
 
 The walk through them is the batcher's (:meth:`~fedbench.engine.batches.ClientBatcher._walk`: a batch never
 straddles two epochs, an epoch's lone last sample skipped under ``drop_singleton``), computed for every row at
 once in NumPy (:func:`walks`); the cursors move as its draws would have moved them, so a resumed run draws the
-batches an uninterrupted one does. Replay draws and augmentation are drawn by the batchers as under ``host``
-(the same permutations), not here.
+batches an uninterrupted one does, and each batch's position keys its augmentation. Replay draws are drawn by the
+batchers as under ``host`` (the same permutations), not here.
 """
 
 from __future__ import annotations
@@ -52,6 +53,20 @@ def hashed_permutation(key: int, n: int) -> np.ndarray:
     """The permutation of ``range(n)`` of key ``key``: the samples in the order of their ranks (on the host)."""
     ranks = sort_keys(torch.tensor(key, dtype=torch.int64), torch.arange(n, dtype=torch.int64))
     return torch.argsort(ranks, stable=True).numpy()
+
+
+def hashed_augment(
+    keys: torch.Tensor, j: torch.Tensor, flip: bool, crop_padding: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Crop offsets ``dy``, ``dx`` in [0, 2p] and flips of samples ``j`` of batches keyed ``keys`` (κ of the
+    ``("augment",)`` base, the client and the batch's position; broadcast together): three salted ranks of each
+    sample, ``r mod (2p + 1)`` and the top bit (zero and False where not asked for)."""
+    zero = torch.zeros(torch.broadcast_shapes(keys.shape, j.shape), dtype=torch.int64, device=keys.device)
+    span = 2 * crop_padding + 1
+    dy = sort_keys(keys ^ 0x1B873593, j) % span if crop_padding else zero
+    dx = sort_keys(keys ^ 0x5BD1E995, j) % span if crop_padding else zero
+    flips = (sort_keys(keys ^ 0x68E31DA4, j) >> 31) == 1 if flip else zero.bool()
+    return dy, dx, flips
 
 
 def stream_base(seed: int, stream: tuple) -> int:
@@ -117,9 +132,10 @@ class Rows:
     steps: np.ndarray
 
 
-def ranked_batches(rows: Rows, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], np.ndarray]:
+def ranked_batches(rows: Rows, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], Walks]:
     """Every row's next K_i batches as ``[K, rows, B]`` training-set indices (0 on padding) and a boolean mask of
-    real samples on ``table``'s device, each step's width, and the rows' cursors after them.
+    real samples on ``table``'s device, each step's width, and the walks (the rows' cursors after them, each
+    batch's position).
 
     On the host: the walks (NumPy over all rows) and one copy of the round's small tables. On the device: the
     ranks of every (row, epoch) the round touches, one sort of them all (keyed by the pair, then the rank), and
@@ -153,7 +169,7 @@ def ranked_batches(rows: Rows, table: torch.Tensor) -> tuple[torch.Tensor, torch
     real = columns < length_d.unsqueeze(2)  # [K, rows, B]
     place = torch.where(real, at_d.unsqueeze(2) + columns, total)
     index = torch.where(real, table[small[2 * at.size :].view(1, -1, 1) + local[place]], 0)
-    return index, real, widths, w.after
+    return index, real, widths, w
 
 
 _TABLE: dict[tuple, tuple[torch.Tensor, list[int]]] = {}  # the last parts table, by its partitions

@@ -34,6 +34,7 @@ class LocalConfig:
     seed: int
     replay: Callable[[int, int], torch.Tensor | None] | None = None
     replay_apart: bool = False
+    shuffle: str = "host"  # local.shuffle: device hashes the augmentation draws too
 
     def batch(self, train: ArraySplit, batcher: ClientBatcher, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The client's next minibatch (x, y) — followed by a replay-memory draw under ``replay`` —
@@ -47,7 +48,8 @@ class LocalConfig:
         """:meth:`batch` and the number of its leading samples that are the current minibatch (the
         rest, if any, is the replay draw)."""
         idx, current, position = self.batch_indices(batcher, client)
-        x = augment_batch(train.x[idx], self.augment.flip, self.augment.crop_padding, self.seed, client, position)
+        a = self.augment
+        x = augment_batch(train.x[idx], a.flip, a.crop_padding, self.seed, client, position, self.shuffle)
         return x, train.y[idx], current
 
     def batch_indices(self, batcher: ClientBatcher, client: int) -> tuple[torch.Tensor, int, int]:

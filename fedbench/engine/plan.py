@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from fedbench.data.base import ArraySplit
-from fedbench.engine.augment import apply_augment, augment_draws
+from fedbench.engine.augment import apply_augment, augment_base, augment_draws
 from fedbench.engine.batches import ClientBatcher, seed_ahead
-from fedbench.engine.device_plan import Rows, parts_table, ranked_batches
+from fedbench.engine.device_plan import Rows, hashed_augment, parts_table, permutation_keys, ranked_batches
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.pending import to_device
 
@@ -79,17 +79,22 @@ class RowDraws:
     positions: list[int]
 
 
-def hashed_plan(train: ArraySplit, draws: list[tuple[ClientBatcher, list[int], list[int]]]) -> RoundPlan:
+def hashed_plan(
+    train: ArraySplit, draws: list[tuple[ClientBatcher, list[int], list[int]]], cfgs: list[LocalConfig]
+) -> RoundPlan:
     """The :class:`RoundPlan` of the draws ``(batcher, clients, K_i)`` of a round (one run's, or every run's of a
-    population), their rows one after another, each batcher under ``shuffle: device``, drawn on the data's device
-    (:func:`~fedbench.engine.device_plan.ranked_batches`): the plan :func:`lay_out` makes of the batchers' own
-    draws, with their cursors moved as those draws move them."""
+    population, each with its local configuration ``cfgs``), their rows one after another, each batcher under
+    ``shuffle: device``, drawn on the data's device (:func:`~fedbench.engine.device_plan.ranked_batches`; under
+    ``local.augment`` each sample's crop and flip hashed there too): the plan :func:`lay_out` makes of the
+    batchers' own draws, with their cursors moved as those draws move them."""
     table, offsets = parts_table([(b.partition, b.parts) for b, _, _ in draws], train.y.device)
     ids = [np.asarray(clients, dtype=np.int64) for _, clients, _ in draws]
     counts = [len(i) for i in ids]
-    batch, drop, base = (
+    batch, drop, base, augment = (
         np.repeat(np.asarray(column, dtype=np.int64), counts)
-        for column in zip(*((b.batch_size, b.drop_singleton, b.base) for b, _, _ in draws))
+        for column in zip(
+            *((b.batch_size, b.drop_singleton, b.base, augment_base(c.seed)) for (b, _, _), c in zip(draws, cfgs))
+        )
     )
     rows = Rows(
         np.concatenate([b.sizes[i] for (b, _, _), i in zip(draws, ids)]),
@@ -101,18 +106,41 @@ def hashed_plan(train: ArraySplit, draws: list[tuple[ClientBatcher, list[int], l
         np.concatenate([offset + b.starts[i] for (b, _, _), i, offset in zip(draws, ids, offsets)]),
         np.asarray([k for _, _, s in draws for k in s], dtype=np.int64),
     )
-    index, real, widths, after = ranked_batches(rows, table)
-    for (batcher, _, _), i, moved in zip(draws, ids, np.split(after, np.cumsum(counts)[:-1])):
+    index, real, widths, walked = ranked_batches(rows, table)
+    for (batcher, _, _), i, moved in zip(draws, ids, np.split(walked.after, np.cumsum(counts)[:-1])):
         cursors = np.asarray(batcher.cursor, dtype=np.int64)
         cursors[i] = moved
         batcher.cursor = cursors.tolist()
-    return RoundPlan(index, real.to(train.x.dtype), widths)
+    crops, a = None, cfgs[0].augment
+    if cfgs[0].augments:
+        if any(c.augment != a for c in cfgs):
+            raise ValueError("the runs of a population augment differently")
+        if train.x.dim() != 4:
+            raise ValueError(
+                f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}"
+            )
+        keyed = to_device(
+            torch.from_numpy(
+                np.stack(
+                    [
+                        np.broadcast_to(augment, walked.position.shape),
+                        walked.position,
+                        np.broadcast_to(rows.clients, walked.position.shape),
+                    ]
+                )
+            ),
+            index.device,
+        )
+        keys = permutation_keys(keyed[0], keyed[2], keyed[1]).unsqueeze(2)  # [K, rows, 1]
+        drawn = hashed_augment(keys, torch.arange(index.shape[2], device=index.device), a.flip, a.crop_padding)
+        crops = tuple(torch.where(real, v, torch.zeros_like(v)) for v in drawn)  # padding: no shift, no flip
+    return RoundPlan(index, real.to(train.x.dtype), widths, None, crops, a.crop_padding)  # type: ignore[arg-type]
 
 
 def on_device(batcher: ClientBatcher, cfg: LocalConfig) -> bool:
-    """Whether the batcher's plans are drawn on the device: ``local.shuffle: device``, without replay draws or
-    augmentation (drawn by the batcher, from the same permutations)."""
-    return batcher.shuffle == "device" and cfg.replay is None and not cfg.augments
+    """Whether the batcher's plans are drawn on the device: ``local.shuffle: device`` without replay draws (drawn
+    by the batcher, from the same permutations)."""
+    return batcher.shuffle == "device" and cfg.replay is None
 
 
 def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg: LocalConfig) -> list[RowDraws]:
@@ -138,7 +166,7 @@ def draw_plan(
     computed together first (:func:`~fedbench.engine.batches.seed_ahead`), and under ``local.shuffle: device``
     the plan is drawn on the device (:func:`~fedbench.engine.device_plan.hashed_plan`, the same plan)."""
     if on_device(batcher, cfg):
-        return hashed_plan(train, [(batcher, clients, steps)])
+        return hashed_plan(train, [(batcher, clients, steps)], [cfg])
     if cfg.replay is None:
         seed_ahead([(batcher, clients, steps)])
     return lay_out(train, row_draws(batcher, clients, steps, cfg), steps, cfg)
@@ -189,7 +217,7 @@ def _augment_plan(
     stream (padding: no crop shift, no flip)."""
     a = cfg.augment
     draws = [
-        augment_draws(n, a.flip, a.crop_padding, cfg.seed, r.client, position)
+        augment_draws(n, a.flip, a.crop_padding, cfg.seed, r.client, position, cfg.shuffle)
         for r in rows
         for n, position in zip(r.lengths, r.positions)
     ]

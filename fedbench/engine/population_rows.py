@@ -159,7 +159,7 @@ def population_plan(members: list[MemberRound], train: ArraySplit, steps: list[i
     others' cursors move as their own draws would have moved them. Under ``local.shuffle: device`` every run's
     rows are drawn on the device at once (:func:`~fedbench.engine.plan.hashed_plan`)."""
     if all(on_device(m.batcher, m.cfg) for m in members):
-        return hashed_plan(train, [(m.batcher, m.ctx.client_ids(), m.steps) for m in members])
+        return hashed_plan(train, [(m.batcher, m.ctx.client_ids(), m.steps) for m in members], [m.cfg for m in members])
     if any(m.cfg.replay is not None or m.cfg.augments for m in members):
         return joint_plan([draw_plan(train, m.batcher, m.ctx.client_ids(), m.steps, m.cfg) for m in members])
     alike: dict[Hashable, list[MemberRound]] = {}

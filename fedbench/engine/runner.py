@@ -214,7 +214,14 @@ class RoundLoop:
         self.plugins = build_plugins(spec, seed, setup)
         caps = setup.algorithm.caps
         local = spec.local
-        cfg = LocalConfig(local.weight_decay, local.clip_grad_norm, local.augment, seed, replay_apart=caps.replay_apart)
+        cfg = LocalConfig(
+            local.weight_decay,
+            local.clip_grad_norm,
+            local.augment,
+            seed,
+            replay_apart=caps.replay_apart,
+            shuffle=local.shuffle,
+        )
         for plugin in self.plugins:
             cfg = plugin.local_config(cfg)
         self.local_cfg = cfg

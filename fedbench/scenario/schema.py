@@ -190,8 +190,9 @@ class LocalSpec(Strict):
     shuffle: Literal["host", "device"] = Field(
         default="host",
         description="each local epoch's order of a client's samples. host: torch.randperm from a seeded CPU generator "
-        "per (client, epoch); device: a counter-based hash permutation, a whole round's plan drawn on the data's device "
-        "in a few batched kernels (populations on a GPU), the same on every CPU and GPU. Other batches than host",
+        "per (client, epoch); device: a counter-based hash permutation (and hashed augment crops and flips), a whole "
+        "round's plan drawn on the data's device in a few batched kernels (populations on a GPU), the same on every "
+        "CPU and GPU. Other batches than host",
     )
     tf32: bool = Field(
         default=True,

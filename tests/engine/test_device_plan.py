@@ -11,17 +11,19 @@ import pytest
 import torch
 
 from fedbench.data.base import ArraySplit
+from fedbench.engine.augment import augment_draws
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.device_plan import hashed_permutation, permutation_keys, sort_keys, walks
+from fedbench.engine.device_plan import hashed_augment, hashed_permutation, permutation_keys, sort_keys, walks
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.plan import draw_plan, hashed_plan, lay_out, row_draws
 from fedbench.engine.population import PopulationRun, execute_population
+from fedbench.engine.population_rows import joint_plan
 from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.options import RunOptions
 from fedbench.scenario import AugmentSpec, ScenarioError, parse_scenario
 from fedbench.store import ResultsStore
-from tests.engine.test_batched import BASE, bn_scenario, metrics, with_algorithm
+from tests.engine.test_batched import BASE, ImageCache, bn_scenario, metrics, with_algorithm
 from tests.engine.test_population import LOCAL, alone, assert_same, mixed_runs, spec_of
 from tests.factories import tiny_scenario, tiny_spec, with_changes
 
@@ -63,12 +65,20 @@ def parts_of(sizes: list[int], total: int = 200) -> list[torch.Tensor]:
     return list(order[: sum(sizes)].split(sizes))
 
 
+AUGMENTED = [
+    LocalConfig(0.0, None, AugmentSpec(flip=True, crop_padding=2), seed=s, shuffle="device") for s in (0, 1, 1)
+]
+
+
+@pytest.mark.parametrize("augment", [False, True])
 @pytest.mark.parametrize("drop", [False, True])
-def test_a_device_plan_is_the_plan_of_the_batchers_own_draws(drop):
+def test_a_device_plan_is_the_plan_of_the_batchers_own_draws(drop, augment):
     """Three runs (two of one seed and partition), unequal n_i (one of a single sample), unequal K_i, six rounds:
-    the same indices, masks and widths as :func:`lay_out` of the batchers' draws, and the same cursors after."""
+    the same indices, masks, widths and (augmenting) crops and flips as :func:`lay_out` of the batchers' draws,
+    and the same cursors after."""
     parts, other = parts_of([7, 1, 13, 25, 4, 40]), parts_of([9, 30, 2, 11, 6, 3])
-    train = ArraySplit(torch.zeros(200, 3), torch.zeros(200, dtype=torch.int64))
+    train = ArraySplit(torch.zeros(200, 1, 4, 4), torch.zeros(200, dtype=torch.int64))
+    cfgs = AUGMENTED if augment else [CFG] * 3
 
     def batchers():
         return [
@@ -80,11 +90,14 @@ def test_a_device_plan_is_the_plan_of_the_batchers_own_draws(drop):
     for r in range(6):
         clients = [[0, 2, 3], [5, 1], [4, 0, 1 + r % 3]]  # distinct within a run, as sampled
         steps = [[3, 1, 7], [2, 4 + r], [9, 5, 2]]
-        plan = hashed_plan(train, list(zip(got, clients, steps)))
-        rows = [row for b, c, s in zip(want, clients, steps) for row in row_draws(b, c, s, CFG)]
-        ref = lay_out(train, rows, [k for s in steps for k in s], CFG)
+        plan = hashed_plan(train, list(zip(got, clients, steps)), cfgs)
+        refs = [lay_out(train, row_draws(b, c, s, cfg), s, cfg) for b, c, s, cfg in zip(want, clients, steps, cfgs)]
+        ref = joint_plan(refs)  # each run's plan (its own augmentation seed), side by side
         assert torch.equal(plan.index, ref.index) and torch.equal(plan.mask, ref.mask) and plan.width == ref.width
         assert [b.cursor for b in got] == [b.cursor for b in want]
+        if augment:
+            assert plan.crops is not None and ref.crops is not None
+            assert all(torch.equal(a, b) for a, b in zip(plan.crops, ref.crops))
 
 
 def test_one_runs_draw_plan_takes_the_device_path():
@@ -105,6 +118,9 @@ def test_hashed_permutations_are_pinned_integers_and_ranks_never_tie():
     for k in (0, 1, 2**32 - 1, key):
         ranks = sort_keys(torch.tensor(k), torch.arange(50_000))
         assert len(torch.unique(ranks)) == 50_000 and int(ranks.max()) < 2**32
+    dy, dx, flips = augment_draws(8, True, 4, 0, 3, 17, "device")
+    assert dy.tolist() == [4, 5, 8, 0, 4, 2, 1, 4] and dx.tolist() == [0, 8, 7, 5, 6, 7, 1, 3]
+    assert flips.int().tolist() == [1, 0, 1, 0, 0, 1, 1, 0]
     b = ClientBatcher(parts_of([40]), 8, seed=2, shuffle="device")
     assert sorted(b._permutation(0, 5).tolist()) == sorted(b.parts[0].tolist())
     assert b._permutation(0, 5).tolist() != b._permutation(0, 6).tolist()
@@ -214,5 +230,29 @@ def test_a_device_plan_on_cuda_is_the_hosts():
     for where in ("cpu", "cuda"):
         train = ArraySplit(torch.zeros(200, 3, device=where), torch.zeros(200, dtype=torch.int64, device=where))
         b = ClientBatcher([p.to(where) for p in parts], 5, seed=4, drop_singleton=True, shuffle="device")
-        plans.append(hashed_plan(train, [(b, [0, 3, 5, 1], [3, 9, 6, 2])]))
+        plans.append(hashed_plan(train, [(b, [0, 3, 5, 1], [3, 9, 6, 2])], [CFG]))
     assert torch.equal(plans[0].index, plans[1].index.cpu()) and torch.equal(plans[0].mask, plans[1].mask.cpu())
+
+
+def test_hashed_draws_are_uniform():
+    """Over 20,000 samples of 400 batches: every crop offset about as often, flips about half, and every sample
+    of a permutation about as often first."""
+    keys = permutation_keys(torch.tensor(7), torch.arange(400).unsqueeze(1), torch.tensor(3))
+    dy, dx, flips = hashed_augment(keys, torch.arange(50), True, 2)
+    for offsets in (dy, dx):
+        counts = torch.bincount(offsets.flatten(), minlength=5)
+        assert len(counts) == 5 and (counts - 4000).abs().max() < 250
+    assert abs(flips.float().mean().item() - 0.5) < 0.02
+    first = torch.tensor([hashed_permutation(int(k), 10)[0] for k in keys.flatten()])
+    assert (torch.bincount(first, minlength=10) - 40).abs().max() < 20
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_an_augmenting_population_under_device_shuffle_equals_each_run_alone(tmp_path):
+    """LeNet-5 with BatchNorm on images, flips and padded crops hashed on the device for every run at once."""
+    local = {**LOCAL, "batch_size": 8, "shuffle": "device", "augment": {"flip": True, "crop_padding": 2}}
+    runs = mixed_runs("fedavg", {"name": "lenet5_bn", "dropout": 0.0}, local)
+    cache = ImageCache(tmp_path, (1, 16, 16))
+    store = ResultsStore(tmp_path / "pop")
+    outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
