@@ -256,3 +256,23 @@ def test_an_augmenting_population_under_device_shuffle_equals_each_run_alone(tmp
     store = ResultsStore(tmp_path / "pop")
     outs = execute_population(runs, store, cache, RunOptions(population="3"))
     assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+@pytest.mark.gpu
+def test_a_device_shuffled_population_on_cuda_equals_each_run_alone():
+    """On CUDA, in float32 with TF32 as runs use it, within the population's CUDA tolerance (test_population.py)."""
+    import tempfile
+    from pathlib import Path
+
+    runs = mixed_runs("scaffold", local={**LOCAL, "precision": "fp32", "shuffle": "device"})
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = DataCache(Path(tmp), False, torch.device("cuda"))
+        store, alone_store = ResultsStore(Path(tmp) / "pop"), ResultsStore(Path(tmp) / "alone")
+        outs = execute_population(runs, store, cache, RunOptions(device="cuda", population="3"))
+        assert [o.status for o in outs] == ["finished"] * 3
+        options = RunOptions(device="cuda", executor="batched")
+        alone_outs = [execute_run(r.spec, r.seed, alone_store, cache, "h", options=options) for r in runs]
+        for p, a in zip(outs, alone_outs):
+            got, want = store.metrics([p.run_id]), alone_store.metrics([a.run_id])
+            cols = ["test_acc", "test_loss", "train_loss"]
+            pd.testing.assert_frame_equal(got[cols], want[cols], rtol=1e-3, atol=1e-5)
