@@ -11,9 +11,10 @@ on a GPU (benchmarks/README.md, "Host time of a round plan"). Under ``device`` i
 (:func:`sort_keys`; h is ``mix32``, a bijective 32-bit hash, so the ranks of one permutation never tie and the
 order is unique), where ``base`` is the stream's seed (``("batches",)``, or ``("task_batches", task)``) and κ
 mixes it with the client and the epoch (:func:`permutation_keys`). Augmentation's crops and flips are hashed the
-same way (:func:`hashed_augment`), keyed by κ of the ``("augment",)`` base, the client and the batch's position. Integer arithmetic only, without overflow:
-the same permutations on every CPU and GPU, and the same on the host, where the sequential executor composes
-them one at a time (:func:`hashed_permutation`), as here, where a round's are ranked by one sort.
+same way (:func:`hashed_augment`), keyed by κ of the ``("augment",)`` base, the client and the batch's position.
+Integer arithmetic only, without overflow: the same permutations on every CPU and GPU, and the same on the host,
+where the sequential executor composes them one at a time (:func:`hashed_permutation`), as here, where a round's
+are ranked by one sort.
 
 The walk through them is the batcher's (:meth:`~fedbench.engine.batches.ClientBatcher._walk`: a batch never
 straddles two epochs, an epoch's lone last sample skipped under ``drop_singleton``), computed for every row at
@@ -92,8 +93,8 @@ def walks(sizes: np.ndarray, batch: np.ndarray, drop: np.ndarray, cursors: np.nd
     drop_singleton, cursor, K_i), the same segments and cursors (tests/engine/test_device_plan.py).
 
     With b = min(B, n) an epoch holds m = ⌈n/b⌉ batches, ⌊n/b⌋ when its lone last sample is skipped; the cursor
-    points at batch g₀ = e₀·m + ⌊pos/b⌋ (a cursor left on a skipped sample points at the next epoch's first), and the
-    row's k-th batch is batch g₀ + k: epoch ⌊g/m⌋, start (g mod m)·b. After a skip, a batch's position is the
+    points at batch g₀ = e₀·m + ⌊pos/b⌋ (a cursor left on a skipped sample points at the next epoch's first), and
+    the row's k-th batch is batch g₀ + k: epoch ⌊g/m⌋, start (g mod m)·b. After a skip, a batch's position is the
     cursor that skipped (e·n − 1), as the walk records it."""
     n = sizes.astype(np.int64)
     b = np.minimum(batch, n)
