@@ -283,6 +283,7 @@ def _train(
     chunk, step = population_chunk(members[0].loop), members[0].loop.executor.step
     rows = f"chunks of {chunk} rows" if chunk else "all rows at once"
     replayed = f"; step {STEP_WORDS[step]}" if step == "graphed" else ""
+    replayed += plans_note(members[0].run.spec, members[0].loop.s.data.train.y.device)
     size = fitting_runs(members)
     for part in range(0, len(members), size):
         group = members[part : part + size]
@@ -290,6 +291,17 @@ def _train(
         for m in group:
             m.loop.executor = ClientExecutor(True, chunk, note, step)
         _lockstep(group, store, chunk, on_round)
+
+
+def plans_note(spec: RunSpec, device: torch.device) -> str:
+    """Where a population's round plans are drawn, for its note: on the device under ``local.shuffle: device``;
+    on the host otherwise, said on a GPU (where a run's host draws bound the population) with the key that
+    moves them."""
+    if spec.local.shuffle == "device":
+        return "; round plans drawn on the device"
+    if device.type == "cuda":
+        return "; round plans drawn on the host (local.shuffle: device draws them on the GPU)"
+    return ""
 
 
 def fitting_runs(members: list[Member]) -> int:

@@ -169,6 +169,9 @@ def test_a_population_under_device_shuffle_equals_each_run_alone(tmp_path, name,
     outs = execute_population(runs, store, cache, RunOptions(population="3"))
     assert [o.status for o in outs] == ["finished"] * 3 and calls and calls[0] == 3
     assert_same(store, outs, *alone(tmp_path, runs, cache))
+    rows = store.metrics([o.run_id for o in outs])
+    notes = rows[rows["round"] == 1]["extra"].map(lambda e: json.loads(e)["executor"])
+    assert notes.str.endswith("; round plans drawn on the device").all() and len(notes) == 3
 
 
 def test_a_device_shuffled_population_killed_mid_run_resumes_exactly(tmp_path):
@@ -276,3 +279,14 @@ def test_a_device_shuffled_population_on_cuda_equals_each_run_alone():
             got, want = store.metrics([p.run_id]), alone_store.metrics([a.run_id])
             cols = ["test_acc", "test_loss", "train_loss"]
             pd.testing.assert_frame_equal(got[cols], want[cols], rtol=1e-3, atol=1e-5)
+
+
+def test_a_populations_note_says_where_its_plans_are_drawn():
+    from fedbench.engine.population import plans_note
+
+    host, on_device = tiny_spec(), spec_of(device(tiny_scenario()))
+    assert plans_note(host, torch.device("cpu")) == ""
+    assert plans_note(host, torch.device("cuda")) == (
+        "; round plans drawn on the host (local.shuffle: device draws them on the GPU)"
+    )
+    assert plans_note(on_device, torch.device("cpu")) == "; round plans drawn on the device"
