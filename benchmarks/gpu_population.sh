@@ -12,17 +12,7 @@
 set -u
 out="${OUT:-.}/gpu-population.md"
 device="${DEVICE:-cuda}"; seeds="${SEEDS:-100}"; gradma="${GRADMA:-32}"; py="${PYTHON:-python3}"; scale="${SCALE:-paper}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONPATH="${PYTHONPATH:-$PWD}"
-step() {  # step SECONDS TITLE COMMAND...
-  local limit=$1 title=$2; shift 2
-  { echo; echo "## $title"; echo; echo '```'; echo "\$ $*"; } >> "$out"
-  local start=$SECONDS
-  timeout "$limit" "$@" >> "$out" 2>&1; local rc=$?
-  { echo "(exit $rc, $((SECONDS - start)) s, limit $limit s)"; echo '```'; } >> "$out"
-}
+. benchmarks/gpu_steps.sh  # the wheels, and step()
 { echo "# Population executor on $device, $(date -u +%F)"; echo; nvidia-smi --query-gpu=name,memory.total --format=csv;
   "$py" -c "import torch; print('torch', torch.__version__)"; } > "$out" 2>&1
 step 110 "every CUDA test (executors, populations, CUDA graphs, device plans, reads between rounds; 21 took 59 s on an H200)" \

@@ -9,19 +9,7 @@
 set -u
 out="${OUT:-.}/gpu-resnet.md"
 device="${DEVICE:-cuda}"; clients="${CLIENTS:-50}"; py="${PYTHON:-python3}"; priced="${PRICED:-resnet18bn}"
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/pydantic ]; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-elif [ -d /tmp/site/pydantic ]; then
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONPATH="${PYTHONPATH:-$PWD}"
-step() {  # step SECONDS TITLE COMMAND...
-  local limit=$1 title=$2; shift 2
-  { echo; echo "## $title"; echo; echo '```'; echo "\$ $*"; } >> "$out"
-  local start=$SECONDS
-  timeout "$limit" "$@" >> "$out" 2>&1; local rc=$?
-  { echo "(exit $rc, $((SECONDS - start)) s, limit $limit s)"; echo '```'; } >> "$out"
-}
+. benchmarks/gpu_steps.sh  # the wheels, and step()
 { echo "# ResNet-18 on $device, $(date -u +%F)"; echo; nvidia-smi --query-gpu=name,memory.total --format=csv;
   "$py" -c "import torch; print('torch', torch.__version__)"; } > "$out" 2>&1
 step 110 "ResNet-18 (GroupNorm, BatchNorm), S = $clients, bf16 autocast: % of the bf16 matmul peak, eager and graphed" \
