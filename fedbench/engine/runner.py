@@ -33,7 +33,6 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -249,7 +248,7 @@ class RoundLoop:
 
         def price(chunk: int | None) -> tuple[StepMode, str]:
             rows = max(2, min(chunk or per_round, per_round))  # one chunk's rows (a lone row runs as two)
-            inputs = partial(probe_inputs, s.model, s.buffers0, s.data.train, batch, rows)
+            inputs = probe_inputs(s.model, s.buffers0, s.data.train, batch, rows)
             assert book is not None
             return priced_step(RowLayers.of(s.model), inputs, steps, s.x0.device, book)
 

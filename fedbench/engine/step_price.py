@@ -211,13 +211,13 @@ class PriceBook:
 
 
 def priced_step(
-    layers: Any, inputs: Callable[[], tuple[Any, ...]], steps: int, device: torch.device, book: PriceBook
+    layers: Any, inputs: tuple[Any, ...], steps: int, device: torch.device, book: PriceBook
 ) -> tuple[StepMode, str]:
     """A run's ``auto`` choice (:func:`priced_choice`): at the prices in ``book`` where they are known (measured
-    with compiling, or where compiling could not pay this run either), else measured on ``inputs()`` and added to
-    it. The compiled and graphed steps the choice did not take are dropped (their graphs' memory freed)."""
-    step_inputs = inputs()
-    key = price_key(layers, step_inputs, device)
+    with compiling, or where compiling could not pay this run either), else measured on ``inputs`` (one chunk's)
+    and added to it. The compiled and graphed steps the choice did not take are dropped (their graphs' memory
+    freed)."""
+    key = price_key(layers, inputs, device)
     known = book.get(key)
     if known is not None and not AUTO_GRAPHS:
         known.pop("graphed", None)  # priced by a benchmark, or by a later fedbench: not taken by this one
@@ -225,7 +225,7 @@ def priced_step(
         mode, why = priced_choice(known, steps, "known prices")
     else:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            prices = measure(layers, step_inputs, steps, device, book.out, AUTO_GRAPHS)
+            prices = measure(layers, inputs, steps, device, book.out, AUTO_GRAPHS)
         book.put(key, prices)
         mode, why = priced_choice(prices, steps)
     for other in ("compiled", "graphed"):

@@ -107,8 +107,7 @@ def test_measuring_runs_the_runs_own_steps_and_keeps_only_the_one_taken(tmp_path
     setup = build_run(spec, 0, DataCache(tmp_path, False, CPU))
     layers = RowLayers.of(setup.model)
 
-    def inputs():
-        return probe_inputs(setup.model, setup.buffers0, setup.data.train, 32, 4)
+    inputs = probe_inputs(setup.model, setup.buffers0, setup.data.train, 32, 4)
 
     book = PriceBook(tmp_path)
     mode, why = priced_step(layers, inputs, 400, CPU, book)  # real timings: 400 tiny steps cannot repay compiling
@@ -221,7 +220,7 @@ def test_graphed_prices_in_the_book_are_not_taken_until_auto_prices_graphs(tmp_p
     cheap_graphs = {"eager": Price(1.0), "graphed": Price(0.001, 0.0), "compiled": Price(0.9, 10**9)}
     book.put(step_price.price_key(layers, inputs, CPU), cheap_graphs)
     assert priced_choice(cheap_graphs, 10**6)[0] == "graphed"
-    mode, why = priced_step(layers, lambda: inputs, 10**6, CPU, book)
+    mode, why = priced_step(layers, inputs, 10**6, CPU, book)
     assert mode == "eager" and "graphed" not in why
 
 
