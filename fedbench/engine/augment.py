@@ -12,10 +12,12 @@ batched executor can draw a whole round up front and augment all S clients' batc
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
-from fedbench.engine.device_plan import hashed_augment, permutation_keys, stream_base
+from fedbench.engine.device_plan import hashed_augment, key_of, stream_base
 from fedbench.seeding import torch_seed
 
 
@@ -27,7 +29,7 @@ def augment_draws(
     ``local.shuffle: device`` hashed (:func:`~fedbench.engine.device_plan.hashed_augment`, as a device plan
     draws them)."""
     if shuffle == "device":
-        key = permutation_keys(*(torch.tensor(v, dtype=torch.int64) for v in (augment_base(seed), client, position)))
+        key = torch.tensor(key_of(augment_base(seed), client, position))
         return hashed_augment(key, torch.arange(size, dtype=torch.int64), flip, crop_padding)
     gen = torch.Generator(device="cpu")
     gen.manual_seed(torch_seed(seed, "augment", client, position))
@@ -55,8 +57,10 @@ def apply_augment(
     return torch.where(flips[:, None, None, None], x.flip(-1), x)
 
 
+@functools.cache
 def augment_base(seed: int) -> int:
-    """The 32-bit base key of the run's ``("augment",)`` stream under ``local.shuffle: device``."""
+    """The 32-bit base key of the run's ``("augment",)`` stream under ``local.shuffle: device`` (once a seed: each
+    batch's draws and each round's device plan key from it)."""
     return stream_base(seed, ("augment",))
 
 

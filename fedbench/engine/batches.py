@@ -27,7 +27,7 @@ from collections.abc import Hashable
 import numpy as np
 import torch
 
-from fedbench.engine.device_plan import SHUFFLES, hashed_permutation, permutation_keys, stream_base
+from fedbench.engine.device_plan import SHUFFLES, hashed_permutation, key_of, stream_base
 from fedbench.engine.pending import to_device
 from fedbench.host import host_side
 from fedbench.seeding import torch_seed, torch_seeds
@@ -109,8 +109,7 @@ class ClientBatcher:
         cached = self._perm.get(client)
         if cached is None or cached[0] != epoch:
             if self.shuffle == "device":
-                key = permutation_keys(*(torch.tensor(v, dtype=torch.int64) for v in (self.base, client, epoch)))
-                order = hashed_permutation(int(key), self._sizes[client])
+                order = hashed_permutation(key_of(self.base, client, epoch), self._sizes[client])
             else:
                 seed = self._seeds.pop((client, epoch), None)
                 if seed is None:

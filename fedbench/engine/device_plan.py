@@ -44,6 +44,11 @@ def permutation_keys(base: torch.Tensor, clients: torch.Tensor, epochs: torch.Te
     return mix32(mix32(base ^ mix32(clients + 0x632BE5AB)) + mix32(epochs + 0x9E3779B9))
 
 
+def key_of(base: int, client: int, count: int) -> int:
+    """:func:`permutation_keys` of one (base, client, epoch or batch position), on the host."""
+    return int(permutation_keys(*(torch.tensor(v, dtype=torch.int64) for v in (base, client, count))))
+
+
 def sort_keys(keys: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
     """r_j = h(h(j ⊕ k) + k) of samples ``j`` (< 2³²) under their permutation's key ``k``: for one k a bijection of
     j, so no two samples of a permutation share a rank."""

@@ -90,11 +90,9 @@ def hashed_plan(
     table, offsets = parts_table([(b.partition, b.parts) for b, _, _ in draws], train.y.device)
     ids = [np.asarray(clients, dtype=np.int64) for _, clients, _ in draws]
     counts = [len(i) for i in ids]
-    batch, drop, base, augment = (
+    batch, drop, base = (
         np.repeat(np.asarray(column, dtype=np.int64), counts)
-        for column in zip(
-            *((b.batch_size, b.drop_singleton, b.base, augment_base(c.seed)) for (b, _, _), c in zip(draws, cfgs))
-        )
+        for column in zip(*((b.batch_size, b.drop_singleton, b.base) for b, _, _ in draws))
     )
     rows = Rows(
         np.concatenate([b.sizes[i] for (b, _, _), i in zip(draws, ids)]),
@@ -115,26 +113,22 @@ def hashed_plan(
     if cfgs[0].augments:
         if any(c.augment != a for c in cfgs):
             raise ValueError("the runs of a population augment differently")
-        if train.x.dim() != 4:
-            raise ValueError(
-                f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}"
-            )
-        keyed = to_device(
-            torch.from_numpy(
-                np.stack(
-                    [
-                        np.broadcast_to(augment, walked.position.shape),
-                        walked.position,
-                        np.broadcast_to(rows.clients, walked.position.shape),
-                    ]
-                )
-            ),
-            index.device,
-        )
-        keys = permutation_keys(keyed[0], keyed[2], keyed[1]).unsqueeze(2)  # [K, rows, 1]
+        check_images(train)
+        bases = np.repeat(np.asarray([augment_base(c.seed) for c in cfgs], dtype=np.int64), counts)
+        row_keys = to_device(torch.from_numpy(np.stack([bases, rows.clients])), index.device)  # [2, rows]
+        positions = to_device(torch.from_numpy(walked.position), index.device)  # [K, rows]
+        keys = permutation_keys(row_keys[0], row_keys[1], positions).unsqueeze(2)  # [K, rows, 1]
         drawn = hashed_augment(keys, torch.arange(index.shape[2], device=index.device), a.flip, a.crop_padding)
         crops = tuple(torch.where(real, v, torch.zeros_like(v)) for v in drawn)  # padding: no shift, no flip
     return RoundPlan(index, real.to(train.x.dtype), widths, None, crops, a.crop_padding)  # type: ignore[arg-type]
+
+
+def check_images(train: ArraySplit) -> None:
+    """``local.augment`` flips and crops images: a ValueError for samples that are not ``[C, H, W]``."""
+    if train.x.dim() != 4:
+        raise ValueError(
+            f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}"
+        )
 
 
 def on_device(batcher: ClientBatcher, cfg: LocalConfig) -> bool:
@@ -202,10 +196,8 @@ def lay_out(train: ArraySplit, rows: list[RowDraws], steps: list[int], cfg: Loca
         memory = train.x.new_zeros(size)
         memory[dest_d[to_device(within >= current, device)]] = 1.0
         memory = memory.view(shape)
-    if cfg.augments and train.x.dim() != 4:
-        raise ValueError(
-            f"local.augment needs image batches [B, C, H, W], got samples of shape {tuple(train.x.shape[1:])}"
-        )
+    if cfg.augments:
+        check_images(train)
     crops = _augment_plan(rows, dest, shape, cfg, device) if cfg.augments else None
     return RoundPlan(index.view(shape), mask.view(shape), tuple(widths), memory, crops, cfg.augment.crop_padding)
 
