@@ -465,13 +465,13 @@ def _class_lines(est: Estimate, from_rates: bool) -> list[str]:
 
 
 def probe_note(estimator: Estimator) -> list[str]:
-    """What was probed (classes, rounds each, seconds spent, limits, failures) in one line; none when
-    nothing was (no runs to do, a dataset missing, or rates instead of probes)."""
+    """What was probed (classes, rounds each, seconds spent, limits, failures, stand-in data) in one line; none
+    when nothing was (no runs to do, a dataset missing, or rates instead of probes)."""
     if not estimator.costs and not estimator.failed:
         return []
-    failed = "".join(f"; probe of {k} failed: {v}" for k, v in estimator.failed.items())
+    after = "".join(f"; probe of {k} failed: {v}" for k, v in estimator.failed.items())
     if estimator.cache.stand_ins:
-        failed += (
+        after += (
             f"; not on disk, probed on generated data of the real shape and size: "
             f"{', '.join(sorted(estimator.cache.stand_ins))}"
         )
@@ -479,5 +479,5 @@ def probe_note(estimator: Estimator) -> list[str]:
     return [
         f"probe: {len(estimator.costs)} cost class(es) on {estimator.device}, {estimator.rounds} timed round(s) "
         f"each after a warm-up round, {estimator.spent:.1f} s (limits: {estimator.max_probes} classes, "
-        f"{estimator.budget_s:.0f} s)" + (f"; client executor {executors}" if executors else "") + failed
+        f"{estimator.budget_s:.0f} s)" + (f"; client executor {executors}" if executors else "") + after
     ]
