@@ -27,15 +27,17 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 import torch
 
 from fedbench.engine.batched_layers import MASK32, mix32
 from fedbench.engine.pending import to_device
+from fedbench.scenario import LocalSpec
 from fedbench.seeding import torch_seed
 
-SHUFFLES = ("host", "device")
+SHUFFLES: tuple[str, ...] = get_args(LocalSpec.model_fields["shuffle"].annotation)  # local.shuffle's words
 
 
 def permutation_keys(base: torch.Tensor, clients: torch.Tensor, epochs: torch.Tensor) -> torch.Tensor:
