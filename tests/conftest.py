@@ -6,7 +6,7 @@ Fixtures: ``tiny_raw`` (a fresh raw scenario dict of the tests' tiny federation)
 Marker ``gpu``: the test needs a CUDA device; where torch sees none it is skipped with that reason.
 
 Guard: a GradMA QP projection that falls back (a block left unprojected, counted in
-``fedbench.algorithms.projection.fallbacks``) fails the test that caused it, unless the test is
+``fedbench.algorithms.projection.fallback_total()``) fails the test that caused it, unless the test is
 marked ``allow_qp_fallback`` because it exercises the fallback path on purpose. Fallbacks are
 counted in this process only (not in sweep worker subprocesses)."""
 
@@ -40,7 +40,7 @@ def tiny_run_spec():
 
 def _fallbacks() -> int:
     module = sys.modules.get("fedbench.algorithms.projection")  # not imported: nothing was projected
-    return 0 if module is None else module.fallbacks
+    return 0 if module is None else module.fallback_total()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -190,9 +190,9 @@ class GradMAW(Algorithm):
             table = table.write(ctx.clients, kept.last_local)
         return table
 
-    def worker_round(self, state: Any, ctx: RoundContext, kept: WorkerKept) -> tuple[ClientTable | None, int]:
-        """:meth:`keep_last`, and the round's QP_l fallbacks."""
-        return self.keep_last(state, ctx, kept), int(kept.fallbacks.sum())
+    def worker_round(self, state: Any, ctx: RoundContext, kept: WorkerKept) -> tuple[ClientTable | None, torch.Tensor]:
+        """:meth:`keep_last`, and the round's QP_l fallbacks (a 0-d tensor, read with the round's metrics)."""
+        return self.keep_last(state, ctx, kept), kept.fallbacks.sum()
 
     def server_update(self, state: Any, ctx: RoundContext, up: Upload, weights: torch.Tensor) -> tuple[Any, Logs]:
         table, fallbacks = self.worker_round(state, ctx, up.kept)
@@ -399,15 +399,15 @@ class GradMA(GradMAW, GradMAS):
     @classmethod
     def server_updates(cls, calls: Sequence[ServerCall]) -> list[tuple[Any, Logs]]:
         """Each run's last local models kept, then its memory round (QP_g together, :func:`memory_rounds`);
-        ``qp_fallbacks`` adds its workers' QP_l fallbacks (every run's read in one transfer)."""
-        worker = torch.stack([up.kept.fallbacks.sum() for _, _, _, up, _ in calls]).tolist()
+        ``qp_fallbacks`` adds its workers' QP_l fallbacks (a 0-d tensor, read with the round's metrics)."""
+        worker = [up.kept.fallbacks.sum() for _, _, _, up, _ in calls]
         tabled = []
         for algorithm, old, ctx, up, weights in calls:
             assert isinstance(algorithm, GradMA)
             table = algorithm.keep_last(old, ctx, up.kept)
             tabled.append((algorithm, dataclasses.replace(old, last_local=table), ctx, up, weights))
         return [
-            (new, {**logs, "qp_fallbacks": logs["qp_fallbacks"] + int(count)})
+            (new, {**logs, "qp_fallbacks": logs["qp_fallbacks"] + count})
             for (new, logs), count in zip(memory_rounds(tabled), worker)
         ]
 
@@ -429,6 +429,7 @@ ALGORITHMS.register(
     label="GradMA-W",
     server=SERVER,
     diagnostics=DIAGNOSTICS,
+    vmap_server=True,
 )(GradMAW)
 ALGORITHMS.register(
     "gradma_s",

@@ -17,7 +17,12 @@ normalized too (the problem is homogeneous in p), so the tolerances below are re
 
 The factorization (the d-sized work) runs on p's device; the reduced problems are read to the host in one
 transfer a call and solved there (:func:`_dual`: active sets, the ridge retry and the fallbacks are control
-flow), and their coefficients cross back once for p + Mz.
+flow), and their coefficients cross back once for p + Mz. On a GPU a projection of C ≤ ENUMERATE_MAX_C constraints
+(GradMA's worker side, at every local step) stays on the device instead, without a host read
+(:func:`_dual_here`): every column is checked for duplicates, the ridge retry is the enumeration of the ridged
+problem, every block is recovered and masked, and the fallback counts stay tensors (:func:`fallback_total`
+reads them). On the CPU that is the host path's computation but for the ridge retry's solver, so the CPU keeps
+the host path (``HERE``).
 
 Each row of ``p`` (a client, or the server's single vector) is projected separately, and within a
 row each *block* of coordinates (a parameter tensor with ``per_tensor`` granularity, as in the
@@ -33,11 +38,12 @@ passed ACCEPT_TOL depended on the BLAS kernels' rounding (so did the committed t
 from one CPU to another); the ridge's z is unique and bounded, and its p~ violates a constraint by at most
 δ²z. A block that fails that too (or with non-finite input) is left unprojected and counted: the count is
 returned (GradMA logs it as ``qp_fallbacks``, the runner warns, the tables footnote it) and added to the
-module's ``fallbacks`` (the test suite fails if a test makes it grow).
+module's fallback tally (:func:`fallback_total`; the test suite fails if a test makes it grow).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -57,7 +63,19 @@ ENUMERATE_MAX_C = 4  # active-set enumeration (2^C subsets) up to this many cons
 RIDGE = 1e-7  # δ of the second attempt, min ‖Uz + r‖² + δ²‖z‖²: a violation ≤ δ²z ≤ δ, a rounding ≤ 1e-15·Σz ≲ 1e-14/δ
 CHUNK = 1 << 24  # float64 elements converted at once when factoring
 
-fallbacks = 0  # blocks left unprojected by all calls in this process (tests/conftest.py checks it)
+HERE: bool | None = None  # C ≤ ENUMERATE_MAX_C solved on p's device (_dual_here); None: where p is not on the CPU
+
+fallbacks = 0  # blocks left unprojected by the host path's calls in this process (see fallback_total)
+_owed: dict[torch.device, torch.Tensor] = {}  # the device path's counts, per device, not yet read
+
+
+def fallback_total() -> int:
+    """The blocks left unprojected by every call in this process (tests/conftest.py checks it): the host path's
+    ``fallbacks`` and the device path's counts, read here (one read a device)."""
+    global fallbacks
+    while _owed:
+        fallbacks += int(_owed.popitem()[1])
+    return fallbacks
 
 
 def project(
@@ -69,21 +87,47 @@ def project(
     summing to P. ``tol``: the estimated KKT residual within which the least dual objective
     (Eq. 4) decides between active sets. Returns p~ [S, P] (``p``'s dtype; a row block that
     already satisfies every constraint comes back bit-identical) and the number of blocks of each
-    row [S] that were left unprojected because the solver failed (also added to ``fallbacks``).
+    row [S] that were left unprojected because the solver failed (also added to the tally,
+    :func:`fallback_total`). C ≤ ENUMERATE_MAX_C constraints on a GPU (``HERE``) are solved without a host read.
     """
+    here = p.device.type != "cpu" if HERE is None else HERE
+    if here and M.shape[1] <= ENUMERATE_MAX_C:
+        return _project_here(p, M, blocks, tol)
     projected, dual = solve(p, M, blocks, tol)
     return projected, torch.tensor(dual.counts, dtype=torch.int64, device=p.device)
 
 
-def solve(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float = KKT_TOL) -> tuple[torch.Tensor, Dual]:
-    """:func:`project`, returning the :class:`Dual` on the host with p~ (its ``counts`` read without waiting for
-    ``p``'s device)."""
-    global fallbacks
+def _check(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int]) -> None:
     S, C, P = M.shape
     if p.shape != (S, P):
         raise ValueError(f"p must have shape [S, P] = {(S, P)} to match M {tuple(M.shape)}, got {tuple(p.shape)}")
     if sum(blocks) != P or any(b <= 0 for b in blocks):
         raise ValueError(f"blocks must be positive sizes summing to P={P}, got {tuple(blocks)}")
+
+
+def _project_here(
+    p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`project` of C ≤ ENUMERATE_MAX_C constraints on p's device, without a host read: p~ and the counts [S]
+    (added to the tally without reading them)."""
+    _check(p, M, blocks)
+    C = M.shape[1]
+    if C == 0:
+        return p.clone(), torch.zeros(len(p), dtype=torch.int64, device=p.device)
+    dual = _dual_here(_factor(p, M, blocks), C, tol, p.dtype)
+    counts = dual.counts
+    assert isinstance(counts, torch.Tensor)
+    owed = _owed.get(counts.device)
+    _owed[counts.device] = counts.sum() if owed is None else owed + counts.sum()
+    return _recover(p, M, blocks, dual), counts
+
+
+def solve(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float = KKT_TOL) -> tuple[torch.Tensor, Dual]:
+    """:func:`project` on the host path (any C), returning the :class:`Dual` on the host with p~ (its ``counts``
+    read without waiting for ``p``'s device)."""
+    global fallbacks
+    _check(p, M, blocks)
+    S, C, P = M.shape
     if C == 0:
         none = torch.zeros((S, len(blocks)), dtype=torch.bool)
         nothing = torch.zeros((S, len(blocks), 0), dtype=torch.float64)
@@ -95,17 +139,19 @@ def solve(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float = 
 
 
 class Dual(NamedTuple):
-    """The dual solution of every row and block, on the host: p~ = p + Σ_j coef_j M_j (``coef`` [S, B, C]),
-    how many blocks of each row are left unprojected (``counts``, Python ints), and per block the rows it
-    moves (``moved`` [S, B]) and those it recovers in float64 (``wide`` [S, B]), with whether any row does
-    (``moves``, ``widens``: Python bools per block)."""
+    """The dual solution of every row and block: p~ = p + Σ_j coef_j M_j (``coef`` [S, B, C]), how many blocks
+    of each row are left unprojected (``counts``), and per block the rows it moves (``moved`` [S, B]) and those
+    it recovers in float64 (``wide`` [S, B]), with whether any row does (``moves``, ``widens``). From the host
+    (:func:`_dual`) ``counts`` are Python ints and ``moves``, ``widens`` Python bools per block; from the device
+    (:func:`_dual_here`) ``counts`` is an [S] tensor and ``moves``, ``widens`` are None (every block is
+    recovered, and masked)."""
 
     coef: torch.Tensor
-    counts: list[int]
+    counts: list[int] | torch.Tensor
     moved: torch.Tensor
     wide: torch.Tensor
-    moves: list[bool]
-    widens: list[bool]
+    moves: list[bool] | None
+    widens: list[bool] | None
 
 
 @host_side
@@ -114,29 +160,79 @@ def _dual(R: torch.Tensor, C: int, tol: float, dtype: torch.dtype) -> Dual:
     sets, ridge retries and fallbacks are control flow); ``dtype``: p's, whose rounding decides ``wide``."""
     if R.device.type != "cpu":
         raise ValueError(f"the dual is solved on the host, got R on {R.device}")
-    finite = torch.isfinite(R).flatten(-2).all(-1)  # [S, B]
-    R = torch.where(finite[..., None, None], R, 0.0)
-    norms = R.norm(dim=-2)  # [S, B, C+1]: ‖M_j‖ and ‖p‖ of each block
-    inv = torch.where(norms > 0, 1.0 / torch.where(norms > 0, norms, 1.0), 0.0)
-    U, r = (R * inv.unsqueeze(-2)).split((C, 1), dim=-1)  # unit columns (a zero column stays zero)
-    U, keep = _distinct(U, norms[..., :C] > 0)  # drop zero and duplicate constraints
-    solve = _solve_enumerate if C <= ENUMERATE_MAX_C else _solve_nnls
-    Uf, rf, kf = U.reshape(-1, C + 1, C), r.reshape(-1, C + 1), keep.reshape(-1, C)
-    z, residual = solve(Uf, rf, kf, tol)
-    again = (~(residual <= ACCEPT_TOL) & finite.reshape(-1)).nonzero().flatten()
+    reduced = _reduce(R, C, every=False)
+    Uf, rf, kf = reduced.flat()
+    z, residual = (_solve_enumerate if C <= ENUMERATE_MAX_C else _solve_nnls)(Uf, rf, kf, tol)
+    again = (~(residual <= ACCEPT_TOL) & reduced.finite.reshape(-1)).nonzero().flatten()
     if len(again):  # a rank-deficient block: its dual is not unique; the ridge's is, and as good a projection
         z2, residual2 = _solve_nnls(Uf[again], rf[again], kf[again], tol, RIDGE)
         better = residual2 < residual[again]
         z[again] = torch.where(better.unsqueeze(-1), z2, z[again])
         residual[again] = torch.where(better, residual2, residual[again])
-    ok = (residual.reshape(finite.shape) <= ACCEPT_TOL) & finite
-    z = torch.where(ok.unsqueeze(-1), z.reshape(keep.shape), 0.0)
-    coef, z_sum, failed = z * inv[..., :C] * norms[..., C:], z.sum(-1), (~ok).sum(-1)
-    moved = (coef != 0).any(-1)  # [S, B]: blocks that actually change
-    # float64 where p's dtype's rounding of the terms (Σ_j z_j·‖p‖ in all) would exceed its rounding of p~
-    # (z_sum > 1: nearly antiparallel constraints), or a coefficient of a tiny column does not fit it
-    wide = (~torch.isfinite(coef.to(dtype)).all(-1) | (z_sum > 1)) & (dtype != torch.float64)
-    return Dual(coef, failed.tolist(), moved, wide, moved.any(0).tolist(), wide.any(0).tolist())
+    dual = reduced.dual(z, residual, dtype)
+    assert isinstance(dual.counts, torch.Tensor)
+    return dual._replace(
+        counts=dual.counts.tolist(), moves=dual.moved.any(0).tolist(), widens=dual.wide.any(0).tolist()
+    )
+
+
+def _dual_here(R: torch.Tensor, C: int, tol: float, dtype: torch.dtype) -> Dual:
+    """:func:`_dual` of C ≤ ENUMERATE_MAX_C constraints on R's device, without a host read: every column checked
+    for duplicates, and a block the first attempt leaves above ACCEPT_TOL takes the ridge's solution from
+    :func:`_solve_ridge` (the host path's is from ``scipy.optimize.nnls``: the same problem, whose solution is
+    unique, to another solver's rounding)."""
+    reduced = _reduce(R, C, every=True)
+    Uf, rf, kf = reduced.flat()
+    z, residual = _solve_enumerate(Uf, rf, kf, tol, here=True)
+    z2, residual2 = _solve_ridge(Uf, rf, kf, tol)
+    again = ~(residual <= ACCEPT_TOL) & reduced.finite.reshape(-1) & (residual2 < residual)
+    z = torch.where(again.unsqueeze(-1), z2, z)
+    return reduced.dual(z, torch.where(again, residual2, residual), dtype)
+
+
+class Reduced(NamedTuple):
+    """The reduced problems of every row and block (:func:`_reduce`): unit columns U [S, B, C+1, C] and r
+    [S, B, C+1] (R's columns normalized), the constraints kept (``keep`` [S, B, C]: neither zero nor a duplicate),
+    the norms ‖M_j‖, ‖p‖ [S, B, C+1] and their inverses (0 for a zero column), and the finite blocks [S, B]."""
+
+    U: torch.Tensor
+    r: torch.Tensor
+    keep: torch.Tensor
+    norms: torch.Tensor
+    inv: torch.Tensor
+    finite: torch.Tensor
+
+    def flat(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """U, r and keep with the rows and blocks as one leading axis."""
+        C = self.U.shape[-1]
+        return self.U.reshape(-1, C + 1, C), self.r.reshape(-1, C + 1), self.keep.reshape(-1, C)
+
+    def dual(self, z: torch.Tensor, residual: torch.Tensor, dtype: torch.dtype) -> Dual:
+        """The :class:`Dual` of the flat solution z and its estimated residual, on their device (``counts`` a
+        tensor, ``moves`` and ``widens`` None): a block above ACCEPT_TOL, or not finite, is left unprojected and
+        counted. ``dtype``: p's, whose rounding decides ``wide``."""
+        C = self.U.shape[-1]
+        ok = (residual.reshape(self.finite.shape) <= ACCEPT_TOL) & self.finite
+        z = torch.where(ok.unsqueeze(-1), z.reshape(self.keep.shape), 0.0)
+        coef, z_sum, failed = z * self.inv[..., :C] * self.norms[..., C:], z.sum(-1), (~ok).sum(-1)
+        moved = (coef != 0).any(-1)  # [S, B]: blocks that actually change
+        # float64 where p's dtype's rounding of the terms (Σ_j z_j·‖p‖ in all) would exceed its rounding of p~
+        # (z_sum > 1: nearly antiparallel constraints), or a coefficient of a tiny column does not fit it
+        wide = (~torch.isfinite(coef.to(dtype)).all(-1) | (z_sum > 1)) & (dtype != torch.float64)
+        return Dual(coef, failed, moved, wide, None, None)
+
+
+def _reduce(R: torch.Tensor, C: int, every: bool) -> Reduced:
+    """The :class:`Reduced` problems of the factors R [S, B, C+1, C+1]: a non-finite block zeroed (left
+    unprojected), R's columns normalized, zero and duplicate constraints dropped (:func:`_distinct`; ``every``:
+    every column checked, without reading which to check)."""
+    finite = torch.isfinite(R).flatten(-2).all(-1)  # [S, B]
+    R = torch.where(finite[..., None, None], R, 0.0)
+    norms = R.norm(dim=-2)  # [S, B, C+1]: ‖M_j‖ and ‖p‖ of each block
+    inv = torch.where(norms > 0, 1.0 / torch.where(norms > 0, norms, 1.0), 0.0)
+    U, r = (R * inv.unsqueeze(-2)).split((C, 1), dim=-1)  # unit columns (a zero column stays zero)
+    U, keep = _distinct(U, norms[..., :C] > 0, every)
+    return Reduced(U, r.squeeze(-1), keep, norms, inv, finite)
 
 
 def _pieces(blocks: Sequence[int], rows: int):
@@ -187,15 +283,21 @@ def _householder(X: torch.Tensor) -> torch.Tensor:
     return R
 
 
-def _distinct(U: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _distinct(U: torch.Tensor, live: torch.Tensor, every: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The unit columns U [..., k, C] to solve with, and which to keep: the live (non-zero) ones,
     less any within DUPLICATE_TOL of a kept earlier one (positively parallel constraints are one).
     A kept column within ANTIPARALLEL_TOL = δ of −(a kept earlier one) is replaced by exactly that:
     the optimum of such a pair needs multipliers ~1/δ, which float64 turns back into p~ only to
-    ~1e-15/δ; as an exact pair (⟨p~, M_j⟩ = 0) p~ violates the original by at most about δ."""
+    ~1e-15/δ; as an exact pair (⟨p~, M_j⟩ = 0) p~ violates the original by at most about δ. Only the columns with
+    a candidate (|cos| ≥ 1 − 1e-6 with an earlier one in some row) can change: they are found with a host read,
+    or, with ``every``, every column after the first is checked instead (the same result)."""
     U, keep = U.clone(), live.clone()
-    cos = (U.transpose(-1, -2) @ U).abs().triu(1)  # [..., C, C]: |cos| of each pair i < j (accurate to ~eps)
-    for j in (cos >= 1 - 1e-6).flatten(0, -3).any(0).any(0).nonzero().flatten().tolist():  # columns with a candidate
+    if every:
+        columns = list(range(1, U.shape[-1]))
+    else:
+        cos = (U.transpose(-1, -2) @ U).abs().triu(1)  # [..., C, C]: |cos| of each pair i < j (accurate to ~eps)
+        columns = (cos >= 1 - 1e-6).flatten(0, -3).any(0).any(0).nonzero().flatten().tolist()
+    for j in columns:
         before, col = U[..., :j], U[..., j : j + 1]
         keep[..., j] &= ~(((before - col).norm(dim=-2) <= DUPLICATE_TOL) & keep[..., :j]).any(-1)
         anti = ((before + col).norm(dim=-2) <= ANTIPARALLEL_TOL) & keep[..., :j] & keep[..., j : j + 1]  # [..., j]
@@ -206,29 +308,60 @@ def _distinct(U: torch.Tensor, live: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 def _recover(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], dual: Dual) -> torch.Tensor:
     """p~ = p + Σ_j coef_j M_j block by block in ``p``'s dtype, or in float64 where ``dual.wide`` says; unmoved
-    rows stay as they are. What to move was decided on the host (:func:`_dual`); its coefficients and masks
-    cross to ``p``'s device once."""
+    rows stay as they are. From the host (:func:`_dual`) the coefficients and masks cross to ``p``'s device once,
+    and the blocks no row moves (or widens) are skipped; from the device (:func:`_dual_here`) every block is
+    computed and masked."""
     out = p.clone()
     S, C, _ = M.shape
-    if not any(dual.moves):
+    if dual.moves is not None and not any(dual.moves):
         return out
     coef, moved, wide = (v.to(p.device) for v in (dual.coef, dual.moved, dual.wide))
     native = coef.to(p.dtype)
     for b, cols in _pieces(blocks, S * (C + 1)):
-        if not dual.moves[b]:
+        if dual.moves is not None and not dual.moves[b]:
             continue
         shifted = torch.baddbmm(p[:, cols].unsqueeze(1), native[:, b].unsqueeze(1), M[:, :, cols]).squeeze(1)
-        if dual.widens[b]:
+        if dual.widens[b] if dual.widens is not None else p.dtype != torch.float64:
             exact = (p[:, cols].double() + (coef[:, b].unsqueeze(1) @ M[:, :, cols].double()).squeeze(1)).to(p.dtype)
             shifted = torch.where(wide[:, b, None], exact, shifted)
         out[:, cols] = torch.where(moved[:, b, None], shifted, p[:, cols])
     return out
 
 
+@functools.cache
 def _subsets(C: int, device: torch.device) -> torch.Tensor:
-    """All 2^C active sets as a [2^C, C] float64 0/1 mask, smallest first."""
+    """All 2^C active sets as a [2^C, C] float64 0/1 mask, smallest first (made once a device: a copy to a GPU
+    from pageable memory waits for it)."""
     masks = sorted(itertools.product((0.0, 1.0), repeat=C), key=sum)
     return torch.tensor(masks, dtype=torch.float64, device=device)
+
+
+def _least_squares(A: torch.Tensor, b: torch.Tensor, rtol: float) -> torch.Tensor:
+    """z minimizing ‖Az − b‖ for A [..., k, n] and b [..., k], by Gram–Schmidt orthogonalized twice (CGS2: its Q is
+    orthonormal to rounding) written as batched elementwise kernels: a GPU's tiny systems by the thousand, where
+    torch's SVD calls cuSOLVER per matrix and reads its convergence flags to the host. A column left with less
+    than ``rtol`` × its norm once the earlier ones are taken out (a zero column, a masked one, a dependent one) gets
+    z_j = 0, which leaves the least-squares residual as it is."""
+    n = A.shape[-1]
+    Q, R = torch.zeros_like(A), A.new_zeros((*A.shape[:-2], n, n))
+    for j in range(n):
+        a = A[..., j]
+        v = a
+        for _ in range(2 if j else 0):
+            c = (Q[..., :j] * v.unsqueeze(-1)).sum(-2)  # [..., j]
+            v = v - (Q[..., :j] * c.unsqueeze(-2)).sum(-1)
+            R[..., :j, j] += c
+        norm = torch.linalg.vector_norm(v, dim=-1)
+        live = norm > rtol * torch.linalg.vector_norm(a, dim=-1)
+        R[..., j, j] = torch.where(live, norm, 0.0)
+        Q[..., j] = torch.where(live.unsqueeze(-1), v / torch.where(live, norm, 1.0).unsqueeze(-1), 0.0)
+    c = (Q * b.unsqueeze(-1)).sum(-2)  # Qᵀb [..., n]
+    diag = R.diagonal(dim1=-2, dim2=-1)
+    z = torch.zeros_like(c)
+    for j in reversed(range(n)):
+        s = c[..., j] - (R[..., j, j + 1 :] * z[..., j + 1 :]).sum(-1)
+        z[..., j] = torch.where(diag[..., j] > 0, s / torch.where(diag[..., j] > 0, diag[..., j], 1.0), 0.0)
+    return z
 
 
 def _kkt(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -245,11 +378,11 @@ def _kkt(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, z: torch.Tensor) 
 
 
 def _solve_enumerate(
-    U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float
+    U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float, here: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact dual solution for small C (notes §2.2): for each active set A of kept columns solve
-    min ‖U_A z_A + r‖ (least squares on R's columns, SVD pseudo-inverse: exactly dependent columns,
-    C > block size, are fine), then take the set of least dual objective among those whose
+    min ‖U_A z_A + r‖ (least squares on R's columns, SVD pseudo-inverse, or with ``here`` a QR in batched
+    kernels, :func:`_least_squares`: exactly dependent columns, C > block size, are fine), then take the set of least dual objective among those whose
     estimated KKT residual is within ``tol`` (the optimum, whenever float64 resolves it), or else
     the one of least residual (two constraints nearly antiparallel: the optimum needs multipliers
     ~1/angle, which float64 cannot turn back into p~ to ``tol``; a neighbouring set is closer).
@@ -257,13 +390,28 @@ def _solve_enumerate(
     C = U.shape[-1]
     masks = _subsets(C, U.device)  # [A, C]
     UA = U.unsqueeze(0) * masks[:, None, None, :]  # [A, B, k, C]
-    z = (torch.linalg.pinv(UA, rtol=PINV_RTOL) @ -r.unsqueeze(-1)).squeeze(-1) * masks.unsqueeze(1)  # [A, B, C]
+    if here:
+        z = _least_squares(UA, -r.expand(len(masks), *r.shape), PINV_RTOL) * masks.unsqueeze(1)  # [A, B, C]
+    else:
+        z = (torch.linalg.pinv(UA, rtol=PINV_RTOL) @ -r.unsqueeze(-1)).squeeze(-1) * masks.unsqueeze(1)
     residual, objective = _kkt(U, r, keep, z)
     least = residual.min(0).values  # [B]
     admissible = residual <= least.clamp(min=tol)
     best = torch.where(admissible, objective, torch.inf).argmin(0)  # [B]
     chosen = z.gather(0, best.view(1, -1, 1).expand(1, -1, C)).squeeze(0)
     return chosen.clamp(min=0), residual.gather(0, best.view(1, -1)).squeeze(0)
+
+
+def _solve_ridge(U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ridge's second attempt (see :func:`_solve_nnls`), min_{z≥0} ‖U_keep z + r‖² + δ²‖z‖² with δ = RIDGE, by
+    enumerating its active sets (:func:`_solve_enumerate` of the kept columns stacked on δI: the ridged problem is
+    strictly convex, so its solution is unique and exact) on U's device, for C ≤ ENUMERATE_MAX_C; with its estimated
+    KKT residual for the plain problem (:func:`_kkt`). U [B, k, C], r [B, k], keep [B, C] → z [B, C], residual [B]."""
+    C = U.shape[-1]
+    ridged = torch.cat([U, torch.diag_embed(keep.to(U.dtype)) * RIDGE], dim=-2)  # a dropped column: no δ row
+    z, _ = _solve_enumerate(ridged, torch.cat([r, r.new_zeros((len(r), C))], dim=-1), keep, tol, here=True)
+    residual, _ = _kkt(U, r, keep, z)
+    return z, residual
 
 
 def _solve_nnls(

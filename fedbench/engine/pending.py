@@ -46,7 +46,7 @@ def read_metrics(tensors: list[torch.Tensor]) -> list[float]:
 
 def read_rounds(rounds: list[PendingRound]) -> None:
     """Every 0-d tensor of ``rounds`` (metrics, logs, finiteness) replaced by its host value, all read in one
-    transfer (floats; finiteness a bool)."""
+    transfer (floats; an integer tensor's an int, as a count logged on the host is; finiteness a bool)."""
     places: list[tuple[dict[str, Any], str]] = [
         (values, k)
         for r in rounds
@@ -57,7 +57,8 @@ def read_rounds(rounds: list[PendingRound]) -> None:
     flags = [r for r in rounds if isinstance(r.finite, torch.Tensor)]
     read = read_metrics([values[k] for values, k in places] + [r.finite for r in flags])  # type: ignore[misc]
     for (values, k), v in zip(places, read):
-        values[k] = v
+        whole = not values[k].is_floating_point() and values[k].dtype != torch.bool
+        values[k] = int(v) if whole else v
     for r, v in zip(flags, read[len(places) :]):
         r.finite = bool(v)
 

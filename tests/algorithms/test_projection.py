@@ -234,7 +234,7 @@ def test_memory_with_90_zero_columns_never_falls_back(blocks):
     rng = np.random.default_rng(11)
     d = sum(blocks)
     cuts = np.cumsum((0, *blocks))
-    before = projection.fallbacks
+    before = projection.fallback_total()
     for trial in range(100):
         M = np.zeros((100, d))
         M[rng.choice(100, 10, replace=False)] = rng.normal(size=(10, d))
@@ -249,7 +249,7 @@ def test_memory_with_90_zero_columns_never_falls_back(blocks):
             assert kkt_residual(p[lo:hi], M[:, lo:hi], pt[lo:hi]) <= 1e-10
             if trial < 3 and len(blocks) == 1:  # (Clarabel fails on the 8-coordinate block with 10 constraints)
                 np.testing.assert_allclose(pt[lo:hi], cvxpy_projection(p[lo:hi], live), atol=1e-7 * np.linalg.norm(p))
-    assert projection.fallbacks == before
+    assert projection.fallback_total() == before
 
 
 # -- (b) GradMA's per-tensor worker QP on near-degenerate constraints ------------------------------
@@ -305,14 +305,15 @@ def _integer_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 @pytest.mark.parametrize("name", list(_integer_sets()))
-@pytest.mark.parametrize("path", ["enumerate", "nnls"])
-def test_degenerate_sets_match_the_exact_solution(name, path):
-    """Both solver paths (C ≤ 4: active-set enumeration; padded with zero and repeated columns to
-    C = 9: NNLS) against the exact solution, no fallback."""
+@pytest.mark.parametrize("path", ["enumerate", "here", "nnls"])
+def test_degenerate_sets_match_the_exact_solution(monkeypatch, name, path):
+    """Every solver path (C ≤ 4: active-set enumeration, on the host or on the device; padded with zero and
+    repeated columns to C = 9: NNLS) against the exact solution, no fallback."""
     p, M = _integer_sets()[name]
     if path == "nnls":
         M = np.concatenate([M, np.zeros((2, M.shape[1])), M[::-1], 2 * M[:1]])
-    assert (len(M) <= projection.ENUMERATE_MAX_C) == (path == "enumerate")
+    monkeypatch.setattr(projection, "HERE", path == "here")
+    assert (len(M) <= projection.ENUMERATE_MAX_C) == (path != "nnls")
     pt, failed = project1(p, M)
     assert failed == 0
     np.testing.assert_allclose(pt, exact_projection(p, M), rtol=0, atol=1e-12 * np.linalg.norm(p))
@@ -329,11 +330,12 @@ def _near_pairs(C: int, delta: float, sign: int):
         yield p, np.concatenate([np.stack([c, sign * c + delta * u]), rng.normal(size=(C - 2, 6))])
 
 
-@pytest.mark.parametrize("C", [3, 8])
+@pytest.mark.parametrize("C,here", [(3, False), (3, True), (8, False)])
 @pytest.mark.parametrize("delta,sign", [(1e-5, -1), (1e-7, 1), (1e-10, 1)])
-def test_near_duplicate_and_near_antiparallel_columns_are_exact(C, delta, sign):
+def test_near_duplicate_and_near_antiparallel_columns_are_exact(monkeypatch, C, here, delta, sign):
     """Columns 1e-7 or 1e-10 from parallel and 1e-5 from antiparallel (normalized Gram condition
-    4e10) are distinct constraints, solved to 1e-10 of the exact solution."""
+    4e10) are distinct constraints, solved to 1e-10 of the exact solution (C = 3 on the host and on the device)."""
+    monkeypatch.setattr(projection, "HERE", here)
     for p, M in _near_pairs(C, delta, sign):
         pt, failed = project1(p, M)
         assert failed == 0
@@ -341,20 +343,25 @@ def test_near_duplicate_and_near_antiparallel_columns_are_exact(C, delta, sign):
         assert kkt_residual(p, M, pt) <= 1e-10
 
 
-@pytest.mark.parametrize("C", [3, 8])
+@pytest.mark.parametrize("C,here", [(3, False), (3, True), (8, False)])
 @pytest.mark.parametrize("delta,sign", [(1e-13, 1), (1e-7, -1), (1e-9, -1), (1e-11, -1)])
-def test_columns_closer_than_float64_resolves(C, delta, sign):
+def test_columns_closer_than_float64_resolves(monkeypatch, C, here, delta, sign):
     """Columns 1e-13 from parallel are one constraint. Columns δ ≤ 1e-7 from antiparallel need
     multipliers ~1/δ at the optimum, which float64 turns back into p~ only to ~1e-15/δ (or, solved
     as an exact pair, p~ is off by ~δ): the KKT residual stays below 3e-8 (the worst, near δ = 1e-8)
     and nothing falls back; the exact solution itself is not resolvable (it moves by O(1) with δ)."""
+    monkeypatch.setattr(projection, "HERE", here)
     for p, M in _near_pairs(C, delta, sign):
         pt, failed = project1(p, M)
         assert failed == 0
         assert kkt_residual(p, M, pt) <= (1e-12 if sign > 0 else 3e-8)
 
 
-@pytest.mark.parametrize("solver,C", [(_solve_enumerate, 3), (_solve_nnls, 3), (_solve_nnls, 10)])
+def _enumerate_here(U, r, keep, tol):
+    return _solve_enumerate(U, r, keep, tol, here=True)
+
+
+@pytest.mark.parametrize("solver,C", [(_solve_enumerate, 3), (_enumerate_here, 3), (_solve_nnls, 3), (_solve_nnls, 10)])
 def test_dual_solvers_satisfy_kkt_on_r_form(solver, C):
     """z ≥ 0, Uᵀw ≥ 0 (= Mᵀp~ normalized, w = Uz + r), z_j (Uᵀw)_j = 0, on random and rank-deficient sets."""
     rng = np.random.default_rng(7)
@@ -391,9 +398,9 @@ def test_a_rank_deficient_block_the_first_attempt_misses_is_solved_with_the_ridg
     x = cp.Variable(d)  # the projection itself is unique (its multipliers are not): an independent solve
     cp.Problem(cp.Minimize(cp.sum_squares(x - p)), [M @ x >= 0]).solve()
     unit = M / np.linalg.norm(M, axis=1, keepdims=True)
-    start = projection.fallbacks
+    start = projection.fallback_total()
     out, failed = project1(p, M)
-    assert failed == 0 and projection.fallbacks == start
+    assert failed == 0 and projection.fallback_total() == start
     assert (unit @ out).min() >= -1e-6 * np.linalg.norm(p)
     np.testing.assert_allclose(out, x.value, rtol=0, atol=1e-5 * np.linalg.norm(p))  # cvxpy: ~1e-6
     plain, ridges = projection._solve_nnls, []
@@ -405,7 +412,7 @@ def test_a_rank_deficient_block_the_first_attempt_misses_is_solved_with_the_ridg
 
     monkeypatch.setattr(projection, "_solve_nnls", first_attempt_misses)
     again, failed = project1(p, M)
-    assert ridges == [0.0, projection.RIDGE] and failed == 0 and projection.fallbacks == start
+    assert ridges == [0.0, projection.RIDGE] and failed == 0 and projection.fallback_total() == start
     assert (unit @ again).min() >= -1e-6 * np.linalg.norm(p)
     np.testing.assert_allclose(again, out, rtol=0, atol=1e-6 * np.linalg.norm(p))
 
@@ -413,8 +420,8 @@ def test_a_rank_deficient_block_the_first_attempt_misses_is_solved_with_the_ridg
 @pytest.mark.allow_qp_fallback
 def test_failures_leave_the_block_unprojected_and_are_counted(monkeypatch):
     """(d) A block that cannot be solved is left as it was, counted per row and in the module's
-    ``fallbacks`` (which tests/conftest.py watches: this test is marked as exercising it)."""
-    start = projection.fallbacks
+    tally (:func:`~fedbench.algorithms.projection.fallback_total`, which tests/conftest.py watches: this test is marked as exercising it)."""
+    start = projection.fallback_total()
     rng = np.random.default_rng(9)
     p, M = rng.normal(size=(1, 10)), rng.normal(size=(1, 3, 10))
     p[0, 0] = np.nan  # block 1 cannot be solved; block 2 still is
@@ -432,7 +439,7 @@ def test_failures_leave_the_block_unprojected_and_are_counted(monkeypatch):
     N[0, 0] = -q[0]  # violated, so the solver is needed
     out, failed = project(torch.tensor(q), torch.tensor(N), (6,))
     assert failed.tolist() == [1] and torch.equal(out, torch.tensor(q))
-    assert projection.fallbacks == start + 2
+    assert projection.fallback_total() == start + 2
 
 
 @pytest.mark.allow_qp_fallback
@@ -440,13 +447,13 @@ def test_an_unsolvable_instance_is_counted_not_hidden(monkeypatch):
     """(d) A KKT tolerance no rounding can meet: every block falls back, in both paths."""
     monkeypatch.setattr(projection, "ACCEPT_TOL", -1.0)
     rng = np.random.default_rng(15)
-    start = projection.fallbacks
+    start = projection.fallback_total()
     for C in (3, 8):
         p, M = rng.normal(size=(2, 20)), rng.normal(size=(2, C, 20))
         M[:, 0] = -p  # violated
         out, failed = project(torch.tensor(p), torch.tensor(M), (10, 10))
         assert failed.tolist() == [2, 2] and torch.equal(out, torch.tensor(p))
-    assert projection.fallbacks == start + 8
+    assert projection.fallback_total() == start + 8
 
 
 def test_bad_shapes_are_rejected_with_a_message():
@@ -485,3 +492,138 @@ def test_float32_with_nearly_antiparallel_constraints_recovers_in_float64():
         )
         assert failed.tolist() == [0]
         np.testing.assert_allclose(out[0].numpy(), expected, rtol=0, atol=1e-6 * np.linalg.norm(p))
+
+
+# -- the device path (a GPU's, HERE): C ≤ 4 without a host read ------------------------------------------
+def _instances(seed: int, count: int):
+    """Random instances of C ≤ 4 with their degenerate kinds (duplicate, antiparallel, zero and violated
+    constraints, a zero p), unequal blocks, several rows, float64 and float32."""
+    rng = np.random.default_rng(seed)
+    for trial in range(count):
+        S, C = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        blocks = tuple(int(b) for b in rng.integers(1, 9, size=rng.integers(1, 4)))
+        p, M = rng.normal(size=(S, sum(blocks))), rng.normal(size=(S, C, sum(blocks)))
+        kind = trial % 6
+        if C >= 2 and kind == 1:
+            M[:, 1] = M[:, 0]
+        if C >= 2 and kind == 2:
+            M[:, 1] = -M[:, 0]
+        if kind == 3:
+            M[:, 0] = 0
+        if kind == 4:
+            M[:, 0] = -p
+        if kind == 5:
+            p[0] = 0
+        dtype = torch.float32 if trial % 2 else torch.float64
+        yield torch.tensor(p, dtype=dtype), torch.tensor(M, dtype=dtype), blocks
+
+
+def test_the_device_path_agrees_with_the_host_path(monkeypatch):
+    """GradMA's worker QP_l kept on the device (``HERE``, a GPU's path) solves the host path's problems: the same
+    p~ to float64's rounding (float32's for float32 inputs) and the same counts, over 200 random and degenerate
+    instances."""
+    for p, M, blocks in _instances(21, 200):
+        monkeypatch.setattr(projection, "HERE", False)
+        host, host_failed = project(p, M, blocks)
+        monkeypatch.setattr(projection, "HERE", True)
+        here, failed = project(p, M, blocks)
+        assert torch.equal(failed, host_failed) and failed.sum() == 0
+        tol = 1e-12 if p.dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(here, host, rtol=0, atol=tol * (1 + p.abs().max().item()))
+
+
+def test_least_squares_matches_lstsq_and_drops_dependent_columns():
+    """The device path's least squares (CGS2 in batched kernels) against LAPACK's; a zero or a repeated column gets
+    z_j = 0 and the residual of the independent columns."""
+    rng = np.random.default_rng(22)
+    A, b = torch.tensor(rng.normal(size=(6, 7, 4))), torch.tensor(rng.normal(size=(6, 7)))
+    z = projection._least_squares(A, b, projection.PINV_RTOL)
+    torch.testing.assert_close(z, torch.linalg.lstsq(A, b.unsqueeze(-1)).solution.squeeze(-1), rtol=1e-12, atol=1e-12)
+    deficient = A.clone()
+    deficient[:, :, 1] = 0.0
+    deficient[:, :, 3] = deficient[:, :, 0]
+    z = projection._least_squares(deficient, b, projection.PINV_RTOL)
+    assert (z[:, 1] == 0).all() and (z[:, 3] == 0).all()
+    independent = torch.linalg.lstsq(A[:, :, [0, 2]], b.unsqueeze(-1)).solution.squeeze(-1)
+    torch.testing.assert_close(z[:, [0, 2]], independent, rtol=1e-12, atol=1e-12)
+
+
+def test_the_device_path_reads_nothing_to_the_host(monkeypatch):
+    """No read of a tensor to the host (each would wait for a GPU): the host path reads the factors once."""
+    from fedbench.engine.pending import HostReads
+
+    p, M, blocks = next(_instances(23, 1))
+    for here, reads_expected in ((True, 0), (False, 1)):
+        monkeypatch.setattr(projection, "HERE", here)
+        with HostReads() as reads:
+            project(p, M, blocks)
+        assert reads.count == reads_expected, dict(reads.where)
+
+
+def test_the_device_paths_ridge_retry_agrees_with_the_host_paths(monkeypatch):
+    """(d) A block the first attempt leaves above ACCEPT_TOL (made to miss here, so the retry runs on every
+    machine; 4 constraints in 2 coordinates): the device path's ridge (the ridged problem's active sets
+    enumerated) agrees with the host path's (scipy's NNLS of it) and with cvxpy, and nothing is counted."""
+    rng = np.random.default_rng(24)
+    p, M = rng.normal(size=2), rng.normal(size=(4, 2))
+    M[0] = -p
+    x = cp.Variable(2)
+    cp.Problem(cp.Minimize(cp.sum_squares(x - p)), [M @ x >= 0]).solve()
+    plain, calls = projection._solve_enumerate, []
+
+    def first_attempt_misses(U, r, keep, tol, here=False):
+        ridged = U.shape[-2] > U.shape[-1] + 1
+        calls.append(ridged)
+        z, residual = plain(U, r, keep, tol, here)
+        return (z, residual) if ridged else (z, torch.full_like(residual, torch.inf))
+
+    monkeypatch.setattr(projection, "_solve_enumerate", first_attempt_misses)
+    start = projection.fallback_total()
+    outs = []
+    for here in (False, True):
+        monkeypatch.setattr(projection, "HERE", here)
+        out, failed = project1(p, M)
+        assert failed == 0
+        outs.append(out)
+    assert calls == [False, False, True] and projection.fallback_total() == start
+    np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(outs[1], x.value, rtol=0, atol=1e-6)
+    assert (M @ outs[1]).min() >= -1e-6
+
+
+@pytest.mark.allow_qp_fallback
+def test_the_device_path_counts_a_failed_block_without_reading_it(monkeypatch):
+    """(d) A non-finite block is left unprojected on the device too: its row's count is a tensor, added to the
+    tally that :func:`~fedbench.algorithms.projection.fallback_total` reads."""
+    monkeypatch.setattr(projection, "HERE", True)
+    rng = np.random.default_rng(25)
+    p, M = rng.normal(size=(2, 10)), rng.normal(size=(2, 3, 10))
+    p[0, 0] = np.nan
+    start = projection.fallback_total()
+    out, failed = project(torch.tensor(p), torch.tensor(M), (5, 5))
+    assert failed.tolist() == [1, 0] and projection.fallback_total() == start + 1
+    np.testing.assert_array_equal(out[0, :5].numpy(), p[0, :5])
+    monkeypatch.setattr(projection, "HERE", False)
+    expected, _ = project(torch.tensor(p[1:]), torch.tensor(M[1:]), (5, 5))
+    torch.testing.assert_close(out[1:], expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_worker_projection_does_not_synchronise():
+    """On CUDA a projection of C ≤ 4 queues its work without one synchronising call (torch's sync debug mode
+    raises on the first) and agrees with the host path on the CPU."""
+    for p, M, blocks in _instances(26, 12):
+        projection.project(p.cuda(), M.cuda(), blocks)  # the first call per C copies its active sets over
+    torch.cuda.synchronize()
+    for p, M, blocks in _instances(26, 12):
+        host, host_failed = project(p, M, blocks)
+        on_gpu = p.cuda(), M.cuda()  # copied before: a copy from pageable memory waits
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            here, failed = project(*on_gpu, blocks)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert torch.equal(failed.cpu(), host_failed)
+        tol = 1e-12 if p.dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(here.cpu(), host, rtol=0, atol=tol * (1 + p.abs().max().item()))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import fedbench.engine.runner as runner
+from fedbench.algorithms import projection
 from fedbench.engine.pending import HostReads, PendingRound, read_rounds, to_device
 from fedbench.engine.population import PopulationRun, execute_population, population_round
 from fedbench.engine.precision import default_dtype
@@ -21,9 +22,8 @@ from tests.factories import tiny_scenario
 
 # Algorithms whose round reads device values on the host by design, and why (each is checked to still read).
 READS_BY_DESIGN = {
-    "gradma": "the QP reads its reduced factors to the host once a call and solves there; its fallback counts",
+    "gradma": "QP_g reads the memory's live constraints and reduced factors to the host and solves there (mem_red)",
     "gradma_s": "as gradma",
-    "gradma_w": "as gradma",
     "cflag": "Eq. 9's adaptive rates are host floats; its logs list each client's rates",
     "cflag_gd": "as cflag",
     "fedtrack": "the full-gradient table's width is the clients' largest ⌈n_i/B⌉ (a shape)",
@@ -43,7 +43,8 @@ def cache(tmp_path):
 
 
 @pytest.mark.parametrize("name", BATCHABLE)
-def test_a_round_between_reads_reads_nothing_to_the_host(tmp_path, name):
+def test_a_round_between_reads_reads_nothing_to_the_host(tmp_path, monkeypatch, name):
+    monkeypatch.setattr(projection, "HERE", True)  # GradMA's QP_l as on a GPU: on the device
     spec = spec_of(name)
     with default_dtype(torch.float64):
         loop = RoundLoop(spec, 0, build_run(spec, 0, cache(tmp_path)), "batched", None, "off")
@@ -193,7 +194,8 @@ def test_read_rounds_reads_every_device_value_once():
     with HostReads() as reads:
         read_rounds(rounds)
     assert reads.count == 1  # one transfer
-    assert rounds[0].metrics == {"a": 0.5, "b": 2.0, "c": None} and rounds[0].extra == {"n": 3.0}
+    assert rounds[0].metrics == {"a": 0.5, "b": 2.0, "c": None} and rounds[0].extra == {"n": 3}
+    assert type(rounds[0].extra["n"]) is int  # an integer tensor's count, as a count logged on the host
     assert rounds[0].finite is True and rounds[1].finite is False and rounds[1].extra == {"list": [1, 2]}
 
 
@@ -204,9 +206,9 @@ def test_to_device_keeps_the_values():
 
 @pytest.mark.gpu
 def test_a_round_between_reads_does_not_synchronise_the_gpu(tmp_path):
-    """On CUDA, a non-reading round of FedAvg and SCAFFOLD queues its work without one synchronising call
+    """On CUDA, a non-reading round of FedAvg, SCAFFOLD and GradMA-W (its QP_l on the device) queues its work without one synchronising call
     (torch's sync debug mode raises on the first: a read, a copy from pageable memory, a nonzero)."""
-    for name in ("fedavg", "scaffold"):
+    for name in ("fedavg", "scaffold", "gradma_w"):
         spec = spec_of(name)
         loop = RoundLoop(spec, 0, build_run(spec, 0, DataCache(tmp_path, False, torch.device("cuda"))), "batched")
         loop.lazy_round(1)

@@ -93,7 +93,7 @@ def test_float32_is_bit_for_bit(tmp_path, joint_calls, name, server):
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")
-@pytest.mark.parametrize("name", ["gradma_w", "fedtrack"])
+@pytest.mark.parametrize("name", ["gradma_s", "fedtrack"])
 def test_runs_it_cannot_join_are_updated_alone(tmp_path, joint_calls, name):
     store, outs, alone_store, alone_outs = train_both(tmp_path, one_shape(name))
     assert_same(store, outs, alone_store, alone_outs)
