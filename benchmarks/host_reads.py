@@ -1,14 +1,15 @@
 """Host reads a run makes, round by round: each would make a GPU wait for its queue (issue 26, item 3).
 
     python -m benchmarks.host_reads [--config configs/quickstart.yaml] [--algorithms fedavg,scaffold]
-        [--rounds 10] [--every 5] [--runs 1] [--top 3]
+        [--rounds 10] [--every 5] [--runs 1] [--top 3] [--qp-here]
 
 Trains each algorithm's entry of the scenario (at ``--scale``, if given; evaluated every ``every`` rounds) from an
 empty store through :func:`~fedbench.engine.runner.execute_run`, or ``--runs R`` seeds as one population, for
 ``rounds`` and for 2 × ``rounds`` rounds, and counts the reads of torch tensors to the host (``item``, ``tolist``, ``float``, ``bool``, …;
 :class:`~fedbench.engine.pending.HostReads`). On a CPU nothing waits, but the count is what a GPU run would
 wait for; and the host→device copies (:class:`Copies`). The difference of the two runs is what ``rounds`` more rounds
-read, without the setup's reads. Not a timed test; runs on older commits too
+read, without the setup's reads. ``--qp-here`` solves GradMA's QP_l (C ≤ 4) as on a GPU, on the device
+(``fedbench.algorithms.projection.HERE``; the CPU's default is the host). Not a timed test; runs on older commits too
 (``PYTHONPATH=<worktree> python -m benchmarks.host_reads`` with this file's HostReads copied there).
 """
 
@@ -65,7 +66,7 @@ class Copies:
 def reads_of(config: str, scale: str | None, name: str, rounds: int, every: int, runs: int) -> tuple[HostReads, Copies]:
     """The host reads of ``runs`` seeds of the scenario's ``name`` entry trained ``rounds`` rounds from an empty
     store (one population when ``runs`` > 1), evaluated every ``every``."""
-    overrides = [f"rounds={rounds}", f"eval.every={every}", f"checkpoint_every={rounds}"]
+    overrides = [f"rounds={rounds}", f"eval.every={every}", f"checkpoint_every={rounds}", "tune=false"]
     specs = resolve_runs(load_scenario(Path(config), overrides, scale=scale), scale)
     spec = next(s for s in specs if s.algorithm["name"] == name)
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-reads-")))
@@ -87,9 +88,15 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--top", type=int, default=3)
+    ap.add_argument("--qp-here", action="store_true", help="GradMA's QP_l on the device, as on a GPU")
     args = ap.parse_args()
+    if args.qp_here:
+        import fedbench.algorithms.projection as projection
+
+        projection.HERE = True
     what = "one run" if args.runs == 1 else f"a population of {args.runs} runs"
-    print(f"{args.config} (scale {args.scale}), evaluated every {args.every} rounds, {what}, on cpu: the reads of")
+    qp = ", QP_l on the device" if args.qp_here else ""
+    print(f"{args.config} (scale {args.scale}), evaluated every {args.every} rounds, {what}{qp}, on cpu: the reads of")
     print(f"rounds {args.rounds + 1}-{2 * args.rounds} (a run of {2 * args.rounds} rounds less one of {args.rounds})")
     for name in args.algorithms.split(","):
         (short, short_copies), (long, long_copies) = (

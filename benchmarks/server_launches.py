@@ -1,6 +1,6 @@
 """Kernels a population's server updates launch, with and without the vmapped update (issue 26, item 1).
 
-    python -m benchmarks.server_launches [--config configs/quickstart.yaml] [--algorithms fedavg,fedadam]
+    python -m benchmarks.server_launches [--config configs/quickstart.yaml] [--scale tiny] [--algorithms fedavg,fedadam]
         [--runs 8,32] [--rounds 6] [--device cpu|cuda]
 
 Trains ``R`` seeds of each algorithm's entry of the scenario as one population from an empty store, twice: with
@@ -83,11 +83,13 @@ def counting_server(mode: Launches, joint: bool) -> Iterator[None]:
 
 
 def measure(
-    config: str, name: str, runs: int, rounds: int, joint: bool, device: str = "cpu"
+    config: str, name: str, runs: int, rounds: int, joint: bool, device: str = "cpu", scale: str | None = None
 ) -> tuple[Launches, float, Any]:
-    """Operators and seconds of ``runs`` seeds of the entry ``name`` trained ``rounds`` rounds as one population."""
-    overrides = [f"rounds={rounds}", f"eval.every={rounds}", f"checkpoint_every={rounds}"]
-    spec = next(s for s in resolve_runs(load_scenario(Path(config), overrides)) if s.algorithm["name"] == name)
+    """Operators and seconds of ``runs`` seeds of the entry ``name`` (of the scenario at ``scale``, untuned) trained
+    ``rounds`` rounds as one population."""
+    overrides = [f"rounds={rounds}", f"eval.every={rounds}", f"checkpoint_every={rounds}", "tune=false"]
+    specs = resolve_runs(load_scenario(Path(config), overrides, scale=scale), scale or "paper")
+    spec = next(s for s in specs if s.algorithm["name"] == name)
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-server-")))
     cache = DataCache(Path("data"), False, torch.device(device))
     mode = Launches()
@@ -113,19 +115,22 @@ def main() -> None:
     ap.add_argument("--runs", default="8,32")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--scale", default=None)
     args = ap.parse_args()
-    print(f"{args.config}, {args.rounds} rounds, one population, {args.device}, torch {torch.__version__}")
+    print(
+        f"{args.config} (scale {args.scale}), {args.rounds} rounds, one population, {args.device}, torch {torch.__version__}"
+    )
     print("operators a round (non-view ATen ops, each ≥ 1 kernel launch on a GPU), and wall seconds in all")
     print(
         "| algorithm | R | server update: alone | vmapped | ratio | whole round: alone | vmapped | s alone | s vmapped "
         "| largest difference |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    measure(args.config, "fedavg", 2, 2, joint=True, device=args.device)  # warm-up: imports, data, first calls
+    measure(args.config, "fedavg", 2, 2, True, args.device, args.scale)  # warm-up: imports, data, first calls
     for name in args.algorithms.split(","):
         for runs in [int(r) for r in args.runs.split(",")]:
-            before, t_before, m_before = measure(args.config, name, runs, args.rounds, False, args.device)
-            after, t_after, m_after = measure(args.config, name, runs, args.rounds, True, args.device)
+            before, t_before, m_before = measure(args.config, name, runs, args.rounds, False, args.device, args.scale)
+            after, t_after, m_after = measure(args.config, name, runs, args.rounds, True, args.device, args.scale)
             a, b = (m.drop(columns="run_id").to_numpy(dtype=float) for m in (m_before, m_after))
             differs = float(abs(a - b)[~(pd.isna(a) & pd.isna(b))].max())
             assert differs <= 1e-9, f"the numbers moved by {differs:.3g}"
