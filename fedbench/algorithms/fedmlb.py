@@ -21,20 +21,21 @@ Choices, following the authors' code (``local_update_method/FedMLB.py``) where t
 - The global blocks run in train mode, like the authors' deep-copied global model, with a
   scratch copy of any BatchNorm buffers.
 
-The custom loss runs on the sequential executor only (``batchable = False``).
+The loss is an :class:`~fedbench.models.flat.Objective` with one row per client (the global model), so it
+trains on either client executor and in populations; batched, each row averages over its real samples.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, RoundContext
-from fedbench.models.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel, RowFields, batch_mean, cross_entropy
 
 
 class FedMLBParams(BaseModel):
@@ -56,16 +57,20 @@ class FedMLBParams(BaseModel):
         return value
 
 
-def distillation(q: torch.Tensor, p: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL(softmax(q/T) ‖ softmax(p/T)), summed over classes and averaged over the batch."""
+def distillation(
+    q: torch.Tensor, p: torch.Tensor, temperature: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """KL(softmax(q/T) ‖ softmax(p/T)), summed over classes and averaged over the batch's real samples."""
     log_q, log_p = F.log_softmax(q / temperature, 1), F.log_softmax(p / temperature, 1)
-    return (log_q.exp() * (log_q - log_p)).sum(1).mean()
+    return batch_mean((log_q.exp() * (log_q - log_p)).sum(1), mask)
 
 
 @dataclass(frozen=True)
-class MLBObjective:
-    """FedMLB's local loss (module docstring) at a point, with the frozen global model ``[P]``."""
+class MLBObjective(RowFields):
+    """FedMLB's local loss (module docstring) at a point, with the frozen global model, one row per client
+    ``[S, P]`` (``[P]`` once :meth:`~fedbench.models.flat.RowFields.at` a client)."""
 
+    rows: ClassVar[tuple[str, ...]] = ("global_model",)
     global_model: torch.Tensor
     lambda1: float
     lambda2: float
@@ -73,7 +78,13 @@ class MLBObjective:
     branches: tuple[int, ...] | None = None
 
     def __call__(
-        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+        self,
+        model: FlatModel,
+        point: torch.Tensor,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         blocks = model.num_stages("fedmlb") - 1
         branches = self.branches or getattr(model.module, "fedmlb_branches", None) or tuple(range(1, blocks + 1))
@@ -85,9 +96,9 @@ class MLBObjective:
         ce, kd = [], []
         for b in branches:
             q = model.masked(model.run_stages(self.global_model, scratch, features[b - 1], start=b)[-1], y)
-            ce.append(F.cross_entropy(q, y))
-            kd.append(distillation(q, p, self.temperature))
-        return F.cross_entropy(p, y) + self.lambda1 * torch.stack(ce).mean() + self.lambda2 * torch.stack(kd).mean()
+            ce.append(cross_entropy(q, y, mask))
+            kd.append(distillation(q, p, self.temperature, mask))
+        return cross_entropy(p, y, mask) + self.lambda1 * torch.stack(ce).mean() + self.lambda2 * torch.stack(kd).mean()
 
 
 @ALGORITHMS.register(
@@ -96,20 +107,20 @@ class MLBObjective:
     FedMLBParams,
     label="FedMLB",
     compression=True,
-    batchable=False,
 )
 class FedMLB(Algorithm):
     """Local step w ← w − η_l·∇L(w; ξ) with FedMLB's loss L (module docstring); server FedAvg."""
 
     params: FedMLBParams
 
-    def objective(self, ctx: RoundContext) -> MLBObjective:
+    def objective(self, ctx: RoundContext, rows: torch.Tensor) -> MLBObjective:
+        """The round's loss of each client row of ``rows`` [S, P]: the global model x_t."""
         p = self.params
         branches = tuple(p.branches) if p.branches is not None else None
-        return MLBObjective(ctx.broadcast["x"], p.lambda1, p.lambda2, p.temperature, branches)
+        return MLBObjective(ctx.broadcast["x"].expand_as(rows), p.lambda1, p.lambda2, p.temperature, branches)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
-        return x - ctx.lr * grad(x, objective=self.objective(ctx)), carry
+        return x - ctx.lr * grad(x, objective=self.objective(ctx, x)), carry
 
 
 @ALGORITHMS.register(
@@ -119,7 +130,6 @@ class FedMLB(Algorithm):
     label="FedMLBM",
     server={"optimizer": "sgd", "momentum": 0.5},
     compression=True,
-    batchable=False,
 )
 class FedMLBM(FedMLB):
     """FedMLB's local loss with the FedAvgM server m ← β·m + Δ, x ← x + η_g·m (GradMA Alg. 5; β = 0.5)."""

@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
 from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.compress import BITS_PER_FLOAT
-from fedbench.models.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel, RowFields
 
 
 class ICaRLParams(BaseModel):
@@ -64,7 +64,7 @@ class ICaRLParams(BaseModel):
 
 
 @dataclass(frozen=True)
-class ICaRLObjective:
+class ICaRLObjective(RowFields):
     """iCaRL's BCE with distillation targets on the old classes (Alg. 3; module docstring)."""
 
     old_model: torch.Tensor  # [P]

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
 from fedbench.algorithms.state import ServerState, extend, state
-from fedbench.models.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel, RowFields
 
 
 class LwFParams(BaseModel):
@@ -88,7 +88,7 @@ class OldModel(NamedTuple):
 
 
 @dataclass(frozen=True)
-class LwFObjective:
+class LwFObjective(RowFields):
     """CE on the current minibatch + λ·KD against the frozen old model on the old heads."""
 
     old_model: torch.Tensor  # [P]

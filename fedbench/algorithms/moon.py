@@ -20,15 +20,16 @@ fedbench's choices where the paper or the GradMA notes (§4.6, §9.13) leave roo
 - Only z carries gradient, as in the original (the frozen networks have ``requires_grad=False``).
 
 The previous local models live in an ``[N, P]`` server-side table filled from the free ``_local``
-upload; in a deployment each client keeps its own. The custom loss runs on the sequential
-executor only (``batchable = False``).
+upload; in a deployment each client keeps its own. The loss is an
+:class:`~fedbench.models.flat.Objective` with one row per client (the global and the previous models), so it
+trains on either client executor and in populations; batched, each row averages over its real samples.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload
 from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.state import ServerState, extend, state
-from fedbench.models.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel, RowFields, batch_mean, cross_entropy
 
 
 class MoonParams(BaseModel):
@@ -46,24 +47,36 @@ class MoonParams(BaseModel):
     temperature: float = Field(default=0.5, gt=0, description="temperature τ of the contrastive loss")
 
 
-def contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, temperature: float) -> torch.Tensor:
+def contrastive_loss(
+    z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, temperature: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """ℓ_con = −log(e^{sim(z,z_glob)/τ} / (e^{sim(z,z_glob)/τ} + e^{sim(z,z_prev)/τ})), cosine sim,
-    mean over the batch (MOON Eq. 3; the code's cross-entropy on the two logits with label 0)."""
+    mean over the batch's real samples (MOON Eq. 3; the code's cross-entropy on the two logits with label 0)."""
     logits = torch.stack([F.cosine_similarity(z, z_glob, dim=-1), F.cosine_similarity(z, z_prev, dim=-1)], 1)
-    return F.cross_entropy(logits / temperature, torch.zeros(len(z), dtype=torch.long, device=z.device))
+    if mask is None:
+        return F.cross_entropy(logits / temperature, torch.zeros(len(z), dtype=torch.long, device=z.device))
+    return batch_mean(-torch.log_softmax(logits / temperature, -1)[:, 0], mask)
 
 
 @dataclass(frozen=True)
-class MoonObjective:
-    """MOON's local loss CE + μ·ℓ_con (Eq. 4) at a point, with the frozen global and previous models ``[P]``."""
+class MoonObjective(RowFields):
+    """MOON's local loss CE + μ·ℓ_con (Eq. 4) at a point, with the frozen global and previous models, one row
+    per client ``[S, P]`` (``[P]`` once :meth:`~fedbench.models.flat.RowFields.at` a client)."""
 
+    rows: ClassVar[tuple[str, ...]] = ("global_model", "previous_model")
     global_model: torch.Tensor
     previous_model: torch.Tensor
     mu: float
     temperature: float
 
     def __call__(
-        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+        self,
+        model: FlatModel,
+        point: torch.Tensor,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         blocks = model.num_stages("moon") - 1
         *_, z, logits = model.run_stages(point, buffers, x)
@@ -71,8 +84,8 @@ class MoonObjective:
             scratch = {k: v.clone() for k, v in buffers.items()}
             z_glob = model.run_stages(self.global_model, scratch, x, stop=blocks)[-1]
             z_prev = model.run_stages(self.previous_model, scratch, x, stop=blocks)[-1]
-        return F.cross_entropy(model.masked(logits, y), y) + self.mu * contrastive_loss(
-            z, z_glob, z_prev, self.temperature
+        return cross_entropy(model.masked(logits, y), y, mask) + self.mu * contrastive_loss(
+            z, z_glob, z_prev, self.temperature, mask
         )
 
 
@@ -92,7 +105,6 @@ class LocalModel(NamedTuple):
     MoonParams,
     label="MOON",
     compression=True,
-    batchable=False,
 )
 class Moon(Algorithm):
     """Local step w ← w − η_l·∇(CE + μ·ℓ_con)(w; ξ) (MOON Alg. 1, lines 9–17); server FedAvg."""
@@ -109,8 +121,9 @@ class Moon(Algorithm):
         return LocalModel(torch.where(seen, state.previous[clients], state.x))
 
     def objective(self, ctx: RoundContext) -> MoonObjective:
-        self.one_client(ctx)
-        return MoonObjective(ctx.broadcast["x"], ctx.held.previous[0], self.params.mu, self.params.temperature)
+        """The round's loss of each client row: the global model x_t and the client's previous model."""
+        previous = ctx.held.previous
+        return MoonObjective(ctx.broadcast["x"].expand_as(previous), previous, self.params.mu, self.params.temperature)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         return x - ctx.lr * grad(x, objective=self.objective(ctx)), carry
@@ -135,7 +148,6 @@ class Moon(Algorithm):
     label="MOONM",
     server={"optimizer": "sgd", "momentum": 0.5},
     compression=True,
-    batchable=False,
 )
 class MoonM(Moon):
     """MOON's local loss with the FedAvgM server m ← β·m + Δ, x ← x + η_g·m (GradMA Alg. 5; β = 0.5)."""

@@ -54,7 +54,7 @@ from fedbench.algorithms.lwf import LwFState, distillation, keep_old_model
 from fedbench.algorithms.state import extend, state
 from fedbench.algorithms.target_synthesis import SynthesisParams, Synthesizer
 from fedbench.compress import BITS_PER_FLOAT
-from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel
+from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel, RowFields
 from fedbench.seeding import torch_stream
 
 
@@ -82,7 +82,7 @@ class Held(NamedTuple):
 
 
 @dataclass(frozen=True)
-class TargetObjective:
+class TargetObjective(RowFields):
     """CE over the current task's classes + λ_KD·KD on a synthetic batch (module docstring)."""
 
     old_model: torch.Tensor  # [P]

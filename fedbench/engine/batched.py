@@ -30,13 +30,13 @@ from fedbench.algorithms.base import Algorithm, RoundContext, Upload, where_rows
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batched_layers import RowLayers, mix32
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.compiled import StepMode, step_function
+from fedbench.engine.compiled import StepMode, objective_step, step_function
 from fedbench.engine.executor import STATE_ROWS
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.pending import to_device
 from fedbench.engine.plan import RoundPlan, draw_plan
 from fedbench.engine.uploads import merged
-from fedbench.models.flat import Buffers, FlatModel
+from fedbench.models.flat import Buffers, FlatModel, Objective
 from fedbench.seeding import torch_seeds
 
 
@@ -75,9 +75,12 @@ class BatchedOracle:
         self.calls = 0
         self._grad = step_function(layers, mode)
 
-    def _evaluate(self, points: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Buffers]:
-        """Raw gradients, losses and updated buffers of every row; each call its own dropout keys.
-        A single row is evaluated as two copies of itself: vmap over one row runs ungrouped
+    def _evaluate(
+        self, points: torch.Tensor, mask: torch.Tensor, objective: Objective | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, Buffers]:
+        """Raw gradients, losses and updated buffers of every row (of the cross-entropy, or of ``objective``: an
+        algorithm's own loss, each row with its own values of the objective's ``rows`` fields); each call its
+        own dropout keys. A single row is evaluated as two copies of itself: vmap over one row runs ungrouped
         convolutions, whose float sums differ from the grouped ones of two or more rows, and a
         chunk of one client must give the numbers of a larger chunk."""
         self.layers.model.module.train()
@@ -88,15 +91,18 @@ class BatchedOracle:
         one = len(points) == 1
         rows = _twice if one else (lambda t: t)
         buffers = {n: rows(v) for n, v in self.buffers.items()}
-        grads, (_, (losses, updated)) = self._grad(
-            rows(points), buffers, rows(self.x), rows(self.y), rows(mask), rows(keys)
-        )
+        inputs = (rows(points), buffers, rows(self.x), rows(self.y), rows(mask), rows(keys))
+        if objective is None:
+            grads, (_, (losses, updated)) = self._grad(*inputs)
+        else:
+            fields = tuple(rows(getattr(objective, n)) for n in objective.rows)
+            grads, (_, (losses, updated)) = objective_step(self.layers, objective)(*inputs, fields)
         if one:
             grads, losses, updated = grads[:1], losses[:1], {n: v[:1] for n, v in updated.items()}
         return grads, losses, updated
 
-    def __call__(self, points: torch.Tensor) -> torch.Tensor:
-        grads, losses, updated = self._evaluate(points, self.mask)
+    def __call__(self, points: torch.Tensor, objective: Objective | None = None) -> torch.Tensor:
+        grads, losses, updated = self._evaluate(points, self.mask, objective)
         if self.first_loss is None:
             self.first_loss, self.updated = losses, updated
         return self.cfg.finish(grads, points)

@@ -87,10 +87,13 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, name: str, row: 
 def _update_running(
     module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, mean: torch.Tensor, var: torch.Tensor
 ) -> None:
-    """The running statistics torch's BatchNorm would hold after this batch, into ``row.updated``."""
+    """The running statistics torch's BatchNorm would hold after this batch, into ``row.updated``; the first
+    pass through the layer sets them (an objective's later frozen passes, on scratch buffers, leave them)."""
+    prefix = f"{name}." if name else ""
+    if prefix + "running_mean" in row.updated:
+        return
     tracked = module.num_batches_tracked + 1
     factor = 1.0 / tracked.to(mean.dtype) if module.momentum is None else module.momentum
-    prefix = f"{name}." if name else ""
     row.updated[prefix + "running_mean"] = (1 - factor) * module.running_mean + factor * mean
     row.updated[prefix + "running_var"] = (1 - factor) * module.running_var + factor * var
     row.updated[prefix + "num_batches_tracked"] = tracked
@@ -156,9 +159,16 @@ class RowLayers:
         self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, mask: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, Buffers]:
         """The row's output and its BatchNorm buffers after this forward (train mode)."""
+        return self.within(mask, key, lambda: self.model.logits(flat, buffers, x))
+
+    def within(
+        self, mask: torch.Tensor, key: torch.Tensor, forward: Callable[[], torch.Tensor]
+    ) -> tuple[torch.Tensor, Buffers]:
+        """``forward()`` with the model's BatchNorm and dropout layers in the row's versions (its mask and
+        dropout key), and the row's BatchNorm buffers after it."""
         row = self.row = _Row(mask, key)
         try:
-            out = self.model.logits(flat, buffers, x)
+            out = forward()
         finally:
             self.row = None
         return out, row.updated

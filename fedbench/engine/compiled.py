@@ -31,6 +31,7 @@ is never compiled).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from functools import partial
@@ -42,7 +43,7 @@ from torch.func import grad_and_value, vmap
 
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.graphed import GraphedStep
-from fedbench.models.flat import Buffers
+from fedbench.models.flat import Buffers, Objective
 from fedbench.options import COMPILE_CHOICES  # noqa: F401  (the vocabulary lives with the run options)
 
 # Local steps from which ``auto`` compiles: twice the break-even of the smallest win measured, a tiny
@@ -74,6 +75,29 @@ def row_loss(
     per_sample = -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)  # cross-entropy, exactly
     loss = (per_sample * mask).sum() / mask.sum().clamp(min=1)
     return loss, (loss.detach(), updated)
+
+
+def objective_step(layers: RowLayers, objective: Objective) -> StepFunction:
+    """``vmap(grad_and_value)`` of an algorithm's own loss (an :class:`~fedbench.models.flat.Objective`) over the
+    rows of ``layers``' model, eager, with the same outputs as :func:`step_function`'s; called with each row's
+    values of the objective's ``rows`` fields as a last argument. Built per call: its frozen fields change each
+    round."""
+    names = objective.rows
+
+    def row_loss(
+        flat: torch.Tensor,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        key: torch.Tensor,
+        fields: tuple[torch.Tensor, ...],
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]:
+        own = dataclasses.replace(objective, **dict(zip(names, fields)))  # type: ignore[type-var]
+        loss, updated = layers.within(mask, key, lambda: own(layers.model, flat, buffers, x, y, mask.to(flat.dtype)))
+        return loss, (loss.detach(), updated)
+
+    return vmap(grad_and_value(row_loss, has_aux=True), randomness="different")
 
 
 def step_function(layers: RowLayers, mode: StepMode = "eager") -> StepFunction:

@@ -6,8 +6,8 @@
 on a CPU, where the vmapped step measured slower than the per-client loop (benchmarks/README.md).
 Without a chunk size the batched path sizes its chunks from free device memory on CUDA (a
 one-client probe of the step's peak memory, :func:`probe_client_bytes`) and holds
-:data:`DEFAULT_CPU_CHUNK` clients on a CPU. Algorithms with ``batchable = False`` (their own local
-loss, :class:`~fedbench.models.flat.Objective`) always run sequentially. A batched run compiles its step per ``--compile``
+:data:`DEFAULT_CPU_CHUNK` clients on a CPU. Algorithms with ``batchable = False`` (a local loss that
+cannot run on padded rows) always run sequentially. A batched run compiles its step per ``--compile``
 (:func:`~fedbench.engine.compiled.compile_choice`). The choice and its reasons are one line of the
 run log.
 """

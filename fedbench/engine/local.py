@@ -84,8 +84,7 @@ class GradientOracle:
     """Minibatch gradient at any point(s) for one client and one local step.
 
     ``grad(points, objective)`` differentiates an algorithm's own local loss (an
-    :class:`~fedbench.models.flat.Objective`) instead of cross-entropy; only this sequential
-    oracle accepts one, so such algorithms set ``batchable = False``.
+    :class:`~fedbench.models.flat.Objective`, row i's ``objective.at(i)``) instead of cross-entropy.
 
     BatchNorm running statistics are updated by the step's first evaluation only — the gradient
     at the point the client trains; an algorithm's auxiliary evaluations (a perturbed point, an
@@ -129,10 +128,10 @@ class GradientOracle:
         """clip(∇) + λ·z per row; only the step's first primary evaluation moves BatchNorm
         statistics (and gives the step's loss), every other one works on a scratch copy."""
         grads = []
-        for z in points:
+        for i, z in enumerate(points):
             first = primary and self.first_loss is None
             buffers = self.buffers if first else {k: v.clone() for k, v in self.buffers.items()}
-            loss, g = self.model.loss_and_grad(z, buffers, x, y, objective)
+            loss, g = self.model.loss_and_grad(z, buffers, x, y, None if objective is None else objective.at(i))
             if first:
                 self.first_loss = loss
             grads.append(g)

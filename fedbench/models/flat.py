@@ -5,14 +5,16 @@ module's parameters (views, no copies) for a functional forward pass, returns th
 gradient as a flat vector, and evaluates a flat model on a whole split. Buffers (BatchNorm
 running statistics) are kept apart from parameters as a name → tensor dict.
 
-The minibatch loss is cross-entropy unless an :class:`Objective` replaces it (MOON, FedMLB);
+The minibatch loss is cross-entropy unless an :class:`Objective` replaces it (MOON, FedMLB), on either client
+executor;
 models that define ``stages()`` (see ``fedbench/models/registry.py``) can be evaluated block by
 block with :meth:`FlatModel.run_stages`, e.g. local blocks followed by a frozen global model's.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import dataclasses
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -28,14 +30,54 @@ MASKED_LOGIT = -1e9  # exp underflows to exactly 0 in float32; finite, so KL ter
 class Objective(Protocol):
     """A local minibatch loss replacing cross-entropy: a scalar, differentiable in ``point``.
 
-    Called in train mode with the step's buffers (BatchNorm statistics update in place); frozen
-    reference points (the global model, a client's previous model) are the objective's own fields.
-    Classifier outputs go through ``model.masked(logits, y)`` (continual heads; identity otherwise).
+    Called in train mode with the step's buffers (BatchNorm statistics move with the step's forward pass
+    through ``point``, as with cross-entropy: a frozen pass gets a scratch copy); frozen reference points (the
+    global model, a client's previous model) are the objective's own fields, one row per client ``[S, …]`` for
+    the fields named in ``rows``. The sequential executor calls client i's objective (:meth:`at`) on its
+    unpadded batch (``mask`` None); the batched one calls each row's on its padded batch, whose real samples
+    (``mask`` 1) the loss averages over (:func:`batch_mean`), under ``torch.func.vmap`` (eager, whatever
+    ``--compile`` says). Classifier outputs go through ``model.masked(logits, y)`` (continual heads; identity
+    otherwise).
     """
 
+    rows: ClassVar[tuple[str, ...]]
+
     def __call__(
-        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+        self,
+        model: FlatModel,
+        point: torch.Tensor,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor: ...
+
+    def at(self, i: int) -> Objective: ...
+
+
+class RowFields:
+    """:meth:`Objective.at` for a frozen dataclass: its ``rows`` fields indexed by the client."""
+
+    rows: ClassVar[tuple[str, ...]] = ()
+
+    def at(self, i: int) -> Objective:
+        return dataclasses.replace(self, **{n: getattr(self, n)[i] for n in self.rows})  # type: ignore[type-var]
+
+
+def batch_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean of per-sample ``values`` [B] over the batch's real samples: every one (``mask`` None) or those
+    with mask 1."""
+    if mask is None:
+        return values.mean()
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy over the batch's real samples: ``F.cross_entropy`` (``mask`` None), or the
+    masked mean of −log softmax at the label (the batched executor's padded batch)."""
+    if mask is None:
+        return F.cross_entropy(logits, y)
+    return batch_mean(-torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1), mask)
 
 
 class _StageRunner(nn.Module):

@@ -102,7 +102,7 @@ def test_fedmlb_loss_and_gradient_match_an_independent_computation(lambda1, lamb
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(8, 4, generator=g, dtype=torch.float64), torch.randint(0, 3, (8,), generator=g)
     oracle = GradientOracle(flat, {}, x, y, CFG)
-    got = oracle(w.unsqueeze(0), objective=MLBObjective(w_glob, lambda1, lambda2, temperature, branches))[0]
+    got = oracle(w.unsqueeze(0), objective=MLBObjective(w_glob[None], lambda1, lambda2, temperature, branches))[0]
     loss, want = fedmlb_by_hand(w, w_glob, x, y, lambda1, lambda2, temperature, branches or (1, 2))
     torch.testing.assert_close(oracle.first_loss, loss, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
@@ -114,7 +114,7 @@ def test_model_declared_branches_are_the_default():
     w, w_glob = points(flat)
     x, y = torch.randn(6, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1, 2])
     grad = lambda branches: GradientOracle(flat, {}, x, y, CFG)(  # noqa: E731
-        w.unsqueeze(0), objective=MLBObjective(w_glob, 1.0, 1.0, 1.0, branches)
+        w.unsqueeze(0), objective=MLBObjective(w_glob[None], 1.0, 1.0, 1.0, branches)
     )
     every, second = grad(None), grad((2,))
     flat.module.fedmlb_branches = (2,)
@@ -131,9 +131,9 @@ def test_branches_are_validated():
     x, y = torch.randn(4, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0])
     with pytest.raises(ValueError, match="between 1 and 2"):
         GradientOracle(flat, {}, x, y, CFG)(
-            flat.flatten().unsqueeze(0), objective=MLBObjective(flat.flatten(), 1, 1, 1, (3,))
+            flat.flatten().unsqueeze(0), objective=MLBObjective(flat.flatten()[None], 1, 1, 1, (3,))
         )
-    assert not ALGORITHMS.capabilities("fedmlb").batchable and not ALGORITHMS.capabilities("fedmlbm").batchable
+    assert ALGORITHMS.capabilities("fedmlb").batchable and ALGORITHMS.capabilities("fedmlbm").batchable
 
 
 # -- engine runs ----------------------------------------------------------------------------

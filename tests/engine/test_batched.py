@@ -103,10 +103,14 @@ def bn_scenario(model, name="fedavg", **local):
     return with_algorithm(raw, name)
 
 
+STAGED = {"moon", "moonm", "fedmlb", "fedmlbm"}  # their own losses run the model block by block (stages())
+
+
 @pytest.mark.parametrize("name", BATCHABLE)
 def test_batched_equals_sequential_with_batchnorm_for_every_algorithm(tmp_path, name):
-    """ConvMixer (BatchNorm2d), in float64 (local.precision: fp64)."""
-    params, shape = BN_MODELS["convmixer"]
+    """ConvMixer (BatchNorm2d), in float64 (local.precision: fp64); LeNet-5 with BatchNorm for the algorithms
+    whose own loss runs the model block by block."""
+    params, shape = BN_MODELS["lenet5_bn" if name in STAGED else "convmixer"]
     raw = bn_scenario(params, name, weight_decay=1e-3, clip_grad_norm=2.0, precision="fp64")
     seq, bat = metrics(tmp_path, raw, "sequential", shape=shape), metrics(tmp_path, raw, "batched", shape=shape)
     pd.testing.assert_frame_equal(seq, bat, rtol=F64_RTOL, atol=F64_ATOL)
@@ -128,6 +132,20 @@ def test_batched_equals_sequential_for_every_batchnorm_model(tmp_path, model, na
     raw = bn_scenario(params, name, precision="fp64")
     if model in HEAVY:
         raw.update(rounds=1, clients={"num": 4, "per_round": 2})
+    seq, bat = metrics(tmp_path, raw, "sequential", shape=shape), metrics(tmp_path, raw, "batched", shape=shape)
+    pd.testing.assert_frame_equal(seq, bat, rtol=F64_RTOL, atol=F64_ATOL)
+
+
+@pytest.mark.parametrize("model", ["tinynn", "lenet5_bn", "resnet20"])
+@pytest.mark.parametrize("name", ["moon", "fedmlb"])
+def test_own_local_losses_batched_equal_sequential(tmp_path, model, name):
+    """MOON's and FedMLB's own losses (frozen global and previous models, their passes on scratch BatchNorm
+    buffers; FedMLB's hybrid paths through the global blocks) on the batched rows, each averaged over the row's
+    real samples of unequal last batches: the sequential numbers in float64, with BatchNorm1d, BatchNorm2d and
+    residual blocks."""
+    params, shape = BN_MODELS[model]
+    raw = bn_scenario(params, name, precision="fp64")
+    raw["rounds"] = 3  # MOON's previous models are the clients' own from their second participation on
     seq, bat = metrics(tmp_path, raw, "sequential", shape=shape), metrics(tmp_path, raw, "batched", shape=shape)
     pd.testing.assert_frame_equal(seq, bat, rtol=F64_RTOL, atol=F64_ATOL)
 

@@ -194,9 +194,9 @@ def test_grouping():
     other_lr = tiny_spec({"local.lr": 0.01, "local.lr_decay": 0.9}, algorithm="fedavg")  # η_l rides on the rows
     other_algo = tiny_spec(algorithm={"name": "fedprox", "mu": 0.1})
     other_mu = tiny_spec(algorithm={"name": "fedprox", "mu": 0.01})
-    moon = tiny_spec(algorithm="moon")  # its own local loss: not batchable
+    moon = tiny_spec(algorithm="moon")  # its own local loss, on the rows: a population of its own runs
     specs = [*seeds_and_servers, other_lr, other_algo, moon, other_mu, a]
-    assert population_key(moon) is None
+    assert population_key(moon) is not None
     assert group_runs(specs, 8) == [[0, 1, 2, 3, 7], [4, 6], [5]]  # FedProx's μ rides on the rows (row_params)
     assert group_runs(specs, 2) == [[0, 1], [2, 3], [4, 6], [5], [7]]
     fedmim = [tiny_spec(algorithm="fedmim"), tiny_spec(algorithm={"name": "fedmim", "alpha": [0.1]})]
@@ -261,7 +261,7 @@ def test_population_equals_each_run_alone_on_cuda(tmp_path, name):
 def test_run_groups_a_scenarios_seeds_and_entries(tmp_path):
     """fedbench.api.run (as fedbench run) with --population 4: the 3 seeds of FedAvg and of FedAvg with server
     momentum (same local work, another server) form one population of 4 and one of 2; FedAvgM (another algorithm)
-    one of 3; MOON trains alone; every run is recorded."""
+    one of 3; MOON (its own local loss on the rows) another of 3; every run is recorded."""
     import sqlite3
 
     from fedbench import api
@@ -284,9 +284,8 @@ def test_run_groups_a_scenarios_seeds_and_entries(tmp_path):
     assert statuses == [("finished", 12)]
     assert [(note.split(",")[0], n) for note, n in notes] == [
         ("population of 2 runs", 2),
-        ("population of 3 runs", 3),
+        ("population of 3 runs", 6),
         ("population of 4 runs", 4),
-        ("sequential (the algorithm's local loss runs client by client)", 3),
     ]
 
 
