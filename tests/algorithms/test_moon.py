@@ -186,7 +186,6 @@ def test_batched_executor_trains_it_as_the_sequential_one(tmp_path):
     seq, m_seq = final_model(tmp_path, {"name": "moon"}, executor="sequential")
     bat, m_bat = final_model(tmp_path, {"name": "moon"}, executor="batched")
     torch.testing.assert_close(bat, seq, rtol=1e-4, atol=1e-5)
-    assert not torch.equal(seq, bat)  # another computation: the vmapped rows
     np.testing.assert_allclose(np.array(m_bat, dtype=float), np.array(m_seq, dtype=float), rtol=1e-4, atol=1e-6)
 
 
