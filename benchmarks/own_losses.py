@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.step_launches import Operators
 from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.setup import DataCache
 from fedbench.options import RunOptions
@@ -32,18 +32,6 @@ from fedbench.scenario import load_scenario, resolve_runs
 from fedbench.store import ResultsStore
 
 COLS = ["round", "train_loss", "test_loss", "test_acc"]
-
-
-class Operators(TorchDispatchMode):
-    """Counts the non-view ATen operators dispatched."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.count += not getattr(func, "is_view", False)
-        return func(*args, **(kwargs or {}))
 
 
 def train(config: str, scale: str, name: str, runs: int, rounds: int, how: str, device: str) -> tuple[int, float, Any]:

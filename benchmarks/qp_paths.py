@@ -23,25 +23,13 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.step_launches import Operators
 from fedbench.algorithms import projection
 from fedbench.engine.pending import HostReads
 
 BLOCKS = (39200, 50, 50, 50, 1250, 25, 25, 25, 250, 10)  # tinynn 784-50-25-10 with BatchNorm, per tensor
 C = 3  # GradMA's worker constraints: ∇f(x_{τ−1}), ∇f(x_t), x_τ − x_t
-
-
-class Operators(TorchDispatchMode):
-    """Counts the non-view ATen operators dispatched."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.count += not getattr(func, "is_view", False)
-        return func(*args, **(kwargs or {}))
 
 
 def median_seconds(f: Callable[[], Any], repeat: int, device: torch.device) -> float:

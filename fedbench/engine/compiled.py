@@ -67,9 +67,16 @@ def row_loss(
     y: torch.Tensor,
     mask: torch.Tensor,
     key: torch.Tensor,
+    fields: tuple[torch.Tensor, ...] = (),
+    objective: Objective | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]:
-    """One row's mean cross-entropy over its real samples (mask 1), with its loss and updated
-    BatchNorm buffers as auxiliary outputs."""
+    """One row's mean cross-entropy over its real samples (mask 1), or ``objective``'s loss (an algorithm's own,
+    :class:`~fedbench.models.flat.Objective`) with the row's values ``fields`` of its ``rows`` fields, with its
+    loss and updated BatchNorm buffers as auxiliary outputs."""
+    if objective is not None:
+        own = dataclasses.replace(objective, **dict(zip(objective.rows, fields)))  # type: ignore[type-var]
+        loss, updated = layers.within(mask, key, lambda: own(layers.model, flat, buffers, x, y, mask.to(flat.dtype)))
+        return loss, (loss.detach(), updated)
     logits, updated = layers.logits(flat, buffers, x, mask, key)
     logits = layers.model.masked(logits, y)
     per_sample = -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)  # cross-entropy, exactly
@@ -78,26 +85,11 @@ def row_loss(
 
 
 def objective_step(layers: RowLayers, objective: Objective) -> StepFunction:
-    """``vmap(grad_and_value)`` of an algorithm's own loss (an :class:`~fedbench.models.flat.Objective`) over the
-    rows of ``layers``' model, eager, with the same outputs as :func:`step_function`'s; called with each row's
-    values of the objective's ``rows`` fields as a last argument. Built per call: its frozen fields change each
-    round."""
-    names = objective.rows
-
-    def row_loss(
-        flat: torch.Tensor,
-        buffers: Buffers,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        mask: torch.Tensor,
-        key: torch.Tensor,
-        fields: tuple[torch.Tensor, ...],
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, Buffers]]:
-        own = dataclasses.replace(objective, **dict(zip(names, fields)))  # type: ignore[type-var]
-        loss, updated = layers.within(mask, key, lambda: own(layers.model, flat, buffers, x, y, mask.to(flat.dtype)))
-        return loss, (loss.detach(), updated)
-
-    return vmap(grad_and_value(row_loss, has_aux=True), randomness="different")
+    """``vmap(grad_and_value)`` of an algorithm's own loss over the rows of ``layers``' model (:func:`row_loss`
+    with ``objective``), eager, with the same outputs as :func:`step_function`'s; called with each row's values of
+    the objective's ``rows`` fields as a last argument. Built per call: its frozen fields change each round."""
+    loss = partial(row_loss, layers, objective=objective)
+    return vmap(grad_and_value(loss, has_aux=True), randomness="different")
 
 
 def step_function(layers: RowLayers, mode: StepMode = "eager") -> StepFunction:

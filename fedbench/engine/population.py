@@ -70,7 +70,7 @@ def population_key(spec: RunSpec, seed: int | None = None) -> str | None:
     block, so that every run is in the same task, with the same heads (the model's label mask), in each
     round; under ``continual.class_order: seeded`` also the ``seed`` (its own classes per task: a seed's
     tuning trials train together, other seeds apart). None for a run that trains alone: a non-batchable
-    algorithm (a local loss that cannot run on the rows: LwF's, iCaRL's, TARGET's)."""
+    algorithm (a local loss that cannot run on the batched rows)."""
     from fedbench.algorithms import ALGORITHMS
 
     caps = ALGORITHMS.get(spec.algorithm["name"]).obj.caps

@@ -240,7 +240,7 @@ def test_population_option_refuses_bad_values(bad):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["fedavg", "scaffold", "gradma", "fedcams", "fedmim"])
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "gradma", "gradma_w", "fedcams", "fedmim", "moon", "fedmlb"])
 def test_population_equals_each_run_alone_on_cuda(tmp_path, name):
     """On CUDA, in float32 with TF32 as runs use it: within the batched-vs-sequential tolerance of test_gpu.py."""
     runs = mixed_runs(name, local={**LOCAL, "precision": "fp32"})
