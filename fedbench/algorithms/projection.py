@@ -19,10 +19,11 @@ The factorization (the d-sized work) runs on p's device; the reduced problems ar
 transfer a call and solved there (:func:`_dual`: active sets, the ridge retry and the fallbacks are control
 flow), and their coefficients cross back once for p + Mz. On a GPU a projection of C ≤ ENUMERATE_MAX_C constraints
 (GradMA's worker side, at every local step) stays on the device instead, without a host read
-(:func:`_dual_here`): every column is checked for duplicates, the ridge retry is the enumeration of the ridged
-problem, every block is recovered and masked, and the fallback counts stay tensors (:func:`fallback_total`
-reads them). On the CPU that is the host path's computation but for the ridge retry's solver, so the CPU keeps
-the host path (``HERE``).
+(:func:`_dual_here`): every column is checked for duplicates, each active set's least squares is Gram–Schmidt
+in batched kernels (torch's SVD calls cuSOLVER per matrix and reads its convergence flags), the ridge retry is
+the enumeration of the ridged problem, every block is recovered and masked, and the fallback counts stay tensors
+(:func:`fallback_total` reads them). It agrees with the host path to float64 rounding, by other solvers, so the
+CPU keeps the host path, whose numbers the committed tables hold (``HERE``).
 
 Each row of ``p`` (a client, or the server's single vector) is projected separately, and within a
 row each *block* of coordinates (a parameter tensor with ``per_tensor`` granularity, as in the
@@ -98,6 +99,7 @@ def project(
 
 
 def _check(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int]) -> None:
+    """A one-line error for shapes that do not fit: p [S, P], M [S, C, P], blocks summing to P."""
     S, C, P = M.shape
     if p.shape != (S, P):
         raise ValueError(f"p must have shape [S, P] = {(S, P)} to match M {tuple(M.shape)}, got {tuple(p.shape)}")
@@ -178,9 +180,10 @@ def _dual(R: torch.Tensor, C: int, tol: float, dtype: torch.dtype) -> Dual:
 
 def _dual_here(R: torch.Tensor, C: int, tol: float, dtype: torch.dtype) -> Dual:
     """:func:`_dual` of C ≤ ENUMERATE_MAX_C constraints on R's device, without a host read: every column checked
-    for duplicates, and a block the first attempt leaves above ACCEPT_TOL takes the ridge's solution from
-    :func:`_solve_ridge` (the host path's is from ``scipy.optimize.nnls``: the same problem, whose solution is
-    unique, to another solver's rounding)."""
+    for duplicates, the active sets' least squares by :func:`_least_squares` (the host path's by SVD), and a block
+    the first attempt leaves above ACCEPT_TOL takes the ridge's solution from :func:`_solve_ridge` (the host
+    path's is from ``scipy.optimize.nnls``: the same problem, whose solution is unique, to another solver's
+    rounding)."""
     reduced = _reduce(R, C, every=True)
     Uf, rf, kf = reduced.flat()
     z, residual = _solve_enumerate(Uf, rf, kf, tol, here=True)

@@ -43,7 +43,7 @@ from torch.func import grad_and_value, vmap
 
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.graphed import GraphedStep
-from fedbench.models.flat import Buffers, Objective
+from fedbench.models.flat import Buffers, Objective, cross_entropy
 from fedbench.options import COMPILE_CHOICES  # noqa: F401  (the vocabulary lives with the run options)
 
 # Local steps from which ``auto`` compiles: twice the break-even of the smallest win measured, a tiny
@@ -78,9 +78,7 @@ def row_loss(
         loss, updated = layers.within(mask, key, lambda: own(layers.model, flat, buffers, x, y, mask.to(flat.dtype)))
         return loss, (loss.detach(), updated)
     logits, updated = layers.logits(flat, buffers, x, mask, key)
-    logits = layers.model.masked(logits, y)
-    per_sample = -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)  # cross-entropy, exactly
-    loss = (per_sample * mask).sum() / mask.sum().clamp(min=1)
+    loss = cross_entropy(layers.model.masked(logits, y), y, mask)  # −log softmax at the label: no ignore_index masks
     return loss, (loss.detach(), updated)
 
 
