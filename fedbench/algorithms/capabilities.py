@@ -47,7 +47,9 @@ class Capabilities:
     ``torch.func.vmap`` call (:mod:`fedbench.engine.population_server`; tests/engine/test_population_server.py
     checks it). ``joint_server``: its class's
     ``server_updates`` computes the server updates of several runs together (GradMA's QP_g over the runs' rows,
-    read to the host once), so a population hands it its runs of the class at once.
+    read to the host once), so a population hands it its runs of the class at once. ``own_loss``: its local steps
+    differentiate its own loss (``grad(z, objective=…)``, a :class:`~fedbench.models.flat.Objective`), which the
+    batched executor runs eager: ``--compile`` has no step of it to price or compile.
     """
 
     label: str
@@ -63,6 +65,7 @@ class Capabilities:
     client_dp: bool = False
     vmap_server: bool = False
     joint_server: bool = False
+    own_loss: bool = False
     diagnostics: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -125,6 +125,7 @@ class OldClasses(NamedTuple):
     compression=True,
     local_optimizer=True,
     batchable=False,
+    own_loss=True,
     replay_per_step=True,
 )
 class ICaRLFL(Algorithm):

@@ -115,6 +115,7 @@ class LwFObjective(RowFields):
     compression=True,
     local_optimizer=True,
     batchable=False,
+    own_loss=True,
 )
 class LwFFL(Algorithm):
     """Local steps on CE + λ·KD (module docstring); FedAvg server; θ_old and the old heads set at task ends."""

@@ -118,6 +118,7 @@ class TargetObjective(RowFields):
     compression=True,
     local_optimizer=True,
     batchable=False,
+    own_loss=True,
 )
 class Target(Algorithm):
     """Local steps on CE + λ_KD·KD on synthetic data; FedAvg server; generator and pool at task ends."""

@@ -131,15 +131,18 @@ def compile_choice(
     device: torch.device | None = None,
     priced: Callable[[], tuple[StepMode, str]] | None = None,
     resumed: StepMode | None = None,
+    own_loss: bool = False,
 ) -> tuple[StepMode, str]:
     """How a run's batched step runs (``choice``: ``--compile``; ``steps``: its local steps, on ``device``), and
-    why. ``auto`` takes ``priced()``, the choice at the step's measured prices (:mod:`fedbench.engine.step_price`),
+    why. An algorithm's own loss (``own_loss``) runs eager whatever ``choice`` says (:func:`objective_step`). ``auto`` takes ``priced()``, the choice at the step's measured prices (:mod:`fedbench.engine.step_price`),
     for runs of at least :data:`MIN_PRICED_STEPS` steps, and ``resumed``, the step a resumed run took before; with
     neither (a loop built by hand without a price book), the spec rule of :data:`COMPILE_MIN_STEPS`."""
     if choice not in COMPILE_CHOICES:
         raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {choice!r}")
     if not batched:
         return "eager", ""
+    if own_loss:
+        return "eager", "step eager (the algorithm's own local loss; --compile applies to cross-entropy's step)"
     if choice == "graphs":
         if device is not None and device.type == "cuda":
             return "graphed", f"step {STEP_WORDS['graphed']} (--compile graphs)"

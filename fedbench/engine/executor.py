@@ -53,14 +53,16 @@ def choose_executor(
     steps: int = 0,
     price: Callable[[int | None], tuple[StepMode, str]] | None = None,
     resumed: StepMode | None = None,
+    own_loss: bool = False,
 ) -> ClientExecutor:
     """The executor for ``--executor`` on ``device`` (``chunk``: ``--chunk``; ``probe``: bytes one
     client's batched step needs on CUDA), its step eager, compiled or graphed per ``--compile`` (``compile_step``) for
     a run of ``steps`` local steps: under ``auto``, ``price(chunk)``'s choice at the step's measured prices, or
-    ``resumed``, the step the run took before (:func:`~fedbench.engine.compiled.compile_choice`)."""
+    ``resumed``, the step the run took before (:func:`~fedbench.engine.compiled.compile_choice`); an algorithm's
+    own local loss (``own_loss``) runs eager, unpriced."""
     chosen = _executor(executor, device, batchable, chunk, probe)
     priced = None if price is None else (lambda: price(chosen.chunk))
-    step, why = compile_choice(compile_step, chosen.batched, steps, device, priced, resumed)
+    step, why = compile_choice(compile_step, chosen.batched, steps, device, priced, resumed, own_loss)
     return ClientExecutor(chosen.batched, chosen.chunk, "; ".join(filter(None, [chosen.note, why])), step)
 
 

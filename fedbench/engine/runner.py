@@ -252,9 +252,11 @@ class RoundLoop:
             assert book is not None
             return priced_step(RowLayers.of(s.model), inputs, steps, s.x0.device, book)
 
-        batchable = s.algorithm.caps.batchable
+        caps = s.algorithm.caps
         priced = price if book is not None else None
-        return choose_executor(executor, s.x0.device, batchable, chunk, probe, compile_step, steps, priced, resumed)
+        return choose_executor(
+            executor, s.x0.device, caps.batchable, chunk, probe, compile_step, steps, priced, resumed, caps.own_loss
+        )
 
     def plugin(self, kind: type[T]) -> T:
         """The attached plug-in of type ``kind``."""

@@ -10,7 +10,9 @@ from torch import nn
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.data.base import ArraySplit, DatasetSplits
+from fedbench.engine.batched import BatchedOracle
 from fedbench.engine.executor import DEFAULT_CPU_CHUNK, choose_executor
+from fedbench.engine.local import GradientOracle
 from fedbench.engine.precision import train_dtype
 from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
@@ -77,10 +79,21 @@ def with_algorithm(raw, name):
 
 
 @pytest.mark.parametrize("name", ALGORITHMS.names())
-def test_batched_equals_sequential(tmp_path, name):
+def test_batched_equals_sequential(tmp_path, monkeypatch, name):
+    """Every algorithm on both executors; and one that passes its own loss to ``grad`` declares ``own_loss`` (the
+    batched executor runs it eager, unpriced), one that does not, does not."""
+    objectives = []
+    for oracle in (GradientOracle, BatchedOracle):
+
+        def spying(self, points, objective=None, call=oracle.__call__):
+            objectives.append(objective is not None)
+            return call(self, points, objective)
+
+        monkeypatch.setattr(oracle, "__call__", spying)
     raw = with_algorithm(BASE, name)
     seq, bat = metrics(tmp_path, raw, "sequential"), metrics(tmp_path, raw, "batched")
     pd.testing.assert_frame_equal(seq, bat, rtol=1e-4, atol=1e-6)
+    assert any(objectives) == ALGORITHMS.capabilities(name).own_loss
 
 
 # BatchNorm in the batched path normalises with its own masked sums (fedbench.engine.batched_layers): the same

@@ -96,6 +96,19 @@ def test_the_step_is_really_compiled(tmp_path):
     assert not counters["stats"]["unique_graphs"]
 
 
+@pytest.mark.parametrize("choice", ["auto", "on", "graphs"])
+def test_an_algorithms_own_loss_runs_eager_unpriced(choice):
+    """Its loss is not the cross-entropy step --compile compiles: eager, and nothing priced, whatever is asked."""
+
+    def priced():
+        raise AssertionError("an own loss's step is not priced")
+
+    assert compile_choice(choice, True, 10**9, torch.device("cuda"), priced, own_loss=True) == (
+        "eager",
+        "step eager (the algorithm's own local loss; --compile applies to cross-entropy's step)",
+    )
+
+
 def test_auto_compiles_batched_runs_long_enough_to_repay_it():
     assert compile_choice("auto", True, COMPILE_MIN_STEPS) == (
         "compiled",
