@@ -65,10 +65,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("| rows | path | projection ms | dual ms | reads to the host | dual operators | largest difference |")
     print("|---|---|---|---|---|---|---|")
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device).manual_seed(0)
     for rows in [int(r) for r in args.rows.split(",")]:
-        p = torch.randn(rows, sum(BLOCKS), generator=generator).to(device)
-        M = torch.randn(rows, C, sum(BLOCKS), generator=generator).to(device)
+        p = torch.randn(rows, sum(BLOCKS), generator=generator, device=device)
+        M = torch.randn(rows, C, sum(BLOCKS), generator=generator, device=device)
         R = projection._factor(p, M, BLOCKS)
         outs = {}
         for here in (False, True):
