@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, Upload
 from fedbench.algorithms.client_table import ClientTable
 from fedbench.algorithms.state import ServerState, extend, state
-from fedbench.models.flat import Buffers, FlatModel, RowFields, batch_mean, cross_entropy
+from fedbench.models.flat import Buffers, FlatModel, RowFields, cross_entropy
 
 
 class MoonParams(BaseModel):
@@ -53,9 +53,7 @@ def contrastive_loss(
     """ℓ_con = −log(e^{sim(z,z_glob)/τ} / (e^{sim(z,z_glob)/τ} + e^{sim(z,z_prev)/τ})), cosine sim,
     mean over the batch's real samples (MOON Eq. 3; the code's cross-entropy on the two logits with label 0)."""
     logits = torch.stack([F.cosine_similarity(z, z_glob, dim=-1), F.cosine_similarity(z, z_prev, dim=-1)], 1)
-    if mask is None:
-        return F.cross_entropy(logits / temperature, torch.zeros(len(z), dtype=torch.long, device=z.device))
-    return batch_mean(-torch.log_softmax(logits / temperature, -1)[:, 0], mask)
+    return cross_entropy(logits / temperature, torch.zeros(len(z), dtype=torch.long, device=z.device), mask)
 
 
 @dataclass(frozen=True)

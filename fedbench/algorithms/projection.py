@@ -143,17 +143,17 @@ def solve(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], tol: float = 
 class Dual(NamedTuple):
     """The dual solution of every row and block: p~ = p + Σ_j coef_j M_j (``coef`` [S, B, C]), how many blocks
     of each row are left unprojected (``counts``), and per block the rows it moves (``moved`` [S, B]) and those
-    it recovers in float64 (``wide`` [S, B]), with whether any row does (``moves``, ``widens``). From the host
-    (:func:`_dual`) ``counts`` are Python ints and ``moves``, ``widens`` Python bools per block; from the device
-    (:func:`_dual_here`) ``counts`` is an [S] tensor and ``moves``, ``widens`` are None (every block is
-    recovered, and masked)."""
+    it recovers in float64 (``wide`` [S, B]), with whether any row may do so (``moves``, ``widens``: Python bools
+    per block). From the host (:func:`_dual`) ``counts`` are Python ints and the flags are read; from the device
+    (:func:`_dual_here`) ``counts`` is an [S] tensor and the flags are what is known without a read: every block
+    may move, and widen unless p is float64 (every block is recovered, and masked)."""
 
     coef: torch.Tensor
     counts: list[int] | torch.Tensor
     moved: torch.Tensor
     wide: torch.Tensor
-    moves: list[bool] | None
-    widens: list[bool] | None
+    moves: list[bool]
+    widens: list[bool]
 
 
 @host_side
@@ -212,8 +212,8 @@ class Reduced(NamedTuple):
 
     def dual(self, z: torch.Tensor, residual: torch.Tensor, dtype: torch.dtype) -> Dual:
         """The :class:`Dual` of the flat solution z and its estimated residual, on their device (``counts`` a
-        tensor, ``moves`` and ``widens`` None): a block above ACCEPT_TOL, or not finite, is left unprojected and
-        counted. ``dtype``: p's, whose rounding decides ``wide``."""
+        tensor, the block flags those known without a read): a block above ACCEPT_TOL, or not finite, is left
+        unprojected and counted. ``dtype``: p's, whose rounding decides ``wide``."""
         C = self.U.shape[-1]
         ok = (residual.reshape(self.finite.shape) <= ACCEPT_TOL) & self.finite
         z = torch.where(ok.unsqueeze(-1), z.reshape(self.keep.shape), 0.0)
@@ -222,7 +222,8 @@ class Reduced(NamedTuple):
         # float64 where p's dtype's rounding of the terms (Σ_j z_j·‖p‖ in all) would exceed its rounding of p~
         # (z_sum > 1: nearly antiparallel constraints), or a coefficient of a tiny column does not fit it
         wide = (~torch.isfinite(coef.to(dtype)).all(-1) | (z_sum > 1)) & (dtype != torch.float64)
-        return Dual(coef, failed, moved, wide, None, None)
+        blocks = self.finite.shape[-1]
+        return Dual(coef, failed, moved, wide, [True] * blocks, [dtype != torch.float64] * blocks)
 
 
 def _reduce(R: torch.Tensor, C: int, every: bool) -> Reduced:
@@ -311,20 +312,19 @@ def _distinct(U: torch.Tensor, live: torch.Tensor, every: bool = False) -> tuple
 
 def _recover(p: torch.Tensor, M: torch.Tensor, blocks: Sequence[int], dual: Dual) -> torch.Tensor:
     """p~ = p + Σ_j coef_j M_j block by block in ``p``'s dtype, or in float64 where ``dual.wide`` says; unmoved
-    rows stay as they are. From the host (:func:`_dual`) the coefficients and masks cross to ``p``'s device once,
-    and the blocks no row moves (or widens) are skipped; from the device (:func:`_dual_here`) every block is
-    computed and masked."""
+    rows stay as they are. From the host (:func:`_dual`) the coefficients and masks cross to ``p``'s device once;
+    the blocks no row moves (or widens) are skipped, as ``dual.moves`` and ``dual.widens`` say."""
     out = p.clone()
     S, C, _ = M.shape
-    if dual.moves is not None and not any(dual.moves):
+    if not any(dual.moves):
         return out
     coef, moved, wide = (v.to(p.device) for v in (dual.coef, dual.moved, dual.wide))
     native = coef.to(p.dtype)
     for b, cols in _pieces(blocks, S * (C + 1)):
-        if dual.moves is not None and not dual.moves[b]:
+        if not dual.moves[b]:
             continue
         shifted = torch.baddbmm(p[:, cols].unsqueeze(1), native[:, b].unsqueeze(1), M[:, :, cols]).squeeze(1)
-        if dual.widens[b] if dual.widens is not None else p.dtype != torch.float64:
+        if dual.widens[b]:
             exact = (p[:, cols].double() + (coef[:, b].unsqueeze(1) @ M[:, :, cols].double()).squeeze(1)).to(p.dtype)
             shifted = torch.where(wide[:, b, None], exact, shifted)
         out[:, cols] = torch.where(moved[:, b, None], shifted, p[:, cols])
@@ -384,11 +384,11 @@ def _solve_enumerate(
     U: torch.Tensor, r: torch.Tensor, keep: torch.Tensor, tol: float, here: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact dual solution for small C (notes §2.2): for each active set A of kept columns solve
-    min ‖U_A z_A + r‖ (least squares on R's columns, SVD pseudo-inverse, or with ``here`` a QR in batched
-    kernels, :func:`_least_squares`: exactly dependent columns, C > block size, are fine), then take the set of least dual objective among those whose
-    estimated KKT residual is within ``tol`` (the optimum, whenever float64 resolves it), or else
-    the one of least residual (two constraints nearly antiparallel: the optimum needs multipliers
-    ~1/angle, which float64 cannot turn back into p~ to ``tol``; a neighbouring set is closer).
+    min ‖U_A z_A + r‖ (least squares on R's columns, SVD pseudo-inverse, or with ``here`` Gram–Schmidt in
+    batched kernels, :func:`_least_squares`: exactly dependent columns, C > block size, are fine), then take the
+    set of least dual objective among those whose estimated KKT residual is within ``tol`` (the optimum, whenever
+    float64 resolves it), or else the one of least residual (two constraints nearly antiparallel: the optimum needs
+    multipliers ~1/angle, which float64 cannot turn back into p~ to ``tol``; a neighbouring set is closer).
     U [B, k, C] unit columns, r [B, k], keep [B, C] → z [B, C] ≥ 0 and its estimated residual [B]."""
     C = U.shape[-1]
     masks = _subsets(C, U.device)  # [A, C]

@@ -95,7 +95,7 @@ class BatchedOracle:
         if objective is None:
             grads, (_, (losses, updated)) = self._grad(*inputs)
         else:
-            fields = tuple(rows(getattr(objective, n)) for n in objective.rows)
+            fields = tuple(rows(v) for v in objective.row_values())
             grads, (_, (losses, updated)) = objective_step(self.layers, objective)(*inputs, fields)
         if one:
             grads, losses, updated = grads[:1], losses[:1], {n: v[:1] for n, v in updated.items()}

@@ -31,7 +31,6 @@ is never compiled).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from functools import partial
@@ -74,7 +73,7 @@ def row_loss(
     :class:`~fedbench.models.flat.Objective`) with the row's values ``fields`` of its ``rows`` fields, with its
     loss and updated BatchNorm buffers as auxiliary outputs."""
     if objective is not None:
-        own = dataclasses.replace(objective, **dict(zip(objective.rows, fields)))  # type: ignore[type-var]
+        own = objective.with_rows(fields)
         loss, updated = layers.within(mask, key, lambda: own(layers.model, flat, buffers, x, y, mask.to(flat.dtype)))
         return loss, (loss.detach(), updated)
     logits, updated = layers.logits(flat, buffers, x, mask, key)
@@ -134,7 +133,8 @@ def compile_choice(
     own_loss: bool = False,
 ) -> tuple[StepMode, str]:
     """How a run's batched step runs (``choice``: ``--compile``; ``steps``: its local steps, on ``device``), and
-    why. An algorithm's own loss (``own_loss``) runs eager whatever ``choice`` says (:func:`objective_step`). ``auto`` takes ``priced()``, the choice at the step's measured prices (:mod:`fedbench.engine.step_price`),
+    why. An algorithm's own loss (``own_loss``) runs eager whatever ``choice`` says (:func:`objective_step`).
+    ``auto`` takes ``priced()``, the choice at the step's measured prices (:mod:`fedbench.engine.step_price`),
     for runs of at least :data:`MIN_PRICED_STEPS` steps, and ``resumed``, the step a resumed run took before; with
     neither (a loop built by hand without a price book), the spec rule of :data:`COMPILE_MIN_STEPS`."""
     if choice not in COMPILE_CHOICES:

@@ -52,16 +52,27 @@ class Objective(Protocol):
         mask: torch.Tensor | None = None,
     ) -> torch.Tensor: ...
 
+    def row_values(self) -> tuple[torch.Tensor, ...]: ...
+
+    def with_rows(self, values: tuple[torch.Tensor, ...]) -> Objective: ...
+
     def at(self, i: int) -> Objective: ...
 
 
 class RowFields:
-    """:meth:`Objective.at` for a frozen dataclass: its ``rows`` fields indexed by the client."""
+    """The row fields of a frozen dataclass objective: their values (:meth:`row_values`), the objective with
+    others (:meth:`with_rows`: a batched row's, inside ``vmap``) and client i's (:meth:`at`)."""
 
     rows: ClassVar[tuple[str, ...]] = ()
 
+    def row_values(self) -> tuple[torch.Tensor, ...]:
+        return tuple(getattr(self, n) for n in self.rows)
+
+    def with_rows(self, values: tuple[torch.Tensor, ...]) -> Objective:
+        return dataclasses.replace(self, **dict(zip(self.rows, values)))  # type: ignore[type-var]
+
     def at(self, i: int) -> Objective:
-        return dataclasses.replace(self, **{n: getattr(self, n)[i] for n in self.rows})  # type: ignore[type-var]
+        return self.with_rows(tuple(v[i] for v in self.row_values()))
 
 
 def batch_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
