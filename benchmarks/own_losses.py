@@ -1,7 +1,11 @@
-"""MOON's and FedMLB's own local losses on the batched rows (issue 26): operators and seconds a run a round.
+"""Algorithms' own local losses on the batched rows (issue 26): operators and seconds a run a round.
 
     python -m benchmarks.own_losses [--algorithms moon,fedmlb] [--runs 4] [--rounds 3]
-        [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny] [--device cpu|cuda]
+        [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny] [--device cpu|cuda] [--set key=value]
+
+MOON and FedMLB on the tiny GradMA MNIST column by default; LwF-FL and iCaRL-FL on a C-FLAG file, e.g.
+``--config configs/cflag/ci_cifar10_iid.yaml --algorithms lwf_fl,icarl_fl --rounds 10 --set
+continual.rounds_per_task=2`` (5 tasks of 2 rounds: the distillation from the second task on).
 
 Trains seeds 0…R−1 of each algorithm's entry of the scenario (untuned) three ways from an empty store: each run
 alone on the sequential executor (the only way these algorithms trained before their losses ran on the rows),
@@ -34,10 +38,12 @@ from fedbench.store import ResultsStore
 COLS = ["round", "train_loss", "test_loss", "test_acc"]
 
 
-def train(config: str, scale: str, name: str, runs: int, rounds: int, how: str, device: str) -> tuple[int, float, Any]:
+def train(
+    config: str, scale: str, name: str, runs: int, rounds: int, how: str, device: str, extra: list[str]
+) -> tuple[int, float, Any]:
     """Operators, seconds and metrics of seeds 0…runs−1 of the entry ``name``, ``how``: ``sequential`` or
-    ``batched`` (each run alone) or ``population`` (all as one)."""
-    overrides = [f"rounds={rounds}", f"eval.every={rounds}", f"checkpoint_every={rounds}", "tune=false"]
+    ``batched`` (each run alone) or ``population`` (all as one); ``extra``: more ``key=value`` overrides."""
+    overrides = [f"rounds={rounds}", f"eval.every={rounds}", f"checkpoint_every={rounds}", "tune=false", *extra]
     spec = next(
         s
         for s in resolve_runs(load_scenario(Path(config), overrides, scale=scale), scale)
@@ -68,17 +74,21 @@ def main() -> None:
     ap.add_argument("--config", default="configs/gradma/mnist_s10_w0.01.yaml")
     ap.add_argument("--scale", default="tiny")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--set", action="append", default=[], help="a scenario override, key=value (repeatable)")
     args = ap.parse_args()
     print(
         f"{args.config} at {args.scale}, {args.runs} seeds, {args.rounds} rounds, {args.device}, torch {torch.__version__}"
     )
     print("| algorithm | how | operators a run a round | s a run a round | largest difference from sequential |")
     print("|---|---|---|---|---|")
-    train(args.config, args.scale, "fedavg", 1, 1, "batched", args.device)  # warm-up: imports, data, first calls
-    for name in args.algorithms.split(","):
+    names = args.algorithms.split(",")
+    train(args.config, args.scale, names[0], 1, args.rounds, "batched", args.device, args.set)  # warm-up: imports, data
+    for name in names:
         reference = None
         for how in ("sequential", "batched", "population"):
-            ops, seconds, numbers = train(args.config, args.scale, name, args.runs, args.rounds, how, args.device)
+            ops, seconds, numbers = train(
+                args.config, args.scale, name, args.runs, args.rounds, how, args.device, args.set
+            )
             per = args.runs * args.rounds
             if reference is None:
                 reference, differs = numbers, ""

@@ -400,10 +400,10 @@ def test_a_population_probe_prices_each_run_by_its_share_of_a_round(tmp_path: Pa
 
 
 def test_a_run_that_trains_alone_is_probed_alone(tmp_path: Path, fake_clock: None) -> None:
-    """LwF's local loss (continual, batchable = False) trains client by client, each run alone."""
+    """TARGET's local loss (continual, batchable = False) trains client by client, each run alone."""
     from tests.continual.common import RAW
 
-    sc = parse_scenario({**RAW, "seeds": [0, 1], "algorithms": [{"name": "lwf_fl"}]})
+    sc = parse_scenario({**RAW, "seeds": [0, 1], "algorithms": [{"name": "target_fl"}]})
     est = estimate.Estimator(RunOptions(device="cpu", data_dir=tmp_path / "data", population="4"))
     [c] = est.estimate(estimate.scenario_runs(sc)).classes
     assert c.cost is not None and c.cost.round_s == 1.0 and not c.cost.executor.startswith("population")

@@ -248,6 +248,7 @@ class AlgorithmContext:
     local_optimizer: LocalOptimizer = field(default_factory=LocalOptimizer)  # local.optimizer (x − η_l·d or Adam on d)
     batch_size: int = 0  # local.batch_size B (0: unknown); C-FLAG's IAG tables count minibatches of ⌈n_i/B⌉ per epoch
     host_client_state: bool = False  # [N, P] client tables in (pinned) host memory (fedbench run --client-state host)
+    tasks: int = 0  # a continual run's number of tasks (0 outside one)
 
     @property
     def blocks(self) -> tuple[int, ...]:

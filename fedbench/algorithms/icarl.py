@@ -35,15 +35,15 @@ per-round ``test_acc``/``test_loss`` are always the network classifier's.
 task's first round (free under full participation, not charged otherwise). The NME exchange at each
 task's end (N·|seen|·(d+1) floats up, N·|seen|·d down) is logged as ``nme_bits_up``/``nme_bits_down``,
 outside the per-round counters. The old model runs in train mode with scratch BatchNorm buffers (as
-MOON's frozen models). Custom loss: sequential executor only (``batchable = False``); local steps go
-through ``local.optimizer``. Needs a model with ``stages()`` (features) in a continual run.
+MOON's frozen models). The loss is an :class:`~fedbench.models.flat.Objective` with one row per client, so it
+trains on either client executor and in populations; local steps go through ``local.optimizer``. Needs a model with ``stages()`` (features) in a continual run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
 from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.compress import BITS_PER_FLOAT
-from fedbench.models.flat import Buffers, FlatModel, RowFields
+from fedbench.models.flat import Buffers, FlatModel, RowFields, batch_mean
 
 
 class ICaRLParams(BaseModel):
@@ -65,23 +65,33 @@ class ICaRLParams(BaseModel):
 
 @dataclass(frozen=True)
 class ICaRLObjective(RowFields):
-    """iCaRL's BCE with distillation targets on the old classes (Alg. 3; module docstring)."""
+    """iCaRL's BCE with distillation targets on the old classes (Alg. 3; module docstring), one row per client
+    ``[S, …]``: θ_old [S, P] and the old classes [S, K] bool, or [S, 0] before any task has ended. Each sample's
+    loss is summed over its classes and averaged over the batch's real samples (``mask`` 1 on the batched
+    executor's padded rows)."""
 
-    old_model: torch.Tensor  # [P]
-    old: torch.Tensor  # [K] bool: classes of finished tasks, or [0] before any task has ended
+    rows: ClassVar[tuple[str, ...]] = ("old_model", "old")
+    old_model: torch.Tensor
+    old: torch.Tensor
 
     def __call__(
-        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+        self,
+        model: FlatModel,
+        point: torch.Tensor,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         logits = model.logits(point, buffers, x)
-        targets = F.one_hot(y, logits.shape[1]).to(logits.dtype)
+        targets = (y.unsqueeze(-1) == torch.arange(logits.shape[1], device=y.device)).to(logits.dtype)  # one-hot
         allowed = torch.ones_like(logits, dtype=torch.bool) if model.label_mask is None else model.label_mask[y]
-        if bool(self.old.any()):
+        if self.old.shape[-1]:  # a task has ended: its classes are old
             old_logits = model.frozen_logits(self.old_model, buffers, x)
             targets = torch.where(self.old, torch.sigmoid(old_logits), targets)
             allowed = allowed | self.old
         bce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
-        return (bce * allowed).sum(1).mean()
+        return batch_mean((bce * allowed).sum(1), mask)
 
 
 def herding(features: torch.Tensor, count: int) -> list[int]:
@@ -124,7 +134,6 @@ class OldClasses(NamedTuple):
     label="iCaRL-FL",
     compression=True,
     local_optimizer=True,
-    batchable=False,
     own_loss=True,
     replay_per_step=True,
 )
@@ -143,8 +152,8 @@ class ICaRLFL(Algorithm):
         return OldClasses(state.old_model.expand(rows, -1), state.old.expand(rows, -1))
 
     def objective(self, ctx: RoundContext) -> ICaRLObjective:
-        self.one_client(ctx)
-        return ICaRLObjective(ctx.held.old_model[0], ctx.held.old[0])
+        """The round's loss of each client row: θ_old and the old classes."""
+        return ICaRLObjective(ctx.held.old_model, ctx.held.old)
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         return self.ctx.local_optimizer.step(x, grad(x, self.objective(ctx)), carry, ctx.lr)

@@ -20,8 +20,11 @@ Choices where the paper (notes §5, §8.14) leaves room:
 - The old model runs in train mode with a scratch copy of the BatchNorm buffers and without gradient
   (as MOON's frozen models); without BatchNorm or dropout (mlp, small_cnn, GroupNorm ResNet) this is
   the same as eval mode.
-- The custom loss needs the sequential gradient oracle (``batchable = False``). Steps go through
-  ``local.optimizer`` (SGD, or Adam reset every round). λ = 0 is Fine-FL exactly; outside a continual
+- The loss is an :class:`~fedbench.models.flat.Objective` with one row per client (θ_old and the old heads), so
+  it trains on either client executor and in populations: client by client the heads' columns are gathered
+  (:func:`distillation`); on the batched executor's padded rows every head is a mask over the K classes and each
+  row averages over its real samples (:func:`masked_distillation`, the same loss to float rounding). Steps go
+  through ``local.optimizer`` (SGD, or Adam reset every round). λ = 0 is Fine-FL exactly; outside a continual
   run there are no old classes and LwF-FL is FedAvg.
 """
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -38,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
 from fedbench.algorithms.state import ServerState, extend, state
-from fedbench.models.flat import Buffers, FlatModel, RowFields
+from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel, RowFields, batch_mean, cross_entropy
 
 
 class LwFParams(BaseModel):
@@ -65,6 +68,21 @@ def distillation(new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temp
     return total
 
 
+def masked_distillation(
+    new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temperature: float, count: int, mask: torch.Tensor
+) -> torch.Tensor:
+    """:func:`distillation` over the batch's real samples (``mask`` 1, as :func:`~fedbench.models.flat.batch_mean`)
+    without reading the heads: each head id h < ``count`` (a task's, so the stream's task count bounds them) is a
+    mask over the K classes, an id no class has adds 0, and the classes outside a head get
+    :data:`~fedbench.models.flat.MASKED_LOGIT` (probability 0, no gradient). Its shapes are static, so it runs under
+    ``torch.func.vmap`` on the batched executor's rows."""
+    inside = (heads == torch.arange(count, device=heads.device).unsqueeze(1)).unsqueeze(1)  # [H, 1, K]
+    target = F.softmax(torch.where(inside, (old / temperature).unsqueeze(0), MASKED_LOGIT), dim=-1)
+    log_p = F.log_softmax(torch.where(inside, (new / temperature).unsqueeze(0), MASKED_LOGIT), dim=-1)
+    per_sample = -torch.where(inside, target * log_p, 0.0).sum((0, 2))  # [B]: Σ_h −Σ_{c∈h} p^old log p^new
+    return batch_mean(per_sample, mask)
+
+
 @state
 class LwFState(ServerState):
     old_model: torch.Tensor  # θ_old [P], the global model at the end of the last task
@@ -89,22 +107,34 @@ class OldModel(NamedTuple):
 
 @dataclass(frozen=True)
 class LwFObjective(RowFields):
-    """CE on the current minibatch + λ·KD against the frozen old model on the old heads."""
+    """CE on the current minibatch + λ·KD against the frozen old model on the old heads, one row per client
+    ``[S, …]`` (θ_old [S, P] and the old heads [S, K], or [S, 0] before any task has ended); ``count`` bounds the
+    head ids (the stream's task count)."""
 
-    old_model: torch.Tensor  # [P]
-    heads: torch.Tensor  # [K] int64 (old_heads), or [0] before any task has ended
+    rows: ClassVar[tuple[str, ...]] = ("old_model", "heads")
+    old_model: torch.Tensor
+    heads: torch.Tensor
     lam: float
     temperature: float
+    count: int = 1
 
     def __call__(
-        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+        self,
+        model: FlatModel,
+        point: torch.Tensor,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         logits = model.logits(point, buffers, x)
-        loss = F.cross_entropy(model.masked(logits, y), y)
-        if not bool((self.heads >= 0).any()):
+        loss = cross_entropy(model.masked(logits, y), y, mask)
+        if self.heads.shape[-1] == 0:  # no task has ended: no old classes
             return loss
         old = model.frozen_logits(self.old_model, buffers, x)
-        return loss + self.lam * distillation(logits, old, self.heads, self.temperature)
+        if mask is None:
+            return loss + self.lam * distillation(logits, old, self.heads, self.temperature)
+        return loss + self.lam * masked_distillation(logits, old, self.heads, self.temperature, self.count, mask)
 
 
 @ALGORITHMS.register(
@@ -114,7 +144,6 @@ class LwFObjective(RowFields):
     label="LwF-FL",
     compression=True,
     local_optimizer=True,
-    batchable=False,
     own_loss=True,
 )
 class LwFFL(Algorithm):
@@ -132,9 +161,9 @@ class LwFFL(Algorithm):
         return OldModel(state.old_model.expand(rows, -1), state.heads.expand(rows, -1))
 
     def objective(self, ctx: RoundContext) -> LwFObjective:
-        self.one_client(ctx)
-        held = ctx.held
-        return LwFObjective(held.old_model[0], held.heads[0], self.params.lam, self.params.temperature)
+        """The round's loss of each client row: θ_old and the old heads."""
+        held, p = ctx.held, self.params
+        return LwFObjective(held.old_model, held.heads, p.lam, p.temperature, max(self.ctx.tasks, 1))
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         return self.ctx.local_optimizer.step(x, grad(x, self.objective(ctx)), carry, ctx.lr)

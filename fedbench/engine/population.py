@@ -184,6 +184,9 @@ def execute_population(
         r = runs[0]
         alone = (lambda t, m: on_round(0, t, m)) if on_round else None
         return [execute_run(r.spec, r.seed, store, cache, r.scenario_hash, alone, options)]
+    keys = {population_key(r.spec, r.seed) for r in runs}
+    if len(keys) != 1 or None in keys:
+        raise ValueError(f"these {len(runs)} runs cannot train as one population (their population keys differ)")
     outcomes: dict[int, RunOutcome] = {}
     retry: list[int] = []
     with ExitStack() as stack:

@@ -201,6 +201,7 @@ def build_run(spec: RunSpec, seed: int, cache: DataCache, host_client_state: boo
         optimizer,
         local.batch_size,
         host_client_state,
+        0 if spec.continual is None else spec.continual.tasks,
     )
     algorithm = entry.obj(spec.components.algorithm, ServerOptimizer(spec.server), ctx)
     task0 = None if tasks is None else 0

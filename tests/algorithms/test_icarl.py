@@ -77,7 +77,7 @@ def test_icarl_loss_and_gradient_match_an_independent_computation(mode, old):
     w, w_old = (flat.flatten() + 0.4 * torch.randn(flat.dim, generator=g, dtype=torch.float64) for _ in range(2))
     old_mask = torch.tensor([c in old for c in range(6)]) if old else torch.zeros(0, dtype=torch.bool)
     oracle = GradientOracle(flat, {}, x, y, CFG)
-    got = oracle(w.unsqueeze(0), objective=ICaRLObjective(w_old, old_mask))[0]
+    got = oracle(w.unsqueeze(0), objective=ICaRLObjective(w_old[None], old_mask[None]))[0]
     loss, want = icarl_by_hand(w, w_old, x, y, mode, old)
     torch.testing.assert_close(oracle.first_loss, loss, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
@@ -212,7 +212,7 @@ def test_network_classifier_keeps_the_engine_row_and_training_is_unchanged(tmp_p
     ends = [e for e in nme_extra if "task_acc" in e]
     assert [e["task_acc_network"] for e in ends] == matrix(net_extra)
     assert [e["task_acc_nme"] for e in ends] == matrix(nme_extra) != matrix(net_extra)
-    assert not ALGORITHMS.capabilities("icarl_fl").batchable and ALGORITHMS.capabilities("icarl_fl").replay_per_step
+    assert ALGORITHMS.capabilities("icarl_fl").replay_per_step
 
 
 def test_an_interrupted_run_resumes_with_the_herded_memory(tmp_path):

@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch.nn.utils import vector_to_parameters
 
-from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.lwf import LwFObjective, old_heads
 from fedbench.engine.local import GradientOracle, LocalConfig
 from fedbench.models import build_model
@@ -72,16 +71,38 @@ def test_lwf_loss_and_gradient_match_an_independent_computation(mode, lam, tempe
     w, w_old = (flat.flatten() + 0.4 * torch.randn(flat.dim, generator=g, dtype=torch.float64) for _ in range(2))
     heads = old_heads(CLASS_TASK, 1, mode)
     oracle = GradientOracle(flat, {}, x, y, CFG)
-    got = oracle(w.unsqueeze(0), objective=LwFObjective(w_old, heads, lam, temperature))[0]
+    got = oracle(w.unsqueeze(0), objective=LwFObjective(w_old[None], heads[None], lam, temperature, 3))[0]
     loss, want = lwf_by_hand(w, w_old, x, y, mode, lam, temperature)
     torch.testing.assert_close(oracle.first_loss, loss, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     plain = GradientOracle(flat, {}, x, y, CFG)(w.unsqueeze(0))[0]
     assert (got - plain).norm() > 1e-3  # distillation moves the gradient
     none = GradientOracle(flat, {}, x, y, CFG)(
-        w.unsqueeze(0), objective=LwFObjective(w_old, heads[:0], lam, temperature)
+        w.unsqueeze(0), objective=LwFObjective(w_old[None], heads[None, :0], lam, temperature, 3)
     )[0]
     assert torch.equal(none, plain)  # no old classes: plain masked cross-entropy
+
+
+@pytest.mark.parametrize("mode", ["task", "class"])
+@pytest.mark.parametrize("count", [3, 6])
+def test_the_masked_loss_of_a_padded_batch_is_the_loss_of_its_real_samples(mode, count):
+    """The batched executor's form (every head a mask over the classes, ``count`` ≥ the head ids; the padded
+    samples masked out) gives the loss and gradient of the samples alone, written out."""
+    flat = FlatModel(tiny_mlp())
+    flat.label_mask = label_mask(mode)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 4, generator=g, dtype=torch.float64)
+    y = torch.tensor([4, 5, 4, 5, 5, 4, 1, 2])
+    w, w_old = (flat.flatten() + 0.4 * torch.randn(flat.dim, generator=g, dtype=torch.float64) for _ in range(2))
+    padded_x = torch.cat([x, 50 * torch.randn(3, 4, generator=g, dtype=torch.float64)])
+    padded_y, mask = torch.cat([y, torch.tensor([0, 3, 5])]), torch.cat([torch.ones(8), torch.zeros(3)]).double()
+    objective = LwFObjective(w_old[None], old_heads(CLASS_TASK, 1, mode)[None], 1.5, 0.8, count).at(0)
+    point = w.clone().requires_grad_(True)
+    loss = objective(flat, point, {}, padded_x, padded_y, mask)
+    (grad,) = torch.autograd.grad(loss, point)
+    want_loss, want_grad = lwf_by_hand(w, w_old, x, y, mode, 1.5, 0.8)
+    torch.testing.assert_close(loss.detach(), want_loss, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-10, atol=1e-12)
 
 
 # -- through the engine ----------------------------------------------------------------------
@@ -111,7 +132,6 @@ def test_task_ends_set_the_old_model_and_the_old_heads(tmp_path, mode):
     torch.testing.assert_close(loop.state.old_model, loop.state.x, rtol=0, atol=0)
     want = [0, 0, 0, 1, 1, 1] if mode == "task" else [0] * 6
     assert loop.state.heads.tolist() == want + [-1] * 4
-    assert not ALGORITHMS.capabilities("lwf_fl").batchable
 
 
 @pytest.mark.parametrize("mode", ["task", "class"])

@@ -16,7 +16,7 @@ from fedbench.engine.population import PopulationRun, execute_population, group_
 from fedbench.engine.runner import execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.options import RunOptions
-from fedbench.scenario import parse_scenario, resolve_runs
+from fedbench.scenario import parse_scenario, resolve_runs, run_id_of
 from fedbench.store import ResultsStore
 from tests.continual.common import RAW as continual_raw
 from tests.engine.test_batched import BATCHABLE, COLS, ImageCache, with_algorithm
@@ -213,6 +213,21 @@ def test_grouping():
     assert population_key(other_tasks) != population_key(natural) is not None
 
 
+def test_runs_of_other_population_keys_are_refused_as_one_population(tmp_path):
+    """The seeds of a seeded class order (each its own classes per task), or an algorithm that trains alone, never
+    share a population, whoever calls: a wrong group fails before training instead of mixing the runs' heads."""
+    seeded = spec_of(with_changes(continual_raw, {"continual.class_order": "seeded"}))
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    for runs in (
+        [PopulationRun(seeded, 0, "h"), PopulationRun(seeded, 1, "h")],
+        [PopulationRun(tiny_spec(algorithm="target_fl"), s, "h") for s in (0, 1)],
+    ):
+        with pytest.raises(ValueError, match="cannot train as one population"):
+            execute_population(runs, store, cache)
+        assert all(store.status(run_id_of(r.spec, r.seed)) is None for r in runs)  # nothing recorded
+
+
 def test_every_batchable_algorithm_can_join_a_population():
     for name in BATCHABLE:
         assert population_key(tiny_spec(algorithm=name)) is not None, name
@@ -379,7 +394,7 @@ def test_runs_with_a_wireless_uplink_train_in_a_population(tmp_path, name):
     assert any(len(c["received"]) < 4 for c in channel)  # some uploads lost (or devices removed)
 
 
-@pytest.mark.parametrize("name", ["fine_fl", "er_fl", "ewc_fl", "cflag"])
+@pytest.mark.parametrize("name", ["fine_fl", "er_fl", "ewc_fl", "cflag", "lwf_fl", "icarl_fl"])
 @pytest.mark.parametrize(
     ("changes", "runs"),
     [

@@ -1,0 +1,32 @@
+"""LwF-FL's and iCaRL-FL's own local losses on the batched executor's padded rows are the losses client by client
+(frozen old model on scratch BatchNorm buffers, old heads as masks, iCaRL's replay draws joined to the batch), in
+task- and class-incremental mode, with and without BatchNorm: the sequential numbers and accuracy matrix in
+float64."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedbench.algorithms import ALGORITHMS
+from tests.continual.common import COLS, matrix, raw_with, run, spec_of
+
+F64_RTOL, F64_ATOL = 1e-9, 1e-12
+
+
+@pytest.mark.parametrize("name", ["lwf_fl", "icarl_fl"])
+@pytest.mark.parametrize("mode", ["task", "class"])
+@pytest.mark.parametrize("model", [None, {"name": "tinynn", "hidden": [12, 8]}])
+def test_batched_rows_equal_the_clients_one_by_one(tmp_path, name, mode, model):
+    local = {"epochs": 0.5, "batch_size": 8, "lr": 0.1, "drop_singleton_batch": True, "precision": "fp64"}
+    changes = {"continual.mode": mode, "local": local}  # unequal K_i and partial last batches: padded rows
+    raw = raw_with(changes, **({"model": model} if model else {}))
+    spec = spec_of(raw, name)
+    seq, seq_extra, a = run(tmp_path, spec, "seq", "sequential")
+    bat, bat_extra, b = run(tmp_path, spec, "bat", "batched")
+    assert a.status == b.status == "finished"
+    pd.testing.assert_frame_equal(seq[COLS], bat[COLS], rtol=F64_RTOL, atol=F64_ATOL)
+    want, got = np.array(matrix(seq_extra)), np.array(matrix(bat_extra))
+    assert want.shape == (3, 3)
+    np.testing.assert_allclose(got, want, rtol=F64_RTOL, atol=F64_ATOL)
+    caps = ALGORITHMS.capabilities(name)
+    assert caps.batchable and caps.own_loss
