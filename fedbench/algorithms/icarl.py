@@ -36,7 +36,8 @@ task's first round (free under full participation, not charged otherwise). The N
 task's end (N·|seen|·(d+1) floats up, N·|seen|·d down) is logged as ``nme_bits_up``/``nme_bits_down``,
 outside the per-round counters. The old model runs in train mode with scratch BatchNorm buffers (as
 MOON's frozen models). The loss is an :class:`~fedbench.models.flat.Objective` with one row per client, so it
-trains on either client executor and in populations; local steps go through ``local.optimizer``. Needs a model with ``stages()`` (features) in a continual run.
+trains on either client executor and in populations; local steps go through ``local.optimizer``. Needs a model
+with ``stages()`` (features) in a continual run.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def execute_population(
     on_round: PopulationCallback | None = None,
 ) -> list[RunOutcome]:
     """Run (or resume, or skip) ``runs`` as one population (their :func:`population_key` of spec and seed must
-    be equal); never raises for a failing run. Returns each run's outcome, in order. One run is
+    be equal and not None: a ``ValueError`` before anything trains otherwise); never raises for a failing run. Returns each run's outcome, in order. One run is
     :func:`~fedbench.engine.runner.execute_run`."""
     if len(runs) == 1:
         r = runs[0]
@@ -186,7 +186,10 @@ def execute_population(
         return [execute_run(r.spec, r.seed, store, cache, r.scenario_hash, alone, options)]
     keys = {population_key(r.spec, r.seed) for r in runs}
     if len(keys) != 1 or None in keys:
-        raise ValueError(f"these {len(runs)} runs cannot train as one population (their population keys differ)")
+        raise ValueError(
+            f"these {len(runs)} runs cannot train as one population (they differ in what a population shares, "
+            "or one of them trains alone)"
+        )
     outcomes: dict[int, RunOutcome] = {}
     retry: list[int] = []
     with ExitStack() as stack:
