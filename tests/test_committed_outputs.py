@@ -75,6 +75,14 @@ CASES = [
         ("cflag_ti_cifar10_noniid.tiny_continual.md", "cflag_ti_cifar10_noniid.tiny_continual.csv"),
     ),
     Case(
+        "cflag-ci",
+        ("configs/cflag/ci_cifar10_iid.yaml",),
+        ("continual", "--scenario", "cflag_ci_cifar10_iid.tiny"),
+        ("cflag_ci_cifar10_iid.tiny_continual.csv",),
+        rows=("LwF-FL", "iCaRL-FL"),
+        only=("LwF-FL", "iCaRL-FL"),
+    ),  # the class-incremental table's own-loss rows (old model, old heads or classes, herding): 10 s
+    Case(
         "gradma",
         ("configs/gradma/fig6_memory_cifar10_w1.0.yaml",),
         ("table", "--scenario", "gradma_fig6_memory_cifar10_w1.0.tiny", "--no-show"),
