@@ -10,7 +10,7 @@ The engine runs every round the same way (see ``fedbench/engine/runner.py``)::
     x, carry = ctx.start, algo.local_init(ctx, ctx.start)       # [S, P] local iterates, their scratch
     for k in range(K_i):                                        # K_i = ctx.steps[i] local steps
         x, carry = algo.local_step(ctx, x, carry, grad)         # grad(z): minibatch gradient at z, [S, P] -> [S, P]
-                                                                # grad(z, objective): of the algorithm's own loss (an Objective)
+                                                                # grad(z, objective): its own loss (an Objective)
     up = algo.upload(ctx, x, carry)                             # Upload(sent={name: [S, P]}, kept=rows the clients keep)
     state, logs = algo.server_update(state, ctx, up, weights)   # aggregate, move the global model
 
@@ -79,8 +79,8 @@ St = TypeVar("St", bound=ServerState)
 class GradFn(Protocol):
     """The engine's gradient oracle for one local step (same minibatch on every call):
     ``grad(z)`` = clip(∇f_i(z; ξ)) + λz ``[S, P]``; ``grad(z, objective)`` the gradient of an
-    algorithm's own local loss (a :class:`~fedbench.models.flat.Objective`, one row per client); ``grad.memory(z)`` the step's replay draw's
-    gradient (``replay_apart``); ``grad.step`` the step's index k."""
+    algorithm's own local loss (a :class:`~fedbench.models.flat.Objective`, one row per client);
+    ``grad.memory(z)`` the step's replay draw's gradient (``replay_apart``); ``grad.step`` the step's index k."""
 
     step: int  # the local step's index k in the round (0-based)
 

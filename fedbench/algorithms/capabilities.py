@@ -30,8 +30,8 @@ class Capabilities:
     Engine side: ``inputs``, the engine inputs of :data:`INPUTS` it reads from ``ctx.inputs``;
     ``replay_per_step`` joins a replay draw to every local minibatch (ER), kept apart from it with
     ``replay_apart`` (``grad.memory(z)``); ``batchable = False`` (a local loss that cannot run on the
-    batched executor's padded rows) always takes the sequential client executor; ``diagnostics`` maps a log key of ``server_update`` to what a
-    non-zero count of it means, which the round loop warns about once per run (e.g. QP blocks left
+    batched executor's padded rows) always takes the sequential client executor; ``diagnostics`` maps a log
+    key of ``server_update`` to what a non-zero count of it means, which the round loop warns about once per run (e.g. QP blocks left
     unprojected); ``row_lr`` says that its ``local_init`` and ``local_step`` use ``ctx.lr`` only
     against ``[S, P]`` rows, so that a population (:mod:`fedbench.engine.population`) may hand each
     run's rows its own η_l as an ``[R·S, 1]`` column (tests/engine/test_population.py checks it);

@@ -178,8 +178,8 @@ def execute_population(
     on_round: PopulationCallback | None = None,
 ) -> list[RunOutcome]:
     """Run (or resume, or skip) ``runs`` as one population (their :func:`population_key` of spec and seed must
-    be equal and not None: a ``ValueError`` before anything trains otherwise); never raises for a failing run. Returns each run's outcome, in order. One run is
-    :func:`~fedbench.engine.runner.execute_run`."""
+    be equal and not None: a ``ValueError`` before anything trains otherwise); never raises for a failing run.
+    Returns each run's outcome, in order. One run is :func:`~fedbench.engine.runner.execute_run`."""
     if len(runs) == 1:
         r = runs[0]
         alone = (lambda t, m: on_round(0, t, m)) if on_round else None

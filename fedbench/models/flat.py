@@ -5,8 +5,8 @@ module's parameters (views, no copies) for a functional forward pass, returns th
 gradient as a flat vector, and evaluates a flat model on a whole split. Buffers (BatchNorm
 running statistics) are kept apart from parameters as a name → tensor dict.
 
-The minibatch loss is cross-entropy unless an :class:`Objective` replaces it (MOON, FedMLB), on either client
-executor;
+The minibatch loss is cross-entropy unless an :class:`Objective` replaces it (MOON, FedMLB, LwF-FL, iCaRL-FL on
+either client executor; TARGET on the sequential one);
 models that define ``stages()`` (see ``fedbench/models/registry.py``) can be evaluated block by
 block with :meth:`FlatModel.run_stages`, e.g. local blocks followed by a frozen global model's.
 """

@@ -420,7 +420,8 @@ def test_a_rank_deficient_block_the_first_attempt_misses_is_solved_with_the_ridg
 @pytest.mark.allow_qp_fallback
 def test_failures_leave_the_block_unprojected_and_are_counted(monkeypatch):
     """(d) A block that cannot be solved is left as it was, counted per row and in the module's
-    tally (:func:`~fedbench.algorithms.projection.fallback_total`, which tests/conftest.py watches: this test is marked as exercising it)."""
+    tally (:func:`~fedbench.algorithms.projection.fallback_total`, which tests/conftest.py watches: this test is
+    marked as exercising it)."""
     start = projection.fallback_total()
     rng = np.random.default_rng(9)
     p, M = rng.normal(size=(1, 10)), rng.normal(size=(1, 3, 10))

@@ -206,8 +206,9 @@ def test_to_device_keeps_the_values():
 
 @pytest.mark.gpu
 def test_a_round_between_reads_does_not_synchronise_the_gpu(tmp_path):
-    """On CUDA, a non-reading round of FedAvg, SCAFFOLD and GradMA-W (its QP_l on the device) queues its work without one synchronising call
-    (torch's sync debug mode raises on the first: a read, a copy from pageable memory, a nonzero)."""
+    """On CUDA, a non-reading round of FedAvg, SCAFFOLD and GradMA-W (its QP_l on the device) queues its work
+    without one synchronising call (torch's sync debug mode raises on the first: a read, a copy from pageable
+    memory, a nonzero)."""
     for name in ("fedavg", "scaffold", "gradma_w"):
         spec = spec_of(name)
         loop = RoundLoop(spec, 0, build_run(spec, 0, DataCache(tmp_path, False, torch.device("cuda"))), "batched")
