@@ -1,11 +1,11 @@
 """Host reads a run makes, round by round: each would make a GPU wait for its queue (issue 26, item 3).
 
     python -m benchmarks.host_reads [--config configs/quickstart.yaml] [--algorithms fedavg,scaffold]
-        [--rounds 10] [--every 5] [--runs 1] [--top 3] [--qp-here]
+        [--rounds 10] [--every 5] [--runs 1] [--top 3] [--qp-here] [--set key=value]
 
 Trains each algorithm's entry of the scenario (at ``--scale``, if given; evaluated every ``every`` rounds) from an
 empty store through :func:`~fedbench.engine.runner.execute_run`, or ``--runs R`` seeds as one population, for
-``rounds`` and for 2 × ``rounds`` rounds, and counts the reads of torch tensors to the host (``item``, ``tolist``, ``float``, ``bool``, …;
+``rounds`` and for 2 × ``rounds`` rounds (a continual scenario's tasks of ``rounds`` / tasks rounds each), and counts the reads of torch tensors to the host (``item``, ``tolist``, ``float``, ``bool``, …;
 :class:`~fedbench.engine.pending.HostReads`). On a CPU nothing waits, but the count is what a GPU run would
 wait for; and the host→device copies (:class:`Copies`). The difference of the two runs is what ``rounds`` more rounds
 read, without the setup's reads. ``--qp-here`` solves GradMA's QP_l (C ≤ 4) as on a GPU, on the device
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,15 @@ class Copies:
             m.to_device = self.original
 
 
-def reads_of(config: str, scale: str | None, name: str, rounds: int, every: int, runs: int) -> tuple[HostReads, Copies]:
+def reads_of(
+    config: str, scale: str | None, name: str, rounds: int, every: int, runs: int, changes: Sequence[str] = ()
+) -> tuple[HostReads, Copies]:
     """The host reads of ``runs`` seeds of the scenario's ``name`` entry trained ``rounds`` rounds from an empty
-    store (one population when ``runs`` > 1), evaluated every ``every``."""
-    overrides = [f"rounds={rounds}", f"eval.every={every}", f"checkpoint_every={rounds}", "tune=false"]
+    store (one population when ``runs`` > 1), evaluated every ``every``, with the overrides ``changes``."""
+    overrides = [*changes, f"rounds={rounds}", f"eval.every={every}", f"checkpoint_every={rounds}", "tune=false"]
+    continual = load_scenario(Path(config), changes, scale=scale).continual
+    if continual is not None:  # a continual run's rounds are its tasks' (the same task ends in both runs)
+        overrides.append(f"continual.rounds_per_task={rounds // continual.tasks}")
     specs = resolve_runs(load_scenario(Path(config), overrides, scale=scale), scale)
     spec = next(s for s in specs if s.algorithm["name"] == name)
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-reads-")))
@@ -89,6 +95,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--qp-here", action="store_true", help="GradMA's QP_l on the device, as on a GPU")
+    ap.add_argument("--set", action="append", default=[], help="a scenario override, key=value (repeatable)")
     args = ap.parse_args()
     if args.qp_here:
         import fedbench.algorithms.projection as projection
@@ -100,7 +107,8 @@ def main() -> None:
     print(f"rounds {args.rounds + 1}-{2 * args.rounds} (a run of {2 * args.rounds} rounds less one of {args.rounds})")
     for name in args.algorithms.split(","):
         (short, short_copies), (long, long_copies) = (
-            reads_of(args.config, args.scale, name, r, args.every, args.runs) for r in (args.rounds, 2 * args.rounds)
+            reads_of(args.config, args.scale, name, r, args.every, args.runs, args.set)
+            for r in (args.rounds, 2 * args.rounds)
         )
         extra = long.where - short.where
         per_round = (long.count - short.count) / args.rounds / args.runs

@@ -1,7 +1,7 @@
 """Kernels a population's server updates launch, with and without the vmapped update (issue 26, item 1).
 
     python -m benchmarks.server_launches [--config configs/quickstart.yaml] [--scale tiny] [--algorithms fedavg,fedadam]
-        [--runs 8,32] [--rounds 6] [--device cpu|cuda]
+        [--runs 8,32] [--rounds 6] [--device cpu|cuda] [--set key=value]
 
 Trains ``R`` seeds of each algorithm's entry of the scenario as one population from an empty store, twice: with
 the runs' servers updated as one vmapped call (:mod:`fedbench.engine.population_server`, today's code) and with
@@ -83,11 +83,18 @@ def counting_server(mode: Launches, joint: bool) -> Iterator[None]:
 
 
 def measure(
-    config: str, name: str, runs: int, rounds: int, joint: bool, device: str = "cpu", scale: str | None = None
+    config: str,
+    name: str,
+    runs: int,
+    rounds: int,
+    joint: bool,
+    device: str = "cpu",
+    scale: str | None = None,
+    changes: tuple[str, ...] = (),
 ) -> tuple[Launches, float, Any]:
-    """Operators and seconds of ``runs`` seeds of the entry ``name`` (of the scenario at ``scale``, untuned) trained
-    ``rounds`` rounds as one population."""
-    overrides = [f"rounds={rounds}", f"eval.every={rounds}", f"checkpoint_every={rounds}", "tune=false"]
+    """Operators and seconds of ``runs`` seeds of the entry ``name`` (of the scenario at ``scale`` with the
+    overrides ``changes``, untuned) trained ``rounds`` rounds as one population."""
+    overrides = [*changes, f"rounds={rounds}", f"eval.every={rounds}", f"checkpoint_every={rounds}", "tune=false"]
     specs = resolve_runs(load_scenario(Path(config), overrides, scale=scale), scale or "paper")
     spec = next(s for s in specs if s.algorithm["name"] == name)
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-server-")))
@@ -116,7 +123,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--scale", default=None)
+    ap.add_argument("--set", action="append", default=[], help="a scenario override, key=value (repeatable)")
     args = ap.parse_args()
+    where = (args.device, args.scale, tuple(args.set))
     print(
         f"{args.config} (scale {args.scale}), {args.rounds} rounds, one population, {args.device}, torch {torch.__version__}"
     )
@@ -126,11 +135,12 @@ def main() -> None:
         "| largest difference |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    measure(args.config, "fedavg", 2, 2, True, args.device, args.scale)  # warm-up: imports, data, first calls
-    for name in args.algorithms.split(","):
+    names = args.algorithms.split(",")
+    measure(args.config, names[0], 2, args.rounds, True, *where)  # warm-up: imports, data, first calls
+    for name in names:
         for runs in [int(r) for r in args.runs.split(",")]:
-            before, t_before, m_before = measure(args.config, name, runs, args.rounds, False, args.device, args.scale)
-            after, t_after, m_after = measure(args.config, name, runs, args.rounds, True, args.device, args.scale)
+            before, t_before, m_before = measure(args.config, name, runs, args.rounds, False, *where)
+            after, t_after, m_after = measure(args.config, name, runs, args.rounds, True, *where)
             a, b = (m.drop(columns="run_id").to_numpy(dtype=float) for m in (m_before, m_after))
             differs = float(abs(a - b)[~(pd.isna(a) & pd.isna(b))].max())
             assert differs <= 1e-9, f"the numbers moved by {differs:.3g}"

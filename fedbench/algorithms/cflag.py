@@ -33,7 +33,8 @@ Logged per round (``extra["cflag"]``): each client's Λ_{t,i}, α_{t,i}/α, β_{
 interfering / transferring clients, Γ(t) of eq. (15) with the base rates and its adapted form
 Γ_ad(t) = (L/2)‖Σ p_i β_{t,i} a_i‖² − Σ p_i β_{t,i}(1 − Lα_{t,i})Λ_{t,i} (notes §2.5). a_i and the
 rates reach the server as the upload's free ``kept`` rows (:class:`AdapLRStats`): they are logs, not part
-of the protocol.
+of the protocol. The logs are device tensors, read to the host with the round's metrics (no wait inside a
+round), so a population updates its C-FLAG runs' servers as one vmapped call.
 
 ``cflag_gd`` is the theory form: local GD (no Adam) with eq. (5)'s IAG (``iag: sample``; exact for
 ``local.batch_size: 1`` and one pass per round, see :mod:`fedbench.algorithms.fedtrack`).
@@ -119,6 +120,7 @@ def adaptive_rates(
     label="C-FLAG",
     local_optimizer=True,
     inputs=("full_grad", "memory_grad"),
+    vmap_server=True,
 )
 class CFLAG(FedTrack):
     """C-FLAG Alg. 1 + AdapLR (module docstring); ``iag`` as FedTrack's."""
@@ -166,21 +168,24 @@ class CFLAG(FedTrack):
         return new, {"cflag": self.round_log(ctx, up.kept, weights)}
 
     def round_log(self, ctx: RoundContext, kept: AdapLRStats, weights: torch.Tensor) -> Logs:
-        """Λ_{t,i}, α_{t,i}/α, β_{t,i}/β per client; Γ(t) (eq. 15) and Γ_ad(t) (notes §2.5)."""
+        """Λ_{t,i}, α_{t,i}/α, β_{t,i}/β per client; Γ(t) (eq. 15) and Γ_ad(t) (notes §2.5). Tensors on the
+        device, read with the round's metrics; Γ's in float64, each operation as on host floats."""
         lam, alpha_scale, beta_scale, adapted = kept.stats.T
         a, L, alpha, beta = kept.a, self.params.L, self.alpha(ctx), ctx.lr
         w = weights.to(a.dtype)
-        gamma = L * beta**2 / 2 * float((w @ a).square().sum()) - beta * (1 - L * alpha) * float(w @ lam)
+        square, inner = (w @ a).square().sum().double(), (w @ lam).double()
+        gamma = L * (beta * beta) / 2 * square - beta * (1 - L * alpha) * inner
         beta_i, alpha_i = beta * beta_scale, alpha * alpha_scale
-        gamma_ad = L / 2 * float(((w * beta_i) @ a).square().sum()) - float((w * beta_i * (1 - L * alpha_i)) @ lam)
+        square_ad = ((w * beta_i) @ a).square().sum().double()
+        gamma_ad = L / 2 * square_ad - ((w * beta_i * (1 - L * alpha_i)) @ lam).double()
         on = adapted > 0
         return {
-            "clients": ctx.clients.tolist(),
-            "Lambda": lam.tolist(),
-            "alpha_scale": alpha_scale.tolist(),
-            "beta_scale": beta_scale.tolist(),
-            "interfering": int((on & (lam <= 0)).sum()),
-            "transferring": int((on & (lam > 0)).sum()),
+            "clients": ctx.clients,
+            "Lambda": lam,
+            "alpha_scale": alpha_scale,
+            "beta_scale": beta_scale,
+            "interfering": (on & (lam <= 0)).sum(),
+            "transferring": (on & (lam > 0)).sum(),
             "Gamma": gamma,
             "Gamma_ad": gamma_ad,
         }
@@ -196,6 +201,7 @@ class CFLAGGDParams(AdapLRParams):
     CFLAGGDParams,
     label="C-FLAG-GD",
     inputs=("full_grad", "memory_grad"),
+    vmap_server=True,
 )
 class CFLAGGD(CFLAG):
     """C-FLAG as analysed (Sec. 3–4): plain local GD, eq. (5)'s IAG over the step's components

@@ -72,6 +72,7 @@ class EWCParams(BaseModel):
     label="EWC-FL",
     compression=True,
     local_optimizer=True,
+    vmap_server=True,
 )
 class EWCFL(Algorithm):
     """Local step on ∇CE + λ(Φ ⊙ x − Ψ) (module docstring); FedAvg server; Fisher at each task's end."""

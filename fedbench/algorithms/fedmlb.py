@@ -108,6 +108,7 @@ class MLBObjective(RowFields):
     label="FedMLB",
     compression=True,
     own_loss=True,
+    vmap_server=True,
 )
 class FedMLB(Algorithm):
     """Local step w ← w − η_l·∇L(w; ξ) with FedMLB's loss L (module docstring); server FedAvg."""
@@ -132,6 +133,7 @@ class FedMLB(Algorithm):
     server={"optimizer": "sgd", "momentum": 0.5},
     compression=True,
     own_loss=True,
+    vmap_server=True,
 )
 class FedMLBM(FedMLB):
     """FedMLB's local loss with the FedAvgM server m ← β·m + Δ, x ← x + η_g·m (GradMA Alg. 5; β = 0.5)."""

@@ -75,6 +75,7 @@ class FedTrackParams(BaseModel):
     label="FedTrack",
     local_optimizer=True,
     inputs=("full_grad",),
+    vmap_server=True,
 )
 class FedTrack(Algorithm):
     """FedTrack: local steps (4) with the estimate of ``iag``; clients send Δ_i = x_{t,E}^i − x_t and

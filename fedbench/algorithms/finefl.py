@@ -19,6 +19,7 @@ from fedbench.algorithms.base import ALGORITHMS, Algorithm
     label="Fine-FL",
     compression=True,
     local_optimizer=True,
+    vmap_server=True,
 )
 class FineFL(Algorithm):
     """FedAvg (:class:`~fedbench.algorithms.base.Algorithm`) under the label Fine-FL."""
@@ -31,6 +32,7 @@ class FineFL(Algorithm):
     compression=True,
     local_optimizer=True,
     replay_per_step=True,
+    vmap_server=True,
 )
 class ERing(Algorithm):
     """FedAvg whose local minibatches are current-task samples plus a memory draw (experience replay)."""

@@ -137,6 +137,7 @@ class OldClasses(NamedTuple):
     local_optimizer=True,
     own_loss=True,
     replay_per_step=True,
+    vmap_server=True,
 )
 class ICaRLFL(Algorithm):
     """Local steps on iCaRL's loss over current data + exemplars; herding and NME at each task's end."""

@@ -145,6 +145,7 @@ class LwFObjective(RowFields):
     compression=True,
     local_optimizer=True,
     own_loss=True,
+    vmap_server=True,
 )
 class LwFFL(Algorithm):
     """Local steps on CE + λ·KD (module docstring); FedAvg server; θ_old and the old heads set at task ends."""

@@ -104,6 +104,7 @@ class LocalModel(NamedTuple):
     label="MOON",
     compression=True,
     own_loss=True,
+    vmap_server=True,
 )
 class Moon(Algorithm):
     """Local step w ← w − η_l·∇(CE + μ·ℓ_con)(w; ξ) (MOON Alg. 1, lines 9–17); server FedAvg."""
@@ -148,6 +149,7 @@ class Moon(Algorithm):
     server={"optimizer": "sgd", "momentum": 0.5},
     compression=True,
     own_loss=True,
+    vmap_server=True,
 )
 class MoonM(Moon):
     """MOON's local loss with the FedAvgM server m ← β·m + Δ, x ← x + η_g·m (GradMA Alg. 5; β = 0.5)."""

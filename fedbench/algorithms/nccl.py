@@ -64,9 +64,11 @@ class NCCLParams(BaseModel):
     replay_per_step=True,
     replay_apart=True,
     row_lr=False,  # adaptive_rates mixes the step size α = η_l with [S] vectors
+    vmap_server=True,
 )
 class NCCLFL(Algorithm):
-    """NCCL local steps (module docstring), FedAvg server; logs the share of interfering steps."""
+    """NCCL local steps (module docstring), FedAvg server; logs each client's interfering and transferring
+    steps and mean β_H/α (device tensors, read with the round's metrics)."""
 
     params: NCCLParams
 
@@ -98,8 +100,8 @@ class NCCLFL(Algorithm):
         interfering, transferring, beta_sum = up.kept.stats.T
         return new, {
             "nccl": {
-                "interfering_steps": interfering.tolist(),
-                "transferring_steps": transferring.tolist(),
-                "mean_beta_scale": (beta_sum / ctx.steps).tolist(),
+                "interfering_steps": interfering,
+                "transferring_steps": transferring,
+                "mean_beta_scale": beta_sum / ctx.steps,
             }
         }

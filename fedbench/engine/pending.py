@@ -2,7 +2,8 @@
 
 A round leaves its metrics on the device: the train loss, the clients' consistency, the bits of a
 compressed uplink, whether the model is finite and, in a round that evaluates, the test set's accuracy and
-loss and the clients' accuracy spread are 0-d tensors of a :class:`PendingRound`. The run reads
+loss and the clients' accuracy spread are 0-d tensors of a :class:`PendingRound`, and an algorithm's logs
+may be tensors too, per-client ones nested in its dicts (read as lists). The run reads
 its pending rounds to the host in one transfer (:func:`read_rounds`) only when a round evaluates, checkpoints
 or is the last (:meth:`~fedbench.engine.runner.RoundLoop.reads`), and records them then, in one store
 transaction. So on a GPU the rounds between two evaluations queue their kernels without a host
@@ -14,6 +15,7 @@ it, are dropped unrecorded (:meth:`~fedbench.engine.runner.Recorder.kept`).
 
 from __future__ import annotations
 
+import math
 import traceback
 from collections import Counter
 from dataclasses import dataclass
@@ -36,31 +38,51 @@ class PendingRound:
     finite: torch.Tensor | bool
 
 
-def read_metrics(tensors: list[torch.Tensor]) -> list[float]:
-    """0-d tensors (metrics, flags) read to the host in one transfer: their values as floats, each equal
-    to ``float(t)``."""
-    if not tensors:
-        return []
-    return torch.stack([t.detach().double().reshape(()) for t in tensors]).tolist()
+def device_places(values: dict[str, Any] | list[Any]) -> list[tuple[dict[str, Any] | list[Any], Any]]:
+    """Where the tensors of a round's metrics or logs are: (container, key or index) of every tensor in
+    ``values`` and in the dicts and lists nested in it (a log of one value per client)."""
+    items = values.items() if isinstance(values, dict) else enumerate(values)
+    places: list[tuple[dict[str, Any] | list[Any], Any]] = []
+    for k, v in items:
+        if isinstance(v, torch.Tensor):
+            places.append((values, k))
+        elif isinstance(v, dict | list):
+            places.extend(device_places(v))
+    return places
+
+
+def host_value(tensor: torch.Tensor, read: list[float]) -> Any:
+    """A tensor's host value from its elements read as floats: a 0-d tensor's a float, or an int for an
+    integer tensor (as a count logged on the host is); a tensor with dimensions its nested list of those."""
+    whole = not tensor.is_floating_point() and tensor.dtype != torch.bool
+    values: list[Any] = [int(v) for v in read] if whole else read
+    return values[0] if tensor.dim() == 0 else nested(values, tuple(tensor.shape))
+
+
+def nested(values: list[Any], shape: tuple[int, ...]) -> list[Any]:
+    """The row-major ``values`` of a tensor of ``shape`` (one dimension at least) as nested lists."""
+    if len(shape) == 1:
+        return values
+    size = math.prod(shape[1:])
+    return [nested(values[i * size : (i + 1) * size], shape[1:]) for i in range(shape[0])]
 
 
 def read_rounds(rounds: list[PendingRound]) -> None:
-    """Every 0-d tensor of ``rounds`` (metrics, logs, finiteness) replaced by its host value, all read in one
-    transfer (floats; an integer tensor's an int, as a count logged on the host is; finiteness a bool)."""
-    places: list[tuple[dict[str, Any], str]] = [
-        (values, k)
-        for r in rounds
-        for values in (r.metrics, r.extra)
-        for k, v in values.items()
-        if isinstance(v, torch.Tensor) and v.dim() == 0
-    ]
+    """Every tensor of ``rounds`` (metrics, logs and the lists and dicts nested in them, finiteness) replaced
+    by its host value (:func:`host_value`; finiteness a bool), all read in one transfer."""
+    places = [place for r in rounds for values in (r.metrics, r.extra) for place in device_places(values)]
     flags = [r for r in rounds if isinstance(r.finite, torch.Tensor)]
-    read = read_metrics([values[k] for values, k in places] + [r.finite for r in flags])  # type: ignore[misc]
-    for (values, k), v in zip(places, read):
-        whole = not values[k].is_floating_point() and values[k].dtype != torch.bool
-        values[k] = int(v) if whole else v
-    for r, v in zip(flags, read[len(places) :]):
-        r.finite = bool(v)
+    tensors = [values[k] for values, k in places] + [r.finite for r in flags]  # type: ignore[index,misc]
+    if not tensors:
+        return
+    read = torch.cat([t.detach().double().reshape(-1) for t in tensors]).tolist()
+    start = 0
+    for (values, k), tensor in zip(places, tensors):
+        values[k] = host_value(tensor, read[start : start + tensor.numel()])  # type: ignore[index]
+        start += tensor.numel()
+    for r in flags:
+        r.finite = bool(read[start])
+        start += 1
 
 
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -141,8 +141,9 @@ class ContinualStream(RoundPlugin):
         task's test set (one pass over the test set under the current mask)."""
         correct, losses = self.s.model.per_sample(x, buffers, self.s.data.test, self.spec.eval.batch_size)
         seen = torch.cat(self.test_idx[: self.task + 1])
-        row = [float(correct[i].float().mean()) for i in self.test_idx]
-        return float(correct[seen].float().mean()), float(losses[seen].mean()), row
+        means = [correct[i].float().mean() for i in (seen, *self.test_idx)] + [losses[seen].mean()]
+        acc, *row, loss = torch.stack([m.double() for m in means]).tolist()  # one read, each value exact
+        return acc, loss, row
 
     # -- memory ----------------------------------------------------------------------------
     def replay(self, client: int, position: int) -> torch.Tensor | None:
@@ -158,9 +159,10 @@ class ContinualStream(RoundPlugin):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """∇f_i†(point) ``[S, P]`` (zeros for an empty memory) and the memory sizes ``[S]``."""
         grads = point.new_zeros((len(clients), point.numel()))
-        sizes = point.new_tensor([float(self.memory.size(c)) for c in clients])
+        held = [self.memory.size(c) for c in clients]  # on the host: the rows are chosen without a read
+        sizes = point.new_tensor([float(n) for n in held])
         device = self.s.data.train.y.device
-        rows = [row for row, c in enumerate(clients) if sizes[row] > 0]
+        rows = [row for row, n in enumerate(held) if n > 0]
         parts = []
         for row in rows:
             c = clients[row]

@@ -24,7 +24,7 @@ from fedbench.engine.uploads import decoded, merged
 from fedbench.optim.client import LocalAdam, LocalOptimizer
 from fedbench.optim.server import ServerOptimizer
 from fedbench.optim.spec import ServerSpec
-from tests.algorithms.toy import run_rows
+from tests.algorithms.toy import host_logs, run_rows
 from tests.continual.common import COLS, P, matrix, raw_with, run, spec_of
 
 SIZES = (4, 5, 3)
@@ -128,7 +128,7 @@ def drive(algo, toy: Toy, batched: bool = False, schedule=SCHEDULE, memory_on=ME
                 parts.append(algo.upload(sub, x, carry))
             up = merged(parts)
         state, log = algo.server_update(state, ctx, decoded(up), weights)
-        logs.append(log)
+        logs.append(host_logs(log))
     return state, logs
 
 

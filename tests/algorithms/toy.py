@@ -12,6 +12,7 @@ import torch
 from fedbench.algorithms import ALGORITHMS, AlgorithmContext, RoundContext
 from fedbench.algorithms.base import Upload, where_rows
 from fedbench.compress import build_compressor
+from fedbench.engine.pending import PendingRound, read_rounds
 from fedbench.engine.uploads import decoded, merged
 from fedbench.optim.server import ServerOptimizer
 from fedbench.optim.spec import ServerSpec
@@ -116,7 +117,14 @@ def iterate_rounds(
             parts.append(algo.upload(sub, x, carry))
         up = decoded(merged(parts))
         state, logs = algo.server_update(state, ctx, up, w)
-        yield state, logs
+        yield state, host_logs(logs)
+
+
+def host_logs(logs: dict) -> dict:
+    """A ``server_update``'s logs with their device values read to the host, as a run records them."""
+    pending = PendingRound(0, {}, dict(logs), True)
+    read_rounds([pending])
+    return pending.extra
 
 
 def weights_np(fed: Quadratics, clients: list[int], weighting: str = "samples") -> np.ndarray:

@@ -24,10 +24,8 @@ from tests.factories import tiny_scenario
 READS_BY_DESIGN = {
     "gradma": "QP_g reads the memory's live constraints and reduced factors to the host and solves there (mem_red)",
     "gradma_s": "as gradma",
-    "cflag": "Eq. 9's adaptive rates are host floats; its logs list each client's rates",
-    "cflag_gd": "as cflag",
+    "cflag": "as fedtrack (iag: batch_table)",
     "fedtrack": "the full-gradient table's width is the clients' largest ⌈n_i/B⌉ (a shape)",
-    "nccl_fl": "its logs list each client's rates",
 }
 COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
 
@@ -197,6 +195,24 @@ def test_read_rounds_reads_every_device_value_once():
     assert rounds[0].metrics == {"a": 0.5, "b": 2.0, "c": None} and rounds[0].extra == {"n": 3}
     assert type(rounds[0].extra["n"]) is int  # an integer tensor's count, as a count logged on the host
     assert rounds[0].finite is True and rounds[1].finite is False and rounds[1].extra == {"list": [1, 2]}
+
+
+def test_read_rounds_reads_the_tensors_nested_in_logs_in_the_same_transfer():
+    """A log of one value per client (C-FLAG's rates, NCCL-FL's step counts) is a tensor with dimensions in a
+    nested dict or list: read as the nested lists ``tolist`` gives, in the round's one transfer."""
+    rates = torch.tensor([0.25, -1.5, 3.0], dtype=torch.float32)
+    log = {"cflag": {"Lambda": rates, "clients": torch.tensor([4, 0, 2]), "n": torch.tensor(2), "kept": "text"}}
+    extra = {**log, "rows": [torch.tensor([[1, 2], [3, 4]]), torch.zeros(2, 0)], "none": torch.ones(0)}
+    rounds = [PendingRound(1, {"a": torch.tensor(0.5)}, extra, torch.tensor(True))]
+    with HostReads() as reads:
+        read_rounds(rounds)
+    assert reads.count == 1
+    assert rounds[0].extra == {
+        "cflag": {"Lambda": rates.tolist(), "clients": [4, 0, 2], "n": 2, "kept": "text"},
+        "rows": [[[1, 2], [3, 4]], [[], []]],
+        "none": [],
+    }
+    assert all(type(v) is int for v in rounds[0].extra["cflag"]["clients"])
 
 
 def test_to_device_keeps_the_values():

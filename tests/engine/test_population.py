@@ -11,6 +11,7 @@ import torch
 
 import fedbench.engine.population as population
 import fedbench.engine.population_rows as population_rows
+import fedbench.engine.population_server as population_server
 from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.population import PopulationRun, execute_population, group_runs, population_key, population_size
 from fedbench.engine.runner import execute_run
@@ -394,7 +395,7 @@ def test_runs_with_a_wireless_uplink_train_in_a_population(tmp_path, name):
     assert any(len(c["received"]) < 4 for c in channel)  # some uploads lost (or devices removed)
 
 
-@pytest.mark.parametrize("name", ["fine_fl", "er_fl", "ewc_fl", "cflag", "lwf_fl", "icarl_fl"])
+@pytest.mark.parametrize("name", ["fine_fl", "er_fl", "ewc_fl", "cflag", "cflag_gd", "nccl_fl", "lwf_fl", "icarl_fl"])
 @pytest.mark.parametrize(
     ("changes", "runs"),
     [
@@ -402,15 +403,23 @@ def test_runs_with_a_wireless_uplink_train_in_a_population(tmp_path, name):
         ({"continual.mode": "class", "continual.class_order": "seeded"}, [(3, 0.1), (3, 0.05), (3, 0.02)]),
     ],
 )
-def test_continual_runs_train_in_a_population(tmp_path, name, changes, runs):
+def test_continual_runs_train_in_a_population(tmp_path, monkeypatch, name, changes, runs):
     """Each run switches tasks with its own partition, batches, replay memory and task-end hooks: the rounds and
-    the accuracy matrix of each are those it has alone (seeded class order: a seed's trials together)."""
+    the accuracy matrix of each are those it has alone (seeded class order: a seed's trials together); with
+    ``vmap_server``, every round's server updates, across task ends, are one vmapped call of all three runs."""
+    calls: list[int] = []
+    joint = population_server.joint_update
+    monkeypatch.setattr(
+        population_server, "joint_update", lambda loops, *a: calls.append(len(loops)) or joint(loops, *a)
+    )
     raw = with_changes(continual_raw, changes)
     members = []
-    for seed, lr in runs:
-        spec = spec_of(
-            {**raw, "algorithms": [{"name": name}], "local": {**raw["local"], "precision": "fp64", "lr": lr}}
-        )
+    for i, (seed, lr) in enumerate(runs):
+        server = {**raw.get("server", {})}
+        if not ALGORITHMS.capabilities(name).row_lr:  # NCCL-FL: one η_l a population, so the runs' η_g differ
+            lr, server["lr"] = runs[0][1], 1.0 - 0.2 * i
+        local = {**raw["local"], "precision": "fp64", "lr": lr}
+        spec = spec_of({**raw, "algorithms": [{"name": name}], "local": local, "server": server})
         members.append(PopulationRun(spec, seed, "h"))
     assert len({population_key(r.spec, r.seed) for r in members}) == 1
     cache = DataCache(tmp_path, False, torch.device("cpu"))
@@ -419,11 +428,20 @@ def test_continual_runs_train_in_a_population(tmp_path, name, changes, runs):
     alone_store, alone_outs = alone(tmp_path, members, cache)
     assert_same(store, outs, alone_store, alone_outs)
     for p, a in zip(outs, alone_outs):
-        got = [json.loads(e).get("task_acc") for e in store.metrics([p.run_id])["extra"]]
-        want = [json.loads(e).get("task_acc") for e in alone_store.metrics([a.run_id])["extra"]]
-        assert sum(row is not None for row in want) == 3
-        for g, w in zip(got, want):
-            assert (g is None and w is None) or g == pytest.approx(w, rel=1e-10, abs=1e-12)
+        got = [json.loads(e) for e in store.metrics([p.run_id])["extra"]]
+        want = [json.loads(e) for e in alone_store.metrics([a.run_id])["extra"]]
+        assert sum("task_acc" in row for row in want) == 3
+        assert [numbers(g) for g in got] == [pytest.approx(numbers(w), rel=1e-10, abs=1e-12) for w in want]
+    assert calls == ([3] * continual_raw["rounds"] if ALGORITHMS.capabilities(name).vmap_server else [])
+
+
+def numbers(logs, path=""):
+    """A round's extra logs as {dotted path: number} (the accuracy-matrix row, C-FLAG's and NCCL-FL's rates, …;
+    the run's descriptions, such as its executor's, left out)."""
+    if isinstance(logs, dict | list):
+        items = logs.items() if isinstance(logs, dict) else enumerate(logs)
+        return {p: v for k, sub in items for p, v in numbers(sub, f"{path}.{k}").items()}
+    return {path: logs} if isinstance(logs, int | float) else {}
 
 
 def test_run_summaries_and_finiteness_computed_together_are_each_runs_own():
