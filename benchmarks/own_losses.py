@@ -3,13 +3,13 @@
     python -m benchmarks.own_losses [--algorithms moon,fedmlb] [--runs 4] [--rounds 3]
         [--config configs/gradma/mnist_s10_w0.01.yaml] [--scale tiny] [--device cpu|cuda] [--set key=value]
 
-MOON and FedMLB on the tiny GradMA MNIST column by default; LwF-FL and iCaRL-FL on a C-FLAG file, e.g.
-``--config configs/cflag/ci_cifar10_iid.yaml --algorithms lwf_fl,icarl_fl --rounds 10 --set
+MOON and FedMLB on the tiny GradMA MNIST column by default; LwF-FL, iCaRL-FL and TARGET on a C-FLAG file, e.g.
+``--config configs/cflag/ci_cifar10_iid.yaml --algorithms lwf_fl,icarl_fl,target_fl --rounds 10 --set
 continual.rounds_per_task=2`` (5 tasks of 2 rounds: the distillation from the second task on).
 
 Trains seeds 0…R−1 of each algorithm's entry of the scenario (untuned) three ways from an empty store: each run
 alone on the sequential executor (the only way these algorithms trained before their losses ran on the rows),
-each alone on the batched executor, and all R as one population. It counts the non-view ATen operators
+each alone on the batched executor, and all R as one population (not TARGET, whose runs train alone). It counts the non-view ATen operators
 dispatched (each at least one kernel launch on a GPU) and times the whole, per run and round, and checks that the
 batched runs' and the population's numbers agree with the sequential ones to float tolerance (keep ``--rounds``
 short: at η_l = 0.1 the tiny GradMA MNIST column multiplies a rounding difference by about 30 a round, FedAvg's
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from benchmarks.step_launches import Operators
+from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.setup import DataCache
 from fedbench.options import RunOptions
@@ -85,7 +86,8 @@ def main() -> None:
     train(args.config, args.scale, names[0], 1, args.rounds, "batched", args.device, args.set)  # warm-up: imports, data
     for name in names:
         reference = None
-        for how in ("sequential", "batched", "population"):
+        joins = ALGORITHMS.capabilities(name).population  # TARGET's runs train alone
+        for how in ("sequential", "batched", "population") if joins else ("sequential", "batched"):
             ops, seconds, numbers = train(
                 args.config, args.scale, name, args.runs, args.rounds, how, args.device, args.set
             )

@@ -400,7 +400,7 @@ def test_a_population_probe_prices_each_run_by_its_share_of_a_round(tmp_path: Pa
 
 
 def test_a_run_that_trains_alone_is_probed_alone(tmp_path: Path, fake_clock: None) -> None:
-    """TARGET's local loss (continual, batchable = False) trains client by client, each run alone."""
+    """TARGET's local steps draw from their run's own streams (continual, ``population = False``): each run alone."""
     from tests.continual.common import RAW
 
     sc = parse_scenario({**RAW, "seeds": [0, 1], "algorithms": [{"name": "target_fl"}]})

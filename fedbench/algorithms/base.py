@@ -342,14 +342,6 @@ class Algorithm:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def one_client(self, ctx: RoundContext) -> None:
-        """Guard of an algorithm with a custom loss (``batchable = False``): the sequential engine hands it one
-        client at a time, and its objective reads that client's row 0."""
-        if len(ctx.clients) != 1:
-            raise RuntimeError(
-                f"{type(self).__name__} trains one client at a time (batchable = False), got {len(ctx.clients)}"
-            )
-
     def compress(self, ctx: RoundContext, rows: torch.Tensor) -> Compressed:
         """The configured compressor applied to ``rows`` [S, P] (random draws keyed by round and client)."""
         return self.ctx.compressor(rows, self.ctx.seed, ctx.round, ctx.client_ids())

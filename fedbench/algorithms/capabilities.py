@@ -30,7 +30,9 @@ class Capabilities:
     Engine side: ``inputs``, the engine inputs of :data:`INPUTS` it reads from ``ctx.inputs``;
     ``replay_per_step`` joins a replay draw to every local minibatch (ER), kept apart from it with
     ``replay_apart`` (``grad.memory(z)``); ``batchable = False`` (a local loss that cannot run on the
-    batched executor's padded rows) always takes the sequential client executor; ``diagnostics`` maps a log
+    batched executor's padded rows) always takes the sequential client executor; ``population = False`` (local
+    hooks that draw from their run's own seeded host streams, which the hooks a population shares cannot key by
+    run: TARGET's synthetic batches) trains on the batched rows too, but each run alone; ``diagnostics`` maps a log
     key of ``server_update`` to what a non-zero count of it means, which the round loop warns about once per run (e.g. QP blocks left
     unprojected); ``row_lr`` says that its ``local_init`` and ``local_step`` use ``ctx.lr`` only
     against ``[S, P]`` rows, so that a population (:mod:`fedbench.engine.population`) may hand each
@@ -60,6 +62,7 @@ class Capabilities:
     replay_per_step: bool = False
     replay_apart: bool = False
     batchable: bool = True
+    population: bool = True
     row_lr: bool = True
     row_params: tuple[str, ...] = ()
     client_dp: bool = False

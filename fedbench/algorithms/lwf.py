@@ -69,9 +69,10 @@ def distillation(new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temp
 
 
 def masked_distillation(
-    new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temperature: float, count: int, mask: torch.Tensor
+    new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temperature: float, count: int, mask: torch.Tensor | None
 ) -> torch.Tensor:
-    """:func:`distillation` over the batch's real samples (``mask`` 1, as :func:`~fedbench.models.flat.batch_mean`)
+    """:func:`distillation` over the batch's real samples (``mask`` 1, or all with None, as
+    :func:`~fedbench.models.flat.batch_mean`)
     without reading the heads: each head id h < ``count`` (a task's, so the stream's task count bounds them) is a
     mask over the K classes, an id no class has adds 0, and the classes outside a head get
     :data:`~fedbench.models.flat.MASKED_LOGIT` (probability 0, no gradient). Its shapes are static, so it runs under

@@ -36,25 +36,32 @@ Choices where the paper and code leave room (C-9, C-12 in ``configs/cflag/README
 - A sample whose label is an old class (a replay draw under ``memory.replay: per_step``) keeps its own
   class in its cross-entropy (the authors' code has no such sample).
 - Local steps go through ``local.optimizer`` (C-8: the same optimizer for every method; the authors use
-  SGD with momentum 0.9 and weight decay 5e-4 at lr 0.01). Custom loss: ``batchable = False``.
+  SGD with momentum 0.9 and weight decay 5e-4 at lr 0.01).
+- The loss is an :class:`~fedbench.models.flat.Objective` with one row per client (θ_old, the old heads, the
+  step's synthetic batch), so it trains on either client executor: client by client the heads' columns are
+  gathered (LwF's :func:`~fedbench.algorithms.lwf.distillation`); on the batched executor's padded rows the
+  heads are masks over the K classes (:func:`~fedbench.algorithms.lwf.masked_distillation`), the cross-entropy
+  averages over each row's real samples, and the synthetic pass runs as a batch of the objective's own
+  (:meth:`~fedbench.models.flat.FlatModel.own_batch`: BatchNorm over all its samples, moving the running
+  statistics on as the sequential pass does). Its draws are keyed by the run's seed, so its runs train alone,
+  not in populations (``population = False``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from pydantic import ConfigDict, Field
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
-from fedbench.algorithms.lwf import LwFState, distillation, keep_old_model
+from fedbench.algorithms.lwf import LwFState, distillation, keep_old_model, masked_distillation
 from fedbench.algorithms.state import extend, state
 from fedbench.algorithms.target_synthesis import SynthesisParams, Synthesizer
 from fedbench.compress import BITS_PER_FLOAT
-from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel, RowFields
+from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel, RowFields, cross_entropy
 from fedbench.seeding import torch_stream
 
 
@@ -83,31 +90,44 @@ class Held(NamedTuple):
 
 @dataclass(frozen=True)
 class TargetObjective(RowFields):
-    """CE over the current task's classes + λ_KD·KD on a synthetic batch (module docstring)."""
+    """CE over the current task's classes + λ_KD·KD on a synthetic batch (module docstring), one row per client
+    ``[S, …]``: θ_old [S, P], the old heads [S, K] (or [S, 0] before any task has ended) and the step's pool
+    samples [S, b, …] (b may be 0); ``count`` bounds the head ids (the stream's task count)."""
 
-    old_model: torch.Tensor  # [P]
-    heads: torch.Tensor  # [K] int64, or [0] before any task has ended
-    synthetic: torch.Tensor  # [b, *input_shape], the step's pool samples (may be empty)
+    rows: ClassVar[tuple[str, ...]] = ("old_model", "heads", "synthetic")
+    old_model: torch.Tensor
+    heads: torch.Tensor
+    synthetic: torch.Tensor
     kd: float
     temperature: float
+    count: int = 1
 
     def __call__(
-        self, model: FlatModel, point: torch.Tensor, buffers: Buffers, x: torch.Tensor, y: torch.Tensor
+        self,
+        model: FlatModel,
+        point: torch.Tensor,
+        buffers: Buffers,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         logits = model.logits(point, buffers, x)
-        old = self.heads >= 0
-        if not bool(old.any()):
-            return F.cross_entropy(model.masked(logits, y), y)
-        allowed = ~old.to(logits.device).unsqueeze(0).expand_as(logits)
+        if self.heads.shape[-1] == 0:  # no task has ended: no old classes
+            return cross_entropy(model.masked(logits, y), y, mask)
+        allowed = (self.heads < 0).unsqueeze(0).expand_as(logits)
         if model.label_mask is not None:
             allowed = allowed & model.label_mask[y]
-        allowed = allowed | F.one_hot(y, logits.shape[1]).bool()
-        loss = F.cross_entropy(logits.masked_fill(~allowed, MASKED_LOGIT), y)
-        if len(self.synthetic) == 0 or self.kd == 0:
+        allowed = allowed | (y.unsqueeze(-1) == torch.arange(logits.shape[-1], device=y.device))  # one-hot
+        loss = cross_entropy(logits.masked_fill(~allowed, MASKED_LOGIT), y, mask)
+        if self.synthetic.shape[0] == 0 or self.kd == 0:
             return loss
-        new = model.logits(point, buffers, self.synthetic)
-        teacher = model.frozen_logits(self.old_model, buffers, self.synthetic)
-        return loss + self.kd * distillation(new, teacher, self.heads, self.temperature)
+        with model.own_batch(len(self.synthetic), moves_statistics=True):
+            new = model.logits(point, buffers, self.synthetic)
+        with model.own_batch(len(self.synthetic), moves_statistics=False):
+            teacher = model.frozen_logits(self.old_model, buffers, self.synthetic)
+        if mask is None:
+            return loss + self.kd * distillation(new, teacher, self.heads, self.temperature)
+        return loss + self.kd * masked_distillation(new, teacher, self.heads, self.temperature, self.count, None)
 
 
 @ALGORITHMS.register(
@@ -117,7 +137,7 @@ class TargetObjective(RowFields):
     label="TARGET",
     compression=True,
     local_optimizer=True,
-    batchable=False,
+    population=False,  # each step's synthetic draw is keyed by the run's seed
     own_loss=True,
 )
 class Target(Algorithm):
@@ -137,14 +157,22 @@ class Target(Algorithm):
         return Held(state.old_model.expand(rows, -1), state.heads.expand(rows, -1), pool.expand(rows, *pool.shape))
 
     def objective(self, ctx: RoundContext, step: int) -> TargetObjective:
-        self.one_client(ctx)
+        """Step ``step``'s loss of each client row: θ_old, the old heads, and ``synthetic_batch`` pool samples drawn
+        without replacement from the client's ``("target_synthetic", round, client, step)`` stream (none before a
+        pool exists or while no class is old)."""
         held, p = ctx.held, self.params
-        pool = held.synthetic[0]
-        batch = pool[:0]
-        if len(pool) and bool((held.heads[0] >= 0).any()):
-            draw = torch_stream(self.ctx.seed, "target_synthetic", ctx.round, int(ctx.clients[0]), step)
-            batch = pool[torch.randperm(len(pool), generator=draw)[: p.synthetic_batch].to(pool.device)]
-        return TargetObjective(held.old_model[0], held.heads[0], batch, p.kd, p.temperature)
+        pool = held.synthetic  # [S, M, …]: every client holds the same pool
+        batch = pool[:, :0]
+        if pool.shape[1] and held.heads.shape[-1]:
+            draws = [
+                torch.randperm(
+                    pool.shape[1], generator=torch_stream(self.ctx.seed, "target_synthetic", ctx.round, i, step)
+                )
+                for i in ctx.client_ids()
+            ]
+            index = torch.stack([d[: p.synthetic_batch] for d in draws]).to(pool.device)
+            batch = pool[0][index]
+        return TargetObjective(held.old_model, held.heads, batch, p.kd, p.temperature, max(self.ctx.tasks, 1))
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:
         return self.ctx.local_optimizer.step(x, grad(x, self.objective(ctx, grad.step)), carry, ctx.lr)

@@ -17,13 +17,17 @@ with a sample mask ``[B]``. Two layers need that row's context, so :class:`RowLa
   depend on its own key only, never on which clients share its chunk (chunked rounds equal
   unchunked ones).
 
-In eval mode both layers run their own ``forward``.
+In eval mode both layers run their own ``forward``. An objective's forward pass on a batch of its own (e.g.
+synthetic samples: :meth:`~fedbench.models.flat.FlatModel.own_batch`) runs with a mask of ones, a dropout key hashed
+apart, and BatchNorm running statistics moved on from the minibatch pass's, as the sequential path's second
+train-mode pass moves them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import torch
@@ -32,6 +36,7 @@ from torch import nn
 from fedbench.models.flat import Buffers, FlatModel
 
 MASK32 = 0xFFFFFFFF
+OWN_BATCH_SALT = 0x5BD1E995  # hashed into a row's dropout key for a pass on an objective's own batch
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -57,11 +62,21 @@ def hash_uniform(key: torch.Tensor, layer: int, shape: torch.Size) -> torch.Tens
 
 
 class _Row:
-    """One row's context during a forward pass: its mask, dropout key and updated buffers."""
+    """One row's context during a forward pass: its mask, dropout key and updated buffers; ``moves``: whether a
+    pass moves the running statistics that an earlier pass already set (an objective's own batch, below), and
+    ``frozen``: whether it moves none (a frozen model's pass on it)."""
 
-    def __init__(self, mask: torch.Tensor, key: torch.Tensor):
+    def __init__(
+        self,
+        mask: torch.Tensor,
+        key: torch.Tensor,
+        updated: Buffers | None = None,
+        moves: bool = False,
+        frozen: bool = False,
+    ):
         self.mask, self.key = mask, key
-        self.updated: Buffers = {}
+        self.updated: Buffers = {} if updated is None else updated
+        self.moves, self.frozen = moves, frozen
 
 
 def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, x: torch.Tensor) -> torch.Tensor:
@@ -88,14 +103,17 @@ def _update_running(
     module: nn.modules.batchnorm._BatchNorm, name: str, row: _Row, mean: torch.Tensor, var: torch.Tensor
 ) -> None:
     """The running statistics torch's BatchNorm would hold after this batch, into ``row.updated``; the first
-    pass through the layer sets them (an objective's later frozen passes, on scratch buffers, leave them)."""
+    pass through the layer sets them (an objective's later frozen passes, on scratch buffers, leave them), and
+    a pass on an objective's own batch that moves them (``row.moves``) moves them on from there."""
     prefix = f"{name}." if name else ""
-    if prefix + "running_mean" in row.updated:
+    if row.frozen or (prefix + "running_mean" in row.updated and not row.moves):
         return
-    tracked = module.num_batches_tracked + 1
+    mean_0 = row.updated.get(prefix + "running_mean", module.running_mean)
+    var_0 = row.updated.get(prefix + "running_var", module.running_var)
+    tracked = row.updated.get(prefix + "num_batches_tracked", module.num_batches_tracked) + 1
     factor = 1.0 / tracked.to(mean.dtype) if module.momentum is None else module.momentum
-    row.updated[prefix + "running_mean"] = (1 - factor) * module.running_mean + factor * mean
-    row.updated[prefix + "running_var"] = (1 - factor) * module.running_var + factor * var
+    row.updated[prefix + "running_mean"] = (1 - factor) * mean_0 + factor * mean
+    row.updated[prefix + "running_var"] = (1 - factor) * var_0 + factor * var
     row.updated[prefix + "num_batches_tracked"] = tracked
 
 
@@ -130,6 +148,7 @@ class RowLayers:
             m.forward = partial(self._norm, m, name)
         for layer, m in enumerate(self.drops):
             m.forward = partial(self._dropout, m, layer)
+        model.batch_scope = self.own_batch
 
     @classmethod
     def of(cls, model: FlatModel) -> RowLayers:
@@ -154,6 +173,22 @@ class RowLayers:
         if self.row is None:
             return type(module).forward(module, x)
         return _keyed_dropout(module, layer, self.row, x)
+
+    @contextlib.contextmanager
+    def own_batch(self, size: int, moves_statistics: bool) -> Iterator[None]:
+        """:meth:`~fedbench.models.flat.FlatModel.own_batch` on the current row: a mask of ``size`` ones, the row's
+        dropout key hashed apart, and its BatchNorm buffers moved on (``moves_statistics``) or left (outside a
+        row: nothing)."""
+        row = self.row
+        if row is None:
+            yield
+            return
+        key = mix32(row.key ^ OWN_BATCH_SALT)
+        self.row = _Row(row.mask.new_ones(size), key, row.updated, moves_statistics, not moves_statistics)
+        try:
+            yield
+        finally:
+            self.row = row
 
     def logits(
         self, flat: torch.Tensor, buffers: Buffers, x: torch.Tensor, mask: torch.Tensor, key: torch.Tensor

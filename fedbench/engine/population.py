@@ -70,11 +70,12 @@ def population_key(spec: RunSpec, seed: int | None = None) -> str | None:
     block, so that every run is in the same task, with the same heads (the model's label mask), in each
     round; under ``continual.class_order: seeded`` also the ``seed`` (its own classes per task: a seed's
     tuning trials train together, other seeds apart). None for a run that trains alone: a non-batchable
-    algorithm (a local loss that cannot run on the batched rows)."""
+    algorithm (a local loss that cannot run on the batched rows), or one whose local hooks draw from their run's
+    own streams (``Capabilities.population`` False)."""
     from fedbench.algorithms import ALGORITHMS
 
     caps = ALGORITHMS.get(spec.algorithm["name"]).obj.caps
-    if not caps.batchable:
+    if not caps.batchable or not caps.population:
         return None
     algorithm = {k: v for k, v in spec.algorithm.items() if k != "label" and k not in caps.row_params}
     local = spec.local.model_dump(mode="json")

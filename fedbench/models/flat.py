@@ -5,8 +5,8 @@ module's parameters (views, no copies) for a functional forward pass, returns th
 gradient as a flat vector, and evaluates a flat model on a whole split. Buffers (BatchNorm
 running statistics) are kept apart from parameters as a name → tensor dict.
 
-The minibatch loss is cross-entropy unless an :class:`Objective` replaces it (MOON, FedMLB, LwF-FL, iCaRL-FL on
-either client executor; TARGET on the sequential one);
+The minibatch loss is cross-entropy unless an :class:`Objective` replaces it (MOON, FedMLB, LwF-FL, iCaRL-FL and
+TARGET, on either client executor);
 models that define ``stages()`` (see ``fedbench/models/registry.py``) can be evaluated block by
 block with :meth:`FlatModel.run_stages`, e.g. local blocks followed by a frozen global model's.
 """
@@ -14,6 +14,8 @@ block with :meth:`FlatModel.run_stages`, e.g. local blocks followed by a frozen 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, Protocol
 
 import torch
@@ -121,6 +123,16 @@ class FlatModel:
         self.label_mask: torch.Tensor | None = None  # [K, K] bool set by the engine in continual runs
         self.autocast: torch.dtype | None = None  # local.precision bf16: forward passes under autocast
         self.engine_cache: dict[str, object] = {}  # what the engine builds once per model (the batched step)
+        # set by the batched executor's per-row layers (fedbench.engine.batched_layers): see own_batch
+        self.batch_scope: Callable[[int, bool], AbstractContextManager[None]] | None = None
+
+    def own_batch(self, size: int, moves_statistics: bool) -> AbstractContextManager[None]:
+        """The context of a forward pass on a batch of an objective's own, not the step's minibatch (``size``
+        samples, all real: TARGET's synthetic ones). On the batched executor's rows its BatchNorm normalises over
+        all of them and, with ``moves_statistics``, moves the row's running statistics once more, as the
+        sequential path's second train-mode pass moves them in place (a frozen model's pass, on scratch buffers
+        there, moves none); its dropout masks are keyed apart from the minibatch's. Elsewhere it changes nothing."""
+        return nullcontext() if self.batch_scope is None else self.batch_scope(size, moves_statistics)
 
     def masked(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Continual heads: each sample's logits outside ``label_mask[y]`` (the classes its label may

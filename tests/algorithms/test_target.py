@@ -68,6 +68,11 @@ def net_at(make, w, buffers=None):
     return net
 
 
+def rows(old_model, heads, synthetic, kd, temperature):
+    """TARGET's objective of one client, as its round hands it: one row of each field."""
+    return TargetObjective(old_model.unsqueeze(0), heads.unsqueeze(0), synthetic.unsqueeze(0), kd, temperature)
+
+
 def target_by_hand(w, w_old, x, y, xs, mode, kd, temperature):
     """CE over each sample's current-task classes (its own class kept) + kd·Σ_heads mean_b −Σ p_old log p_new."""
     net, old_net = net_at(tiny_mlp, w), net_at(tiny_mlp, w_old)
@@ -103,13 +108,11 @@ def test_client_loss_and_gradient_match_an_independent_computation(mode, n, kd, 
     w, w_old = (flat.flatten() + 0.4 * torch.randn(flat.dim, generator=g, dtype=torch.float64) for _ in range(2))
     heads = old_heads(CLASS_TASK, 1, mode)
     oracle = GradientOracle(flat, {}, x, y, CFG)
-    got = oracle(w.unsqueeze(0), objective=TargetObjective(w_old, heads, xs, kd, temperature))[0]
+    got = oracle(w.unsqueeze(0), objective=rows(w_old, heads, xs, kd, temperature))[0]
     loss, want = target_by_hand(w, w_old, x, y, xs, mode, kd, temperature)
     torch.testing.assert_close(oracle.first_loss, loss, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-    no_kd = GradientOracle(flat, {}, x, y, CFG)(
-        w.unsqueeze(0), objective=TargetObjective(w_old, heads, xs[:0], kd, 2.0)
-    )
+    no_kd = GradientOracle(flat, {}, x, y, CFG)(w.unsqueeze(0), objective=rows(w_old, heads, xs[:0], kd, 2.0))
     assert (got - no_kd[0]).norm() > 1e-3  # the synthetic batch's distillation moves the gradient
 
 
@@ -121,7 +124,7 @@ def test_before_any_task_end_the_step_is_fine_fl_exactly():
     w = flat.flatten() + 0.3 * torch.randn(flat.dim, generator=g, dtype=torch.float64)
     xs = torch.randn(3, 4, generator=g, dtype=torch.float64)
     none = torch.zeros(0, dtype=torch.int64)
-    got = GradientOracle(flat, {}, x, y, CFG)(w.unsqueeze(0), objective=TargetObjective(w, none, xs, 25.0, 2.0))
+    got = GradientOracle(flat, {}, x, y, CFG)(w.unsqueeze(0), objective=rows(w, none, xs, 25.0, 2.0))
     plain = GradientOracle(flat, {}, x, y, CFG)(w.unsqueeze(0))
     assert torch.equal(got, plain)
 
@@ -135,7 +138,7 @@ def test_with_batchnorm_both_passes_move_the_step_statistics_and_the_old_model_u
     w, w_old = (flat.flatten() + 0.2 * torch.randn(flat.dim, generator=g, dtype=torch.float64) for _ in range(2))
     buffers = flat.buffers()
     oracle = GradientOracle(flat, buffers, x, y, CFG)
-    got = oracle(w.unsqueeze(0), objective=TargetObjective(w_old, old_heads(CLASS_TASK, 1, "class"), xs, 3.0, 2.0))[0]
+    got = oracle(w.unsqueeze(0), objective=rows(w_old, old_heads(CLASS_TASK, 1, "class"), xs, 3.0, 2.0))[0]
     net, old_net = net_at(tiny_bn, w).train(), net_at(tiny_bn, w_old).train()
     z, zs, zs_old = net(x), net(xs), old_net(xs).detach()  # train mode: batch statistics, running stats move
     ce = F.cross_entropy(z[:, [4, 5]], y - 4)
@@ -317,7 +320,8 @@ def test_task_ends_set_the_old_model_the_heads_and_the_pool(tmp_path):
     torch.testing.assert_close(loop.state.old_model, loop.state.x, rtol=0, atol=0)
     assert loop.state.heads.tolist() == [0, 0, 0] + [-1] * 7
     assert loop.state.synthetic.shape == (10, 1, 8, 8) and loop.state.synthetic.dtype == loop.state.x.dtype
-    assert not ALGORITHMS.capabilities("target_fl").batchable
+    caps = ALGORITHMS.capabilities("target_fl")
+    assert caps.batchable and caps.own_loss and not caps.population
 
 
 def test_two_tasks_run_deterministically_and_task_zero_is_fine_fl(tmp_path):

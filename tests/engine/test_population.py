@@ -24,6 +24,7 @@ from tests.engine.test_batched import BATCHABLE, COLS, ImageCache, with_algorith
 from tests.factories import tiny_scenario, tiny_spec, with_changes
 
 RTOL, ATOL = 1e-10, 1e-12
+JOINING = [n for n in BATCHABLE if ALGORITHMS.capabilities(n).population]  # those that may share a population
 LOCAL = {"epochs": 0.5, "batch_size": 16, "lr": 0.05, "weight_decay": 1e-3, "clip_grad_norm": 2.0, "precision": "fp64"}
 PLAIN_SERVER = {"fedqvr", "fedqvr_e"}  # their server has no optimizer of its own (server.lr must be 1)
 
@@ -69,7 +70,7 @@ def assert_same(pop_store, pop_outs, alone_store, alone_outs):
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # a population that falls back to one-by-one fails the test
-@pytest.mark.parametrize("name", BATCHABLE)
+@pytest.mark.parametrize("name", JOINING)
 def test_population_equals_each_run_alone(tmp_path, name):
     runs = mixed_runs(name)
     cache = DataCache(tmp_path, False, torch.device("cpu"))
@@ -229,11 +230,11 @@ def test_runs_of_other_population_keys_are_refused_as_one_population(tmp_path):
         assert all(store.status(run_id_of(r.spec, r.seed)) is None for r in runs)  # nothing recorded
 
 
-def test_every_batchable_algorithm_can_join_a_population():
-    for name in BATCHABLE:
+def test_every_batchable_algorithm_can_join_a_population_but_one_drawing_from_its_runs_streams():
+    for name in JOINING:
         assert population_key(tiny_spec(algorithm=name)) is not None, name
-    for name in set(ALGORITHMS.names()) - set(BATCHABLE):
-        assert population_key(tiny_spec(algorithm=name)) is None, name
+    assert set(ALGORITHMS.names()) - set(JOINING) == {"target_fl"}  # its synthetic draws are keyed by the run's seed
+    assert population_key(tiny_spec(algorithm="target_fl")) is None
 
 
 @pytest.mark.parametrize(
