@@ -19,8 +19,13 @@ are ranked by one sort.
 The walk through them is the batcher's (:meth:`~fedbench.engine.batches.ClientBatcher._walk`: a batch never
 straddles two epochs, an epoch's lone last sample skipped under ``drop_singleton``), computed for every row at
 once in NumPy (:func:`walks`); the cursors move as its draws would have moved them, so a resumed run draws the
-batches an uninterrupted one does, and each batch's position keys its augmentation. Replay draws are drawn by the
-batchers as under ``host`` (the same permutations), not here.
+batches an uninterrupted one does, and each batch's position keys its augmentation.
+
+A continual run's per-step replay draw (``replay_batch`` of a client's memory joined to each minibatch) is hashed
+too: the memory entries at the places of the smallest ranks under κ(``("replay_step", task)``, i, position), sorted
+(:func:`hashed_choice` on the host, where the sequential executor draws them batch by batch; :func:`hashed_replay`
+for every batch of a round at once on the device, from the memories laid out as one table,
+:class:`~fedbench.engine.local.ReplayTable`).
 """
 
 from __future__ import annotations
@@ -61,6 +66,30 @@ def hashed_permutation(key: int, n: int) -> np.ndarray:
     """The permutation of ``range(n)`` of key ``key``: the samples in the order of their ranks (on the host)."""
     ranks = sort_keys(torch.tensor(key, dtype=torch.int64), torch.arange(n, dtype=torch.int64))
     return torch.argsort(ranks, stable=True).numpy()
+
+
+def hashed_choice(values: np.ndarray, count: int, key: int) -> np.ndarray:
+    """``min(count, len(values))`` of ``values`` without replacement, on the host: those at the places j of the
+    smallest ranks r_j = h(h(j ⊕ k) + k) under ``key`` (:func:`sort_keys`, which never tie), sorted;
+    :func:`hashed_replay` draws the same on the device."""
+    ranks = sort_keys(torch.tensor(key, dtype=torch.int64), torch.arange(len(values), dtype=torch.int64))
+    return np.sort(np.asarray(values)[torch.argsort(ranks)[:count].numpy()])
+
+
+def hashed_replay(
+    keys: torch.Tensor, table: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor, count: int, most: int
+) -> torch.Tensor:
+    """:func:`hashed_choice` of every (step, row) at once: ``keys`` ``[K, rows]`` (each draw's key), each row's
+    memory at ``table[starts[r] : starts[r] + sizes[r]]``, ``most`` the largest size (known on the host: nothing
+    is read); returns ``[K, rows, c]`` training-set indices, each draw's min(``count``, size) values sorted first
+    (c = min(``count``, ``most``); the rest padding)."""
+    j = torch.arange(most, dtype=torch.int64, device=keys.device)
+    inside = j < sizes.unsqueeze(1)  # [rows, M]
+    ranks = torch.where(inside, sort_keys(keys.unsqueeze(2), j), (1 << 32) + j)  # a row's padding ranks last
+    chosen = torch.topk(ranks, min(count, len(j)), largest=False).indices  # [K, rows, c], in rank order
+    real = chosen < sizes.view(1, -1, 1)
+    values = table[torch.where(real, starts.view(1, -1, 1) + chosen, 0)]
+    return torch.where(real, values, torch.iinfo(torch.int64).max).sort(2).values
 
 
 def hashed_augment(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from fedbench.algorithms.base import Algorithm, RoundContext, Upload
@@ -21,18 +22,34 @@ from fedbench.models.flat import Buffers, FlatModel, Objective
 from fedbench.scenario import AugmentSpec
 
 
+@dataclass(frozen=True, eq=False)
+class ReplayTable:
+    """Per-step replay draws under ``local.shuffle: device``, for a round plan drawn on the device: every client's
+    replay memory (training-set indices, task slots in order) end to end in ``table`` on the data's device, each
+    client's first place in it and its size (``[N]``, host), the draw's size ``count`` and the 32-bit base key of
+    the task's ``("replay_step", task)`` stream (:func:`~fedbench.engine.device_plan.hashed_choice`)."""
+
+    table: torch.Tensor
+    starts: np.ndarray
+    sizes: np.ndarray
+    count: int
+    base: int
+
+
 @dataclass(frozen=True)
 class LocalConfig:
     """The per-step settings of local work (from the scenario's ``local`` block) and the run's seed;
     ``replay(client, position)`` (continual experience replay) returns memory indices to join each
-    minibatch, or None; ``replay_apart`` (the algorithm's ``replay_apart`` capability) keeps that draw
-    apart from the minibatch in the gradient oracles (``grad.memory``)."""
+    minibatch, or None; ``replay_table()`` (under ``local.shuffle: device``) the memory as a device table, from
+    which a round plan drawn on the device draws the same; ``replay_apart`` (the algorithm's ``replay_apart``
+    capability) keeps that draw apart from the minibatch in the gradient oracles (``grad.memory``)."""
 
     weight_decay: float
     clip_grad_norm: float | None
     augment: AugmentSpec
     seed: int
     replay: Callable[[int, int], torch.Tensor | None] | None = None
+    replay_table: Callable[[], ReplayTable] | None = None
     replay_apart: bool = False
     shuffle: str = "host"  # local.shuffle: device hashes the augmentation draws too
 

@@ -26,7 +26,15 @@ import torch
 from fedbench.data.base import ArraySplit
 from fedbench.engine.augment import apply_augment, augment_base, augment_draws
 from fedbench.engine.batches import ClientBatcher, seed_ahead
-from fedbench.engine.device_plan import Rows, hashed_augment, parts_table, permutation_keys, ranked_batches
+from fedbench.engine.device_plan import (
+    Rows,
+    Walks,
+    hashed_augment,
+    hashed_replay,
+    parts_table,
+    permutation_keys,
+    ranked_batches,
+)
 from fedbench.engine.local import LocalConfig
 from fedbench.engine.pending import to_device
 
@@ -85,8 +93,9 @@ def hashed_plan(
     """The :class:`RoundPlan` of the draws ``(batcher, clients, K_i)`` of a round (one run's, or every run's of a
     population, each with its local configuration ``cfgs``), their rows one after another, each batcher under
     ``shuffle: device``, drawn on the data's device (:func:`~fedbench.engine.device_plan.ranked_batches`; under
-    ``local.augment`` each sample's crop and flip hashed there too): the plan :func:`lay_out` makes of the
-    batchers' own draws, with their cursors moved as those draws move them."""
+    ``local.augment`` each sample's crop and flip hashed there too, and per-step replay draws joined to each batch,
+    :func:`join_replay`): the plan :func:`lay_out` makes of the batchers' own draws (and ``cfg.replay``'s), with
+    their cursors moved as those draws move them."""
     table, offsets = parts_table([(b.partition, b.parts) for b, _, _ in draws], train.y.device)
     ids = [np.asarray(clients, dtype=np.int64) for _, clients, _ in draws]
     counts = [len(i) for i in ids]
@@ -109,6 +118,10 @@ def hashed_plan(
         cursors = np.asarray(batcher.cursor, dtype=np.int64)
         cursors[i] = moved
         batcher.cursor = cursors.tolist()
+    memory = None
+    if any(c.replay is not None for c in cfgs):
+        index, real, widths, memory = join_replay(index, real, walked, ids, cfgs)
+        memory = memory.to(train.x.dtype) if any(c.replay_apart for c in cfgs) else None
     crops, a = None, cfgs[0].augment
     if cfgs[0].augments:
         if any(c.augment != a for c in cfgs):
@@ -120,7 +133,46 @@ def hashed_plan(
         keys = permutation_keys(row_keys[0], row_keys[1], positions).unsqueeze(2)  # [K, rows, 1]
         drawn = hashed_augment(keys, torch.arange(index.shape[2], device=index.device), a.flip, a.crop_padding)
         crops = tuple(torch.where(real, v, torch.zeros_like(v)) for v in drawn)  # padding: no shift, no flip
-    return RoundPlan(index, real.to(train.x.dtype), widths, None, crops, a.crop_padding)  # type: ignore[arg-type]
+    return RoundPlan(index, real.to(train.x.dtype), widths, memory, crops, a.crop_padding)  # type: ignore[arg-type]
+
+
+def join_replay(
+    index: torch.Tensor, real: torch.Tensor, walked: Walks, ids: list[np.ndarray], cfgs: list[LocalConfig]
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...], torch.Tensor]:
+    """Each batch of a device-drawn plan (``index`` and ``real`` ``[K, rows, B]``, the rows of each run's ``ids``)
+    followed by its replay draw, hashed on the device from its run's :class:`~fedbench.engine.local.ReplayTable`
+    with the key of its client and position (:func:`~fedbench.engine.device_plan.hashed_replay`: the draws of the
+    host's ``cfg.replay``): the joined indices and mask, each step's width, and the replay draws' places."""
+    device, length = index.device, walked.length  # [K, rows] on the host
+    tables = [c.replay_table() if c.replay_table is not None else None for c in cfgs]
+    sizes = np.concatenate([t.sizes[i] if t else np.zeros(len(i), dtype=np.int64) for t, i in zip(tables, ids)])
+    count = max((t.count for t in tables if t), default=0)
+    drawn = np.where(length > 0, np.minimum(sizes, count), 0)  # [K, rows]: each batch's replay draw
+    widths = tuple(int(v) for v in (length + drawn).max(1))
+    if not drawn.any():
+        return index, real, widths, torch.zeros_like(real)
+    at, blocks = 0, []
+    starts = []
+    for t, i in zip(tables, ids):
+        starts.append(at + t.starts[i] if t else np.zeros(len(i), dtype=np.int64))
+        if t:
+            blocks.append(t.table)
+            at += len(t.table)
+    bases = np.concatenate([np.full(len(i), t.base if t else 0, dtype=np.int64) for t, i in zip(tables, ids)])
+    host = np.concatenate([np.stack([bases, np.concatenate(ids), np.concatenate(starts), sizes]), walked.position])
+    small = to_device(torch.from_numpy(host), device)  # [4 + K, rows]: one copy
+    keys = permutation_keys(small[0], small[1], small[4:])  # [K, rows]
+    values = hashed_replay(keys, torch.cat(blocks), small[2], small[3], count, int(sizes.max()))  # [K, rows, c]
+    columns = torch.arange(max(widths), device=device)
+    lengths = to_device(torch.from_numpy(np.stack([length, drawn])), device)  # [2, K, rows]
+    first, last = lengths[0].unsqueeze(2), (lengths[0] + lengths[1]).unsqueeze(2)
+    current = columns < first
+    replayed = (columns >= first) & (columns < last)
+    pad = max(widths) - index.shape[2]
+    joined_current = torch.nn.functional.pad(index, (0, pad)) if pad > 0 else index[..., : max(widths)]
+    from_memory = values.gather(2, (columns - first).clamp(0, values.shape[2] - 1))
+    joined = torch.where(current, joined_current, torch.where(replayed, from_memory, 0))
+    return joined, current | replayed, widths, replayed
 
 
 def check_images(train: ArraySplit) -> None:
@@ -132,9 +184,9 @@ def check_images(train: ArraySplit) -> None:
 
 
 def on_device(batcher: ClientBatcher, cfg: LocalConfig) -> bool:
-    """Whether the batcher's plans are drawn on the device: ``local.shuffle: device`` without replay draws (drawn
-    by the batcher, from the same permutations)."""
-    return batcher.shuffle == "device" and cfg.replay is None
+    """Whether the batcher's plans are drawn on the device: ``local.shuffle: device``, its replay draws (if any)
+    hashed there too (``cfg.replay_table``)."""
+    return batcher.shuffle == "device" and (cfg.replay is None or cfg.replay_table is not None)
 
 
 def row_draws(batcher: ClientBatcher, clients: list[int], steps: list[int], cfg: LocalConfig) -> list[RowDraws]:

@@ -35,14 +35,17 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from fedbench.algorithms.base import Algorithm, Logs, TaskData
 from fedbench.continual.memory import ReplayMemory
 from fedbench.engine.batches import ClientBatcher
+from fedbench.engine.device_plan import hashed_choice, key_of, stream_base
 from fedbench.engine.federation import Federation, InputRequest
 from fedbench.engine.full_gradient import client_gradients, full_local_gradients
-from fedbench.engine.local import LocalConfig
+from fedbench.engine.local import LocalConfig, ReplayTable
+from fedbench.engine.pending import to_device
 from fedbench.engine.plugins import RoundPlugin
 from fedbench.models.flat import Buffers
 from fedbench.seeding import numpy_stream
@@ -70,6 +73,7 @@ class ContinualStream(RoundPlugin):
         self.task, self.entered = -1, 0  # the current task and the round that entered it
         self.fed = setup.federation  # the current task's clients' data
         self.row: list[float] = []  # the accuracy-matrix row of the last evaluation
+        self._table: tuple[int, ReplayTable] | None = None  # replay_table's, with its task
 
     # -- schedule --------------------------------------------------------------------------
     def task_of(self, t: int) -> int:
@@ -105,10 +109,34 @@ class ContinualStream(RoundPlugin):
         return {"task": self.task, "partition": self.fed.info}
 
     def local_config(self, cfg: LocalConfig) -> LocalConfig:
-        """Per-step replay (``memory.replay: per_step`` or the algorithm's ``replay_per_step``)."""
+        """Per-step replay (``memory.replay: per_step`` or the algorithm's ``replay_per_step``), drawn on the device
+        too under ``local.shuffle: device`` (:meth:`replay_table`)."""
         if self.cfg.memory.replay == "per_step" or self.s.algorithm.caps.replay_per_step:
-            return replace(cfg, replay=self.replay)
+            return replace(cfg, replay=self.replay, replay_table=self.replay_table if self.hashed else None)
         return cfg
+
+    @property
+    def hashed(self) -> bool:
+        """Whether per-step replay draws are hashed (``local.shuffle: device``: :func:`hashed_choice`)."""
+        return self.spec.local.shuffle == "device"
+
+    def replay_table(self) -> ReplayTable:
+        """The current task's memories as a device table (:class:`~fedbench.engine.local.ReplayTable`), built once a
+        task: the memories change only at a task's end (the fill, an algorithm's ``end_task``), before the next
+        task enters."""
+        if self._table is None or self._table[0] != self.task:
+            memories = [self.memory.indices(c) for c in range(self.spec.clients.num)]
+            sizes = np.array([len(m) for m in memories], dtype=np.int64)
+            flat = torch.from_numpy(np.concatenate(memories)) if len(memories) else torch.zeros(0, dtype=torch.int64)
+            table = ReplayTable(
+                to_device(flat, self.s.data.train.y.device),
+                np.cumsum(sizes) - sizes,
+                sizes,
+                self.cfg.memory.replay_batch,
+                stream_base(self.seed, ("replay_step", self.task)),
+            )
+            self._table = (self.task, table)
+        return self._table[1]
 
     def provide(self, request: InputRequest) -> dict[str, torch.Tensor]:
         """``memory_grad``/``memory_size``: ∇f_i†(x_t) on a memory draw and the memory's size, zeros
@@ -147,11 +175,17 @@ class ContinualStream(RoundPlugin):
 
     # -- memory ----------------------------------------------------------------------------
     def replay(self, client: int, position: int) -> torch.Tensor | None:
-        """Per-step replay: ``replay_batch`` memory indices for the minibatch at ``position``, or None."""
+        """Per-step replay: ``replay_batch`` memory indices for the minibatch at ``position``, or None: from the
+        ``("replay_step", task, i, position)`` stream, or under ``local.shuffle: device`` hashed by the same key
+        (:func:`~fedbench.engine.device_plan.hashed_choice`, as a plan drawn on the device draws them)."""
         if self.memory.size(client) == 0:
             return None
-        rng = numpy_stream(self.seed, "replay_step", self.task, client, position)
-        drawn = self.memory.draw(client, self.cfg.memory.replay_batch, rng)
+        count = self.cfg.memory.replay_batch
+        if self.hashed:
+            key = key_of(stream_base(self.seed, ("replay_step", self.task)), client, position)
+            drawn = hashed_choice(self.memory.indices(client), count, key)
+        else:
+            drawn = self.memory.draw(client, count, numpy_stream(self.seed, "replay_step", self.task, client, position))
         return torch.as_tensor(drawn, device=self.s.data.train.y.device)
 
     def memory_gradients(

@@ -3,6 +3,7 @@ drawn on the device is the plan of the batchers' own draws of the same hashed pe
 batched and population executors agree), the permutations are pinned integers, a resumed run draws what an
 uninterrupted one does, and the key stays out of the run hash while it holds its default."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,11 +11,20 @@ import pandas as pd
 import pytest
 import torch
 
+import fedbench.engine.plan as plan_module
 from fedbench.data.base import ArraySplit
 from fedbench.engine.augment import augment_draws
 from fedbench.engine.batches import ClientBatcher
-from fedbench.engine.device_plan import hashed_augment, hashed_permutation, permutation_keys, sort_keys, walks
-from fedbench.engine.local import LocalConfig
+from fedbench.engine.device_plan import (
+    hashed_augment,
+    hashed_choice,
+    hashed_permutation,
+    key_of,
+    permutation_keys,
+    sort_keys,
+    walks,
+)
+from fedbench.engine.local import LocalConfig, ReplayTable
 from fedbench.engine.plan import draw_plan, hashed_plan, lay_out, row_draws
 from fedbench.engine.population import PopulationRun, execute_population
 from fedbench.engine.population_rows import joint_plan
@@ -98,6 +108,60 @@ def test_a_device_plan_is_the_plan_of_the_batchers_own_draws(drop, augment):
         if augment:
             assert plan.crops is not None and ref.crops is not None
             assert all(torch.equal(a, b) for a, b in zip(plan.crops, ref.crops))
+
+
+def memory_config(memories: list[np.ndarray], seed: int, apart: bool, augment: AugmentSpec) -> LocalConfig:
+    """A run's local configuration with per-step replay from ``memories`` (one per client), hashed with key
+    κ(base, client, position), and the same memories as a device table."""
+    base, count = 1000 + seed, 4
+    sizes = np.array([len(m) for m in memories], dtype=np.int64)
+    table = ReplayTable(torch.from_numpy(np.concatenate(memories)), np.cumsum(sizes) - sizes, sizes, count, base)
+
+    def replay(client: int, position: int) -> torch.Tensor | None:
+        if not len(memories[client]):
+            return None
+        return torch.from_numpy(hashed_choice(memories[client], count, key_of(base, client, position)))
+
+    return LocalConfig(
+        0.0, None, augment, seed=seed, replay=replay, replay_table=lambda: table, replay_apart=apart, shuffle="device"
+    )
+
+
+@pytest.mark.parametrize("apart", [False, True])
+@pytest.mark.parametrize("augment", [False, True])
+def test_replay_draws_hashed_on_the_device_are_the_hosts(apart, augment):
+    """Per-step replay under ``local.shuffle: device``: three runs' memories (empty, smaller than a draw, larger),
+    unequal K_i, four rounds: the device plan joins to each batch the draw ``cfg.replay`` makes on the host (the
+    same indices, masks, widths, replay places and, augmenting, crops), with the same cursors after."""
+    parts, other = parts_of([7, 1, 13, 25, 4, 40]), parts_of([9, 30, 2, 11, 6, 3])
+    train = ArraySplit(torch.zeros(200, 1, 4, 4), torch.zeros(200, dtype=torch.int64))
+    rng = np.random.default_rng(3)
+    memories = [[rng.choice(200, size=n, replace=False) for n in sizes] for sizes in ([0, 3, 9, 2, 12, 0], [5] * 6)]
+    spec = AugmentSpec(flip=True, crop_padding=2) if augment else AugmentSpec()
+    cfgs = [memory_config(memories[0], 0, apart, spec), CFG, memory_config(memories[1], 1, apart, spec)]
+    if augment:
+        cfgs[1] = AUGMENTED[1]
+    host = [c if c.replay is None else dataclasses.replace(c, replay_table=None) for c in cfgs]
+
+    def batchers():
+        return [ClientBatcher(p, 5, seed=s, shuffle="device") for p, s in ((parts, 0), (parts, 1), (other, 1))]
+
+    got, want = batchers(), batchers()
+    for r in range(4):
+        clients = [[0, 2, 3], [5, 1], [4, 0, 1 + r % 3]]
+        steps = [[3, 1, 7], [2, 4 + r], [9, 5, 2]]
+        plan = hashed_plan(train, list(zip(got, clients, steps)), cfgs)
+        ref = joint_plan(
+            [lay_out(train, row_draws(b, c, k, g), k, g) for b, c, k, g in zip(want, clients, steps, host)]
+        )
+        assert torch.equal(plan.index, ref.index) and torch.equal(plan.mask, ref.mask) and plan.width == ref.width
+        assert (plan.memory is None) == (ref.memory is None) == (not apart)
+        assert plan.memory is None or torch.equal(plan.memory, ref.memory)
+        assert [b.cursor for b in got] == [b.cursor for b in want]
+        if augment:
+            assert plan.crops is not None and ref.crops is not None
+            assert all(torch.equal(a, b) for a, b in zip(plan.crops, ref.crops))
+    assert max(plan.width) > 5  # batches of 5 with replay draws joined
 
 
 def test_one_runs_draw_plan_takes_the_device_path():
@@ -192,28 +256,28 @@ def test_a_device_shuffled_population_killed_mid_run_resumes_exactly(tmp_path):
     assert_same(store, outs, *alone(tmp_path, runs, cache))
 
 
-def test_a_continual_run_under_device_shuffle(tmp_path):
-    """Each task's batcher ranks its own stream (``("task_batches", task)``); replay draws (ER) go through the
-    batcher: the batched executor equals the sequential one."""
+@pytest.mark.parametrize("name", ["fine_fl", "er_fl", "nccl_fl", "icarl_fl"])
+def test_a_continual_run_under_device_shuffle(tmp_path, monkeypatch, name):
+    """Each task's batcher ranks its own stream (``("task_batches", task)``); per-step replay draws (ER, iCaRL's
+    exemplars, NCCL's apart) are hashed from ``("replay_step", task)``, on the host by the sequential executor and
+    on the device with the round's plan by the batched one (no host plan): the same numbers, in float64."""
     from tests.continual.common import RAW
 
-    for name in ("fine_fl", "er_fl"):
-        raw = device(with_algorithm(RAW, name))
-        spec = spec_of(raw)
-        stores = {}
-        for executor in ("sequential", "batched"):
-            store = ResultsStore(tmp_path / f"{name}-{executor}")
-            out = execute_run(
-                spec,
-                0,
-                store,
-                DataCache(tmp_path, False, torch.device("cpu")),
-                "h",
-                options=RunOptions(executor=executor),
-            )
-            assert out.status == "finished", out
-            stores[executor] = store.metrics([out.run_id])[["test_acc", "train_loss"]]
-        pd.testing.assert_frame_equal(stores["sequential"], stores["batched"], rtol=1e-4, atol=1e-6)
+    def on_the_host(*args, **kwargs):
+        raise AssertionError("a plan under local.shuffle: device was laid out on the host")
+
+    monkeypatch.setattr(plan_module, "lay_out", on_the_host)
+    raw = device(with_changes(with_algorithm(RAW, name), {"local.precision": "fp64"}))
+    spec = spec_of(raw)
+    stores = {}
+    for executor in ("sequential", "batched"):
+        store = ResultsStore(tmp_path / f"{name}-{executor}")
+        out = execute_run(
+            spec, 0, store, DataCache(tmp_path, False, torch.device("cpu")), "h", options=RunOptions(executor=executor)
+        )
+        assert out.status == "finished", out
+        stores[executor] = store.metrics([out.run_id])[["test_acc", "train_loss"]]
+    pd.testing.assert_frame_equal(stores["sequential"], stores["batched"], rtol=1e-9, atol=1e-12)
 
 
 def test_the_key_is_in_the_run_hash_only_when_set():
@@ -237,6 +301,23 @@ def test_a_device_plan_on_cuda_is_the_hosts():
     assert torch.equal(plans[0].index, plans[1].index.cpu()) and torch.equal(plans[0].mask, plans[1].mask.cpu())
 
 
+@pytest.mark.gpu
+def test_replay_draws_on_cuda_are_the_hosts():
+    parts = parts_of([7, 1, 13, 25, 4, 40])
+    rng = np.random.default_rng(5)
+    memories = [rng.choice(200, size=n, replace=False) for n in (0, 3, 9, 2, 12, 30)]
+    plans = []
+    for where in ("cpu", "cuda"):
+        cfg = memory_config(memories, 0, True, AugmentSpec())
+        moved = dataclasses.replace(cfg.replay_table(), table=torch.from_numpy(np.concatenate(memories)).to(where))
+        cfg = dataclasses.replace(cfg, replay_table=lambda moved=moved: moved)
+        train = ArraySplit(torch.zeros(200, 3, device=where), torch.zeros(200, dtype=torch.int64, device=where))
+        b = ClientBatcher([p.to(where) for p in parts], 5, seed=4, shuffle="device")
+        plans.append(hashed_plan(train, [(b, [0, 3, 5, 1, 4], [3, 9, 6, 2, 4])], [cfg]))
+    assert all(torch.equal(getattr(plans[0], f), getattr(plans[1], f).cpu()) for f in ("index", "mask", "memory"))
+    assert plans[0].memory is not None and plans[0].memory.sum() > 0
+
+
 def test_hashed_draws_are_uniform():
     """Over 20,000 samples of 400 batches: every crop offset about as often, flips about half, and every sample
     of a permutation about as often first."""
@@ -248,6 +329,8 @@ def test_hashed_draws_are_uniform():
     assert abs(flips.float().mean().item() - 0.5) < 0.02
     first = torch.tensor([hashed_permutation(int(k), 10)[0] for k in keys.flatten()])
     assert (torch.bincount(first, minlength=10) - 40).abs().max() < 20
+    drawn = torch.tensor(np.concatenate([hashed_choice(np.arange(10), 3, int(k)) for k in keys.flatten()]))
+    assert (torch.bincount(drawn, minlength=10) - 120).abs().max() < 35  # a replay draw: each about 3/10 of draws
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")

@@ -402,6 +402,7 @@ def test_runs_with_a_wireless_uplink_train_in_a_population(tmp_path, name):
     [
         ({}, [(0, 0.1), (1, 0.1), (2, 0.05)]),  # seeds of the natural class order, one with another η_l
         ({"continual.mode": "class", "continual.class_order": "seeded"}, [(3, 0.1), (3, 0.05), (3, 0.02)]),
+        ({"local.shuffle": "device"}, [(0, 0.1), (1, 0.1), (2, 0.05)]),  # plans and replay draws on the device
     ],
 )
 def test_continual_runs_train_in_a_population(tmp_path, monkeypatch, name, changes, runs):
