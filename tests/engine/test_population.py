@@ -3,6 +3,7 @@ executor: every batchable algorithm, mixed seeds, partitions, S, round counts an
 population, in float64 to 1e-10; BatchNorm and dropout models; a diverging member; a population killed
 mid-run and resumed; a failing population; the grouping and the option."""
 
+import gc
 import json
 
 import pandas as pd
@@ -496,3 +497,31 @@ def test_a_populations_full_gradients_are_one_computation(tmp_path, monkeypatch,
     # rounds 1-3 of the three runs: one joint call each; round 4 of the one run left: its own provider
     assert calls == [3] * min(rounds) and len(alone_calls) == max(rounds) - min(rounds), (calls, alone_calls, rounds)
     assert_same(store, outs, *alone(tmp_path, runs, cache))
+
+
+@pytest.mark.parametrize("caller_froze", [False, True])
+def test_a_population_trains_with_the_long_lived_objects_frozen_and_leaves_the_collector_as_it_was(
+    tmp_path, monkeypatch, caller_froze
+):
+    """The runs' objects are out of the cyclic collector's scans while the rounds run (gc.freeze), and the collector
+    is as it was afterwards: unfrozen, or, when the caller had frozen objects itself, with its freeze kept."""
+    frozen_during = []
+    lockstep = population._lockstep
+
+    def spying(*args, **kwargs):
+        frozen_during.append(gc.get_freeze_count())
+        return lockstep(*args, **kwargs)
+
+    monkeypatch.setattr(population, "_lockstep", spying)
+    if caller_froze:
+        gc.freeze()
+    try:
+        cache = DataCache(tmp_path, False, torch.device("cpu"))
+        outs = execute_population(
+            mixed_runs("fedavg"), ResultsStore(tmp_path / "pop"), cache, RunOptions(population="3")
+        )
+        assert [o.status for o in outs] == ["finished"] * 3
+        assert len(frozen_during) == 1 and frozen_during[0] > 0
+        assert (gc.get_freeze_count() > 0) == caller_froze  # a caller's freeze kept (its objects may have gone)
+    finally:
+        gc.unfreeze()
