@@ -170,8 +170,10 @@ class Target(Algorithm):
                 )
                 for i in ctx.client_ids()
             ]
-            index = torch.stack([d[: p.synthetic_batch] for d in draws]).to(pool.device)
-            batch = pool[0][index]
+            index = torch.stack([d[: p.synthetic_batch] for d in draws])
+            if pool.device.type == "cuda":  # pinned: the copy does not wait for the device's queue
+                index = index.pin_memory()
+            batch = pool[0][index.to(pool.device, non_blocking=True)]
         return TargetObjective(held.old_model, held.heads, batch, p.kd, p.temperature, max(self.ctx.tasks, 1))
 
     def local_step(self, ctx: RoundContext, x: torch.Tensor, carry: Any, grad: GradFn) -> tuple[torch.Tensor, Any]:

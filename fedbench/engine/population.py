@@ -298,19 +298,23 @@ def _train(
         note = f"population of {len(group)} runs, their clients as one batched computation ({rows}){replayed}"
         for m in group:
             m.loop.executor = ClientExecutor(True, chunk, note, step)
-        with long_lived_frozen():
+        with long_lived_frozen(len(group)):
             _lockstep(group, store, chunk, on_round)
 
 
+FREEZE_FROM = 32  # runs from which a population freezes its long-lived objects (long_lived_frozen)
+
+
 @contextmanager
-def long_lived_frozen() -> Iterator[None]:
-    """The objects alive now (the members' models, data, states, stores) moved out of Python's cyclic garbage
-    collector while the population trains (``gc.freeze``), so that each collection scans the objects of the rounds
-    since, not every run's: at 128 runs of a small model on this project's CPU the collections took 19 ms of a
-    round of about 100 ms, 4 ms frozen (benchmarks/population_host.py). A frozen object is still freed when its
-    last reference goes; only a reference cycle among them waits for the end, where they are unfrozen. A caller's
-    own freeze is left as it is."""
-    if gc.get_freeze_count():
+def long_lived_frozen(runs: int) -> Iterator[None]:
+    """For a population of at least :data:`FREEZE_FROM` ``runs``, the objects alive now (the members' models, data,
+    states, stores) moved out of Python's cyclic garbage collector while it trains (``gc.freeze``), so that each
+    collection scans the objects of the rounds since, not every run's: at 128 runs of a small model on this
+    project's CPU the collections took 19 ms of a round of about 100 ms, 4 ms frozen; at 16 runs 0.4 ms either way
+    (benchmarks/population_host.py), so a smaller population leaves the collector alone. A frozen object is still
+    freed when its last reference goes; only a reference cycle among them waits for the end, where they are
+    unfrozen. A caller's own freeze is left as it is."""
+    if runs < FREEZE_FROM or gc.get_freeze_count():
         yield
         return
     gc.freeze()

@@ -499,12 +499,14 @@ def test_a_populations_full_gradients_are_one_computation(tmp_path, monkeypatch,
     assert_same(store, outs, *alone(tmp_path, runs, cache))
 
 
-@pytest.mark.parametrize("caller_froze", [False, True])
+@pytest.mark.parametrize(("caller_froze", "freeze_from"), [(False, 3), (True, 3), (False, 4)])
 def test_a_population_trains_with_the_long_lived_objects_frozen_and_leaves_the_collector_as_it_was(
-    tmp_path, monkeypatch, caller_froze
+    tmp_path, monkeypatch, caller_froze, freeze_from
 ):
-    """The runs' objects are out of the cyclic collector's scans while the rounds run (gc.freeze), and the collector
-    is as it was afterwards: unfrozen, or, when the caller had frozen objects itself, with its freeze kept."""
+    """From ``FREEZE_FROM`` runs, the runs' objects are out of the cyclic collector's scans while the rounds run
+    (gc.freeze), and the collector is as it was afterwards: unfrozen, or, when the caller had frozen objects itself,
+    with its freeze kept; a smaller population leaves the collector alone."""
+    monkeypatch.setattr(population, "FREEZE_FROM", freeze_from)
     frozen_during = []
     lockstep = population._lockstep
 
@@ -521,7 +523,7 @@ def test_a_population_trains_with_the_long_lived_objects_frozen_and_leaves_the_c
             mixed_runs("fedavg"), ResultsStore(tmp_path / "pop"), cache, RunOptions(population="3")
         )
         assert [o.status for o in outs] == ["finished"] * 3
-        assert len(frozen_during) == 1 and frozen_during[0] > 0
+        assert len(frozen_during) == 1 and (frozen_during[0] > 0) == (caller_froze or freeze_from <= 3)
         assert (gc.get_freeze_count() > 0) == caller_froze  # a caller's freeze kept (its objects may have gone)
     finally:
         gc.unfreeze()
