@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, GradFn, Logs, RoundContext, TaskData
 from fedbench.algorithms.state import ServerState, extend, state
 from fedbench.compress import BITS_PER_FLOAT
-from fedbench.models.flat import Buffers, FlatModel, RowFields, batch_mean
+from fedbench.models.flat import Buffers, FlatModel, RowFields, batch_mean, one_hot
 
 
 class ICaRLParams(BaseModel):
@@ -85,7 +85,7 @@ class ICaRLObjective(RowFields):
         mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         logits = model.logits(point, buffers, x)
-        targets = (y.unsqueeze(-1) == torch.arange(logits.shape[1], device=y.device)).to(logits.dtype)  # one-hot
+        targets = one_hot(y, logits.shape[1]).to(logits.dtype)
         allowed = torch.ones_like(logits, dtype=torch.bool) if model.label_mask is None else model.label_mask[y]
         if self.old.shape[-1]:  # a task has ended: its classes are old
             old_logits = model.frozen_logits(self.old_model, buffers, x)

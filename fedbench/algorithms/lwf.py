@@ -72,11 +72,10 @@ def masked_distillation(
     new: torch.Tensor, old: torch.Tensor, heads: torch.Tensor, temperature: float, count: int, mask: torch.Tensor | None
 ) -> torch.Tensor:
     """:func:`distillation` over the batch's real samples (``mask`` 1, or all with None, as
-    :func:`~fedbench.models.flat.batch_mean`)
-    without reading the heads: each head id h < ``count`` (a task's, so the stream's task count bounds them) is a
-    mask over the K classes, an id no class has adds 0, and the classes outside a head get
-    :data:`~fedbench.models.flat.MASKED_LOGIT` (probability 0, no gradient). Its shapes are static, so it runs under
-    ``torch.func.vmap`` on the batched executor's rows."""
+    :func:`~fedbench.models.flat.batch_mean`) without reading the heads: each head id h < ``count`` (a task's, so
+    the stream's task count bounds them) is a mask over the K classes, an id no class has adds 0, and the classes
+    outside a head get :data:`~fedbench.models.flat.MASKED_LOGIT` (probability 0, no gradient). Its shapes are
+    static, so it runs under ``torch.func.vmap`` on the batched executor's rows."""
     inside = (heads == torch.arange(count, device=heads.device).unsqueeze(1)).unsqueeze(1)  # [H, 1, K]
     target = F.softmax(torch.where(inside, (old / temperature).unsqueeze(0), MASKED_LOGIT), dim=-1)
     log_p = F.log_softmax(torch.where(inside, (new / temperature).unsqueeze(0), MASKED_LOGIT), dim=-1)

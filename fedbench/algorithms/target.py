@@ -61,7 +61,7 @@ from fedbench.algorithms.lwf import LwFState, distillation, keep_old_model, mask
 from fedbench.algorithms.state import extend, state
 from fedbench.algorithms.target_synthesis import SynthesisParams, Synthesizer
 from fedbench.compress import BITS_PER_FLOAT
-from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel, RowFields, cross_entropy
+from fedbench.models.flat import MASKED_LOGIT, Buffers, FlatModel, RowFields, cross_entropy, one_hot
 from fedbench.seeding import torch_stream
 
 
@@ -117,7 +117,7 @@ class TargetObjective(RowFields):
         allowed = (self.heads < 0).unsqueeze(0).expand_as(logits)
         if model.label_mask is not None:
             allowed = allowed & model.label_mask[y]
-        allowed = allowed | (y.unsqueeze(-1) == torch.arange(logits.shape[-1], device=y.device))  # one-hot
+        allowed = allowed | one_hot(y, logits.shape[-1])
         loss = cross_entropy(logits.masked_fill(~allowed, MASKED_LOGIT), y, mask)
         if self.synthetic.shape[0] == 0 or self.kd == 0:
             return loss

@@ -127,9 +127,8 @@ class ContinualStream(RoundPlugin):
         if self._table is None or self._table[0] != self.task:
             memories = [self.memory.indices(c) for c in range(self.spec.clients.num)]
             sizes = np.array([len(m) for m in memories], dtype=np.int64)
-            flat = torch.from_numpy(np.concatenate(memories)) if len(memories) else torch.zeros(0, dtype=torch.int64)
             table = ReplayTable(
-                to_device(flat, self.s.data.train.y.device),
+                to_device(torch.from_numpy(np.concatenate(memories)), self.s.data.train.y.device),
                 np.cumsum(sizes) - sizes,
                 sizes,
                 self.cfg.memory.replay_batch,

@@ -85,6 +85,12 @@ def batch_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
+def one_hot(y: torch.Tensor, classes: int) -> torch.Tensor:
+    """``[B, classes]`` bool, True at each sample's label: ``F.one_hot`` without its check of the labels' values,
+    a read that ``torch.func.vmap`` refuses (an objective's loss on the batched executor's rows)."""
+    return y.unsqueeze(-1) == torch.arange(classes, device=y.device)
+
+
 def cross_entropy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean cross-entropy over the batch's real samples: ``F.cross_entropy`` (``mask`` None), or the
     masked mean of −log softmax at the label (the batched executor's padded batch)."""
