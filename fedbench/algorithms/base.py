@@ -138,7 +138,9 @@ class RoundContext:
     ``[N]`` are every client's sample counts n_i at this stage of the run (a continual run's current
     task), or None where the caller has none to give (:meth:`client_sizes` then refuses). ``ids`` are
     ``clients`` on the host where the engine has them (:meth:`client_ids`), so that nothing host-side
-    in a round waits for the device.
+    in a round waits for the device. ``epoch_batches`` is at least the most minibatches of one epoch,
+    ⌈n_i / min(B, n_i)⌉, of any of the context's clients, on the host (0: not given), so that a table of one
+    slot per minibatch is shaped without reading ``sizes``.
     """
 
     clients: torch.Tensor
@@ -150,6 +152,7 @@ class RoundContext:
     inputs: Mapping[str, torch.Tensor] = field(default_factory=lambda: MappingProxyType({}))
     sizes: torch.Tensor | None = None
     ids: tuple[int, ...] | None = None
+    epoch_batches: int = 0
 
     @property
     def start(self) -> torch.Tensor:
@@ -173,6 +176,7 @@ class RoundContext:
             MappingProxyType({k: v[rows] for k, v in self.inputs.items()}),
             self.sizes,
             self.ids[rows] if self.ids is not None and isinstance(rows, slice) else None,
+            self.epoch_batches,
         )
 
     def sending(self, **message: torch.Tensor) -> RoundContext:

@@ -96,13 +96,18 @@ class FedTrack(Algorithm):
         sizes = ctx.client_sizes()[ctx.clients].to(dtype)
         return sizes, torch.clamp(sizes, max=float(self.batch_size()))
 
+    def most_batches(self, ctx: RoundContext) -> int:
+        """The most slots n_b of the context's clients, read from their sizes (a host read: the engine's contexts
+        carry it as ``epoch_batches``)."""
+        sizes, batch = self.sizes_and_batches(ctx, torch.float64)
+        return int(torch.ceil(sizes / batch).max())
+
     def local_init(self, ctx: RoundContext, x: torch.Tensor) -> TrackCarry:
         """k = 0, a_i = 0; the IAG at τ = 0: every slot (``batch_table``) at ∇g_i(x_t), Σ = 0 (``sample``)."""
         table = mean = total = None
         if self.iag == "batch_table":
             full = ctx.input("full_grad")
-            sizes, batch = self.sizes_and_batches(ctx, x.dtype)
-            table = full.unsqueeze(1).repeat(1, int(torch.ceil(sizes / batch).max()), 1)
+            table = full.unsqueeze(1).repeat(1, ctx.epoch_batches or self.most_batches(ctx), 1)
             mean = full.clone()
         elif self.iag == "sample":
             total = torch.zeros_like(x)

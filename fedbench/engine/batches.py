@@ -59,6 +59,8 @@ class ClientBatcher:
         self._sizes = [len(p) for p in parts]
         self.sizes = np.asarray(self._sizes, dtype=np.int64)  # n_i, and each part's first place in the parts end to end
         self.starts = np.cumsum(self.sizes) - self.sizes
+        # minibatches of one epoch, ⌈n_i / min(B, n_i)⌉ (≥ 1): a round's largest bounds its clients' per-batch tables
+        self.epoch_batches = np.array([epoch_steps(n, batch_size, 1) if n else 1 for n in self._sizes], dtype=np.int64)
         # the parts on the host (one copy of them all): a permutation is composed there, and a draw crosses to the
         # device once (:func:`~fedbench.engine.pending.to_device`), instead of a copy and a gather per permutation
         host = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, dtype=np.int64)
@@ -78,6 +80,11 @@ class ClientBatcher:
         self._perm: dict[int, tuple[int, np.ndarray, torch.Tensor | None]] = {}  # client → (epoch, host, device)
         self._seeds: dict[tuple[int, int], int] = {}  # (client, epoch) → its generator's seed, computed ahead
         self._walked: dict[int, tuple[int, int, Walk]] = {}  # client → (cursor, steps, walk): seed_ahead's, for draw
+
+    @property
+    def host_parts(self) -> list[np.ndarray]:
+        """Each client's training indices on the host (the batcher's one copy: read-only)."""
+        return self._host
 
     @property
     def partition(self) -> tuple[tuple[int, ...], str]:

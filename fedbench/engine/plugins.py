@@ -101,8 +101,11 @@ class RoundPlugin:
         """Logs of round t after the algorithm's ``server_update`` logs (also on idle rounds)."""
         return {}
 
-    def evaluate(self, t: int, due: bool, x: torch.Tensor, buffers: Buffers) -> tuple[float, float] | None:
-        """(accuracy, loss) to record instead of the test-set score, or None for the loop's."""
+    def evaluate(
+        self, t: int, due: bool, x: torch.Tensor, buffers: Buffers
+    ) -> tuple[float, float] | tuple[torch.Tensor, torch.Tensor] | None:
+        """(accuracy, loss) to record instead of the test-set score (floats, or 0-d tensors the round reads with
+        its metrics), or None for the loop's."""
         return None
 
     def after_evaluation(self, t: int, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:

@@ -89,6 +89,7 @@ def joint_context(ctxs: list[RoundContext]) -> RoundContext:
         first.round,
         MappingProxyType(inputs),
         sizes,
+        epoch_batches=min(c.epoch_batches for c in ctxs) and max(c.epoch_batches for c in ctxs),  # 0: one not given
     )
 
 

@@ -373,6 +373,7 @@ class RoundLoop:
             self.inputs(sampled, ready),
             self.fed.sizes,
             tuple(sampled.ids),
+            int(self.fed.batcher.epoch_batches[sampled.ids].max()),
         )
         weights = aggregation_weights(self.spec, self.fed.sizes[ctx.clients])
         ctx = algo.prepare_round(self.state, ctx, weights)
@@ -556,11 +557,14 @@ class RoundLoop:
 
     def evaluate(self, t: int, due: bool, given: Scores | None = None, lazy: bool = False) -> Scores | None:
         """(accuracy, loss) of round t: the first plug-in's scores (every plug-in is asked), else
-        the whole test set's when due (``given``, or evaluated here: 0-d tensors, unread, if ``lazy``),
-        else None."""
+        the whole test set's when due (``given``, or evaluated here), else None; 0-d tensors, unread, if ``lazy``
+        (a plug-in's may be either way), else floats."""
         x, s = self.state.x, self.s
         scores = [p.evaluate(t, due, x, self.buffers) for p in self.plugins]
         chosen = next((score for score in scores if score is not None), None)
+        if chosen is not None and not lazy and isinstance(chosen[0], torch.Tensor):
+            acc, loss = torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in chosen]).tolist()  # one read
+            return acc, loss
         if chosen is None and due:
             if given is not None:
                 return given

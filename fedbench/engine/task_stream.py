@@ -66,13 +66,16 @@ class ContinualStream(RoundPlugin):
         self.tasks, self.stream = setup.tasks, setup.tasks.stream
         self.memory = ReplayMemory(spec.clients.num, self.cfg.memory.per_task, seed)
         self.train_labels = setup.data.train.y.cpu().numpy()
+        x = setup.data.train.x
+        low, high = torch.stack([x.min(), x.max()]).tolist()  # read once, at setup: no task end waits for it
+        self.input_range = (float(low), float(high))
         self.masks = [
             torch.as_tensor(self.stream.label_mask(j), device=setup.x0.device) for j in range(self.stream.num_tasks)
         ]
         self.test_idx = [torch.as_tensor(i, device=setup.data.test.y.device) for i in self.stream.test]
         self.task, self.entered = -1, 0  # the current task and the round that entered it
         self.fed = setup.federation  # the current task's clients' data
-        self.row: list[float] = []  # the accuracy-matrix row of the last evaluation
+        self.row: torch.Tensor | None = None  # the accuracy-matrix row of the last evaluation [T], unread
         self._table: tuple[int, ReplayTable] | None = None  # replay_table's, with its task
 
     # -- schedule --------------------------------------------------------------------------
@@ -148,8 +151,10 @@ class ContinualStream(RoundPlugin):
         return {"memory_grad": grads, "memory_size": sizes}
 
     # -- evaluation ------------------------------------------------------------------------
-    def evaluate(self, t: int, due: bool, x: torch.Tensor, buffers: Buffers) -> tuple[float, float] | None:
-        """On schedule and at a task's end: the seen tasks' test samples (the matrix row kept)."""
+    def evaluate(
+        self, t: int, due: bool, x: torch.Tensor, buffers: Buffers
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """On schedule and at a task's end: the seen tasks' test samples (the matrix row kept), unread."""
         if not (due or self.task_ends(t)):
             return None
         acc, loss, self.row = self.score(x, buffers)
@@ -163,14 +168,15 @@ class ContinualStream(RoundPlugin):
         state, logs = self.end_task(self.s.algorithm, state, buffers, cfg)
         return state, {"task_acc": self.row, **logs}
 
-    def score(self, x: torch.Tensor, buffers: Buffers) -> tuple[float, float, list[float]]:
+    def score(self, x: torch.Tensor, buffers: Buffers) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(accuracy, loss) on the test samples of the tasks seen so far, and the accuracy on each
-        task's test set (one pass over the test set under the current mask)."""
+        task's test set ``[T]`` (one pass over the test set under the current mask): float64 tensors, unread
+        (the round reads them with its metrics, :func:`~fedbench.engine.pending.read_rounds`; each value exact)."""
         correct, losses = self.s.model.per_sample(x, buffers, self.s.data.test, self.spec.eval.batch_size)
         seen = torch.cat(self.test_idx[: self.task + 1])
         means = [correct[i].float().mean() for i in (seen, *self.test_idx)] + [losses[seen].mean()]
-        acc, *row, loss = torch.stack([m.double() for m in means]).tolist()  # one read, each value exact
-        return acc, loss, row
+        scores = torch.stack([m.double() for m in means])
+        return scores[0], scores[-1], scores[1:-1]
 
     # -- memory ----------------------------------------------------------------------------
     def replay(self, client: int, position: int) -> torch.Tensor | None:
@@ -214,7 +220,7 @@ class ContinualStream(RoundPlugin):
     def end_task(self, algo: Algorithm, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:
         """Fill every client's memory slot for the finished task, then ``algo.end_task``."""
         s, task = self.s, self.task
-        self.memory.fill(task, [p.cpu().numpy() for p in self.fed.parts], self.train_labels)
+        self.memory.fill(task, self.fed.batcher.host_parts, self.train_labels)  # the parts' host copy: no read
         parts, batch_size = list(self.fed.parts), self.spec.local.batch_size
 
         def gradients(point: torch.Tensor, squared: bool = False) -> torch.Tensor:
@@ -238,7 +244,7 @@ class ContinualStream(RoundPlugin):
             s.model,
             MappingProxyType(buffers),
             s.data.input_shape,
-            (float(s.data.train.x.min()), float(s.data.train.x.max())),
+            self.input_range,
         )
         state, logs = algo.end_task(state, data)
         return state, {"memory_sizes": [self.memory.size(c) for c in range(self.spec.clients.num)], **logs}

@@ -1,11 +1,16 @@
 """FedTrack (Mitra et al. 2021; C-FLAG eqs. 4–5 without memory) against the NumPy transcription of
 tests/algorithms/test_cflag.py, its identity with C-FLAG on an empty memory, and its traffic."""
 
+import dataclasses
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+import tests.algorithms.test_cflag as cflag_tests
+from fedbench.algorithms.fedtrack import FedTrack
 from tests.algorithms.test_cflag import LR, X0, Toy, build, cflag_reference, drive
 from tests.continual.common import COLS, P, raw_with, run, spec_of
 
@@ -20,6 +25,29 @@ def test_fedtrack_matches_eq_4_with_each_estimate(iag, adam, batch):
     x, _ = cflag_reference(toy, iag, adaptive=False, memory=False, adam=adam, batch=batch)
     np.testing.assert_allclose(state.x.numpy(), x, rtol=1e-10, atol=1e-13)
     assert logs == [{}] * len(logs)
+
+
+@pytest.mark.parametrize("name,slack", [("fedtrack", 0), ("cflag", 2)])
+def test_the_engines_epoch_batches_shape_the_table_without_reading_the_sizes(monkeypatch, name, slack):
+    """With the context's ``epoch_batches`` (the engine's, on the host: at least the round's largest
+    ⌈n_i / min(B, n_i)⌉) the IAG table is shaped without reading the clients' sizes, wider ones included, and
+    every number is as with the read."""
+    toy, batch = Toy(), 2
+    read, _ = drive(build(name, toy, batch_size=batch), toy)
+    plain = cflag_tests.round_ctx
+
+    def carrying(algo, state, toy, clients, t, lr, on):
+        most = max(math.ceil(toy.sizes[i] / min(batch, toy.sizes[i])) for i in clients)
+        return dataclasses.replace(plain(algo, state, toy, clients, t, lr, on), epoch_batches=most + slack)
+
+    def no_read(self, ctx):
+        raise AssertionError("read the sizes")
+
+    monkeypatch.setattr(cflag_tests, "round_ctx", carrying)
+    monkeypatch.setattr(FedTrack, "most_batches", no_read)
+    for batched in (False, True):
+        state, _ = drive(build(name, toy, batch_size=batch), toy, batched=batched)
+        np.testing.assert_allclose(state.x.numpy(), read.x.numpy(), rtol=1e-13, atol=1e-15)
 
 
 def test_drift_correction_cancels_at_the_server():

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import fedbench.engine.runner as runner
+import tests.continual.common as continual
 from fedbench.algorithms import projection
 from fedbench.engine.pending import HostReads, PendingRound, read_rounds, to_device
 from fedbench.engine.population import PopulationRun, execute_population, population_round
@@ -24,8 +25,6 @@ from tests.factories import tiny_scenario
 READS_BY_DESIGN = {
     "gradma": "QP_g reads the memory's live constraints and reduced factors to the host and solves there (mem_red)",
     "gradma_s": "as gradma",
-    "cflag": "as fedtrack (iag: batch_table)",
-    "fedtrack": "the full-gradient table's width is the clients' largest ⌈n_i/B⌉ (a shape)",
 }
 COLS = ["round", "test_acc", "test_loss", "train_loss", "bits_up", "bits_down", "consistency"]
 
@@ -77,6 +76,25 @@ def test_an_evaluating_round_reads_once(tmp_path, population):
             read_rounds(pending)
     assert reads.count == 1, dict(reads.where)
     assert all(isinstance(p.metrics["client_acc_std"], float) and 0 <= p.metrics["test_acc"] <= 1 for p in pending)
+
+
+@pytest.mark.parametrize("name", ["fedtrack", "cflag"])
+def test_a_continual_population_reads_its_task_end_once(tmp_path, name):
+    """A continual round that ends a task (the seen tasks' scores and the accuracy-matrix row of every run) is one
+    transfer to the host for a population of three, its IAG tables shaped from the engine's host sizes; the row is
+    read as a list."""
+    spec = continual.spec_of(continual.raw_with({"local.precision": "fp64"}), name)
+    with default_dtype(torch.float64):
+        loops = [
+            RoundLoop(spec, seed, build_run(spec, seed, cache(tmp_path)), "batched", None, "off") for seed in range(3)
+        ]
+        population_round(loops, 1)
+        with HostReads() as reads:
+            pending = population_round(loops, 2)  # the end of task 0
+            read_rounds(pending)
+    assert reads.count == 1, dict(reads.where)
+    assert all(isinstance(p.metrics["test_acc"], float) for p in pending)
+    assert all(isinstance(p.extra["task_acc"], list) and len(p.extra["task_acc"]) == 3 for p in pending)
 
 
 def test_reads_come_when_a_round_evaluates_checkpoints_or_ends():
