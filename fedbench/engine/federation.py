@@ -31,6 +31,19 @@ class Federation:
 
 
 @dataclass(frozen=True)
+class Gradients:
+    """An engine input its provider (or a plug-in) leaves to the engine to compute
+    (:func:`~fedbench.engine.inputs.resolve`): ``[S, P]``, zero but for ``rows``, row ``rows[j]`` the gradient over
+    the samples ``parts[j]`` at the request's point (:mod:`~fedbench.engine.full_gradient`'s convention, finished
+    with the run's clipping and weight decay), its dropout keyed by the row's client's ``("dropout", t, i)``
+    stream where ``dropout``, else by zero keys. Deferred so that a population computes its runs' together."""
+
+    rows: tuple[int, ...]
+    parts: tuple[torch.Tensor, ...]
+    dropout: bool = False
+
+
+@dataclass(frozen=True)
 class InputRequest:
     """What an input provider (:mod:`fedbench.engine.inputs`, :meth:`RoundPlugin.provide
     <fedbench.engine.plugins.RoundPlugin.provide>`) may read: the round, its clients ``[S]``, the

@@ -6,31 +6,31 @@ first every round plug-in (:meth:`~fedbench.engine.plugins.RoundPlugin.provide`,
 stream's replay-memory gradients, the wireless uplink's bit allocation), then, for what no plug-in
 gave, the engine's own providers (:data:`PROVIDERS`): ``full_grad`` from the clients' whole local
 data, ``memory_grad``/``memory_size`` as zeros (no replay memory without a task stream). An input
-nobody provides is absent from ``ctx.inputs`` (``bits`` without a wireless block). A population computes
-an input of :data:`JOINT_PROVIDERS` for all its runs that declared it at once (:func:`joint_inputs`). The
-round loop names no input and no algorithm: a new input is a name in ``INPUTS`` and a provider here or in a
-plug-in.
+nobody provides is absent from ``ctx.inputs`` (``bits`` without a wireless block). A gradient over samples
+(``full_grad``, a replay memory's ``memory_grad``) is provided as a :class:`~fedbench.engine.federation.Gradients`,
+which the engine computes: a run's alone (:func:`resolve`), a population's runs' in one batched computation
+(:func:`joint_inputs`). The round loop names no input and no algorithm: a new input is a name in ``INPUTS`` and
+a provider here or in a plug-in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
 from fedbench.engine.batched import dropout_keys, runs_dropout_keys
-from fedbench.engine.federation import InputRequest
+from fedbench.engine.federation import Gradients, InputRequest
 from fedbench.engine.full_gradient import full_local_gradients, runs_client_gradients
 
-Provider = Callable[[InputRequest], torch.Tensor]
+Provided = torch.Tensor | Gradients  # an input's value, or the gradients the engine computes for it
+Provider = Callable[[InputRequest], Provided]
 
 
-def full_gradients(req: InputRequest) -> torch.Tensor:
-    """∇f_i(x_t) ``[S, P]`` over each client's whole local data (:mod:`fedbench.engine.full_gradient`)."""
-    ids = list(req.ids)
-    keys = dropout_keys(req.cfg.seed, req.round, ids, req.point.device)
-    parts = [req.fed.parts[c] for c in ids]
-    return full_local_gradients(req.model, req.buffers, req.train, parts, req.point, req.batch_size, req.cfg, keys)
+def full_gradients(req: InputRequest) -> Gradients:
+    """∇f_i(x_t) ``[S, P]`` over each client's whole local data (:mod:`fedbench.engine.full_gradient`), dropout
+    keyed by the round's streams."""
+    return Gradients(tuple(range(len(req.ids))), tuple(req.fed.parts[c] for c in req.ids), dropout=True)
 
 
 def empty_memory_gradients(req: InputRequest) -> torch.Tensor:
@@ -50,32 +50,75 @@ PROVIDERS: dict[str, Provider] = {
 }
 
 
-def runs_full_gradients(requests: list[InputRequest]) -> list[torch.Tensor]:
-    """:func:`full_gradients` of several runs' requests (one model, training set and minibatch size) as one
+def _placed(req: InputRequest, asked: Gradients, grads: torch.Tensor) -> torch.Tensor:
+    """``grads`` of ``asked.rows`` as the ``[S, P]`` input (zero rows elsewhere)."""
+    if asked.rows == tuple(range(len(req.ids))):
+        return grads
+    out = req.point.new_zeros((len(req.ids), req.point.numel()))
+    out[list(asked.rows)] = grads
+    return out
+
+
+def resolve(req: InputRequest, value: Provided) -> torch.Tensor:
+    """An input's value for one run: ``value`` itself, or the :class:`Gradients` it asks for, computed."""
+    if not isinstance(value, Gradients):
+        return value
+    if not value.parts:
+        return req.point.new_zeros((len(req.ids), req.point.numel()))
+    keys = None
+    if value.dropout:
+        keys = dropout_keys(req.cfg.seed, req.round, [req.ids[r] for r in value.rows], req.point.device)
+    grads = full_local_gradients(
+        req.model, req.buffers, req.train, list(value.parts), req.point, req.batch_size, req.cfg, keys
+    )
+    return _placed(req, value, grads)
+
+
+def runs_resolve(items: list[tuple[InputRequest, Gradients]]) -> list[torch.Tensor]:
+    """:func:`resolve` of several runs' :class:`Gradients` (one model, training set and minibatch size) as one
     batched computation (:func:`~fedbench.engine.full_gradient.runs_client_gradients`), each finished with its
     run's clipping/weight-decay convention."""
-    first = requests[0]
-    keys = runs_dropout_keys([(req.cfg.seed, req.round, list(req.ids)) for req in requests], first.point.device)
+    first = items[0][0]
+    device = first.point.device
+    working = [(req, asked) for req, asked in items if asked.parts]
+    keyed = [(req.cfg.seed, req.round, [req.ids[r] for r in asked.rows]) for req, asked in working if asked.dropout]
+    drawn = iter(runs_dropout_keys(keyed, device).split([len(c) for *_, c in keyed]) if keyed else ())
+    plain = sum(len(asked.rows) for _, asked in working if not asked.dropout)
+    zeros = iter(
+        torch.zeros(plain, dtype=torch.int64, device=device).split(
+            [len(asked.rows) for _, asked in working if not asked.dropout]
+        )
+    )
     runs = [
-        (req.buffers, [req.fed.parts[c] for c in req.ids], req.point, own)
-        for req, own in zip(requests, keys.split([len(req.ids) for req in requests]))
+        (req.buffers, list(asked.parts), req.point, next(drawn) if asked.dropout else next(zeros))
+        for req, asked in working
     ]
-    grads = runs_client_gradients(first.model, first.train, runs, first.batch_size)
-    return [req.cfg.finish(g, req.point.unsqueeze(0).expand(len(g), -1)) for req, g in zip(requests, grads)]
-
-
-JOINT_PROVIDERS: dict[str, Callable[[list[InputRequest]], list[torch.Tensor]]] = {"full_grad": runs_full_gradients}
-
-
-def joint_inputs(requests: dict[int, InputRequest]) -> dict[int, dict[str, torch.Tensor]]:
-    """The inputs of :data:`JOINT_PROVIDERS` of the runs ``requests`` (keyed by the run's index) that declared
-    them, each computed for all those runs at once where two or more did; keyed by the run's index (the round
-    loop uses them where no plug-in provides the input, :meth:`~fedbench.engine.runner.RoundLoop.inputs`)."""
-    given: dict[int, dict[str, torch.Tensor]] = {}
-    for name, provider in JOINT_PROVIDERS.items():
-        wanting = [i for i, req in requests.items() if name in req.wanted]
-        if len(wanting) < 2:
+    grads = iter(runs_client_gradients(first.model, first.train, runs, first.batch_size) if runs else ())
+    out = []
+    for req, asked in items:
+        if not asked.parts:
+            out.append(req.point.new_zeros((len(req.ids), req.point.numel())))
             continue
-        for i, value in zip(wanting, provider([requests[i] for i in wanting])):
-            given.setdefault(i, {})[name] = value
+        g = next(grads)
+        out.append(_placed(req, asked, req.cfg.finish(g, req.point.unsqueeze(0).expand(len(g), -1))))
+    return out
+
+
+def joint_inputs(
+    asked: Mapping[int, tuple[InputRequest, Mapping[str, Provided]]],
+) -> dict[int, dict[str, torch.Tensor]]:
+    """The inputs of several runs (keyed by the run's index: its request and what its providers gave,
+    :meth:`~fedbench.engine.runner.RoundLoop.asked_inputs`), each input's :class:`Gradients` computed for all the
+    runs that ask for it at once where two or more do (:func:`runs_resolve`), the rest as each run alone would."""
+    given: dict[int, dict[str, torch.Tensor]] = {i: {} for i in asked}
+    names = sorted({name for _, values in asked.values() for name in values})
+    for name in names:
+        deferred = [i for i, (_, values) in asked.items() if isinstance(values.get(name), Gradients)]
+        if len(deferred) >= 2:
+            items = [(asked[i][0], asked[i][1][name]) for i in deferred]
+            for i, value in zip(deferred, runs_resolve(items)):  # type: ignore[arg-type]
+                given[i][name] = value
+        for i, (req, values) in asked.items():
+            if name in values and name not in given[i]:
+                given[i][name] = resolve(req, values[name])
     return given

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from fedbench.algorithms.base import Logs, RoundContext, Upload
-from fedbench.engine.federation import Federation, InputRequest
+from fedbench.engine.federation import Federation, Gradients, InputRequest
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.models.flat import Buffers
 
@@ -88,9 +88,10 @@ class RoundPlugin:
         round)."""
         return clients
 
-    def provide(self, request: InputRequest) -> dict[str, torch.Tensor]:
-        """The engine inputs this plug-in provides for the round's clients (``[S, ...]`` each), of
-        ``request.wanted``; the engine's providers fill the rest (:mod:`fedbench.engine.inputs`)."""
+    def provide(self, request: InputRequest) -> dict[str, torch.Tensor | Gradients]:
+        """The engine inputs this plug-in provides for the round's clients (``[S, ...]`` each, or the
+        :class:`~fedbench.engine.federation.Gradients` the engine computes for one), of ``request.wanted``; the
+        engine's providers fill the rest (:mod:`fedbench.engine.inputs`)."""
         return {}
 
     def select_received(self, received: Received, result: LocalResult) -> Received | None:

@@ -9,7 +9,7 @@ block, so that every run is in the same task with the same heads), η_l and its 
 share everything else their clients' local work reads (:func:`population_key`). Such runs go through
 their rounds in lockstep (:func:`population_round`): each run samples its round alone (sampling, plug-ins:
 :meth:`~fedbench.engine.runner.RoundLoop.sample_round`), the engine inputs the runs declared are computed for
-all of them at once where they can be (:func:`~fedbench.engine.inputs.joint_inputs`), each run opens its
+all of them at once where they can be (their gradients over samples, :func:`~fedbench.engine.inputs.joint_inputs`), each run opens its
 round with them (``prepare_round``), the clients of every run train as one ``[R·S, P]`` batched computation
 (:mod:`fedbench.engine.population_rows`), the servers of the runs whose updates have one shape are updated
 as one vmapped call or through their class's ``server_updates`` (:mod:`fedbench.engine.population_server`;
@@ -42,7 +42,7 @@ import torch
 
 from fedbench.engine.compiled import STEP_WORDS
 from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
-from fedbench.engine.inputs import JOINT_PROVIDERS, joint_inputs
+from fedbench.engine.inputs import joint_inputs
 from fedbench.engine.lease import leased
 from fedbench.engine.pending import PendingRound, read_rounds
 from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
@@ -388,9 +388,13 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     for loop in loops:
         with loop.streams(t):
             sampled.append(loop.sample_round(t))
-    ready = joint_inputs(
-        {i: loop.input_request(s) for i, (loop, s) in enumerate(zip(loops, sampled)) if s.ids and joint_wants(loop)}
-    )
+    asked = {}
+    for i, (loop, s) in enumerate(zip(loops, sampled)):
+        if s.ids and loop.s.algorithm.caps.inputs:
+            with loop.streams(t):
+                req = loop.input_request(s)
+                asked[i] = (req, loop.asked_inputs(req))
+    ready = joint_inputs(asked)
     opened = []
     for i, (loop, s) in enumerate(zip(loops, sampled)):
         with loop.streams(t):
@@ -425,12 +429,6 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
         with loop.streams(t):
             finished.append(loop.finish_round(o, metrics, extra, scores.get(i)))
     return [PendingRound(t, m, e, finite) for (m, e), finite in zip(finished, finite_runs(loops))]
-
-
-def joint_wants(loop: RoundLoop) -> bool:
-    """Whether the run's algorithm declares an engine input that a population computes for its runs at once
-    (:data:`~fedbench.engine.inputs.JOINT_PROVIDERS`)."""
-    return any(name in JOINT_PROVIDERS for name in loop.s.algorithm.caps.inputs)
 
 
 def finite_runs(loops: list[RoundLoop]) -> list[torch.Tensor]:

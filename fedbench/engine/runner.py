@@ -50,7 +50,7 @@ from fedbench.engine.checkpoint import LAYOUT, resume_point, run_identity, save_
 from fedbench.engine.compiled import StepMode, use_compile_cache
 from fedbench.engine.executor import ClientExecutor, choose_executor
 from fedbench.engine.federation import InputRequest
-from fedbench.engine.inputs import PROVIDERS
+from fedbench.engine.inputs import PROVIDERS, Provided, resolve
 from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
 from fedbench.engine.pending import PendingRound, read_rounds, to_device
@@ -464,22 +464,27 @@ class RoundLoop:
     def inputs(
         self, sampled: Sampled, ready: Mapping[str, torch.Tensor] | None = None
     ) -> MappingProxyType[str, torch.Tensor]:
-        """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`) for the sampled clients: the
-        plug-ins' first, then for the rest ``ready``'s (computed elsewhere) or the engine's providers'; one
-        nobody provides is absent."""
-        wanted = frozenset(self.s.algorithm.caps.inputs)
-        if not wanted:
+        """The engine inputs the algorithm declared (:mod:`fedbench.engine.inputs`) for the sampled clients:
+        ``ready``, all of them computed elsewhere (a population computes its runs' together), or
+        :meth:`asked_inputs` computed here; one nobody provides is absent."""
+        if ready is not None:
+            return MappingProxyType(dict(ready))
+        if not self.s.algorithm.caps.inputs:
             return MappingProxyType({})
         req = self.input_request(sampled)
-        given: dict[str, torch.Tensor] = {}
+        return MappingProxyType({name: resolve(req, value) for name, value in self.asked_inputs(req).items()})
+
+    def asked_inputs(self, req: InputRequest) -> dict[str, Provided]:
+        """What the providers give for the inputs the algorithm declared: the plug-ins' first, then the engine's
+        for the rest, gradients over samples left for the engine to compute (:class:`Gradients`)."""
+        wanted = frozenset(self.s.algorithm.caps.inputs)
+        given: dict[str, Provided] = {}
         for plugin in self.plugins:
             given.update({k: v for k, v in plugin.provide(req).items() if k in wanted})
         for name in sorted(wanted - given.keys()):
-            if ready is not None and name in ready:
-                given[name] = ready[name]
-            elif name in PROVIDERS:
+            if name in PROVIDERS:
                 given[name] = PROVIDERS[name](req)
-        return MappingProxyType(given)
+        return given
 
     def local_work(self, ctx: RoundContext, steps: list[int]) -> LocalResult:
         """The clients' local training on the batched or the sequential executor."""

@@ -42,7 +42,7 @@ from fedbench.algorithms.base import Algorithm, Logs, TaskData
 from fedbench.continual.memory import ReplayMemory
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.device_plan import hashed_choice, key_of, stream_base
-from fedbench.engine.federation import Federation, InputRequest
+from fedbench.engine.federation import Federation, Gradients, InputRequest
 from fedbench.engine.full_gradient import client_gradients, full_local_gradients
 from fedbench.engine.local import LocalConfig, ReplayTable
 from fedbench.engine.pending import to_device
@@ -140,14 +140,12 @@ class ContinualStream(RoundPlugin):
             self._table = (self.task, table)
         return self._table[1]
 
-    def provide(self, request: InputRequest) -> dict[str, torch.Tensor]:
-        """``memory_grad``/``memory_size``: ∇f_i†(x_t) on a memory draw and the memory's size, zeros
-        for an empty memory (task 0)."""
+    def provide(self, request: InputRequest) -> dict[str, torch.Tensor | Gradients]:
+        """``memory_grad``/``memory_size``: ∇f_i†(x_t) on a memory draw (the engine computes it) and the memory's
+        size, zeros for an empty memory (task 0)."""
         if not request.wanted & {"memory_grad", "memory_size"}:
             return {}
-        grads, sizes = self.memory_gradients(
-            request.buffers, list(request.ids), request.point, request.round, request.cfg
-        )
+        grads, sizes = self.memory_gradients(list(request.ids), request.round, request.point)
         return {"memory_grad": grads, "memory_size": sizes}
 
     # -- evaluation ------------------------------------------------------------------------
@@ -193,28 +191,25 @@ class ContinualStream(RoundPlugin):
             drawn = self.memory.draw(client, count, numpy_stream(self.seed, "replay_step", self.task, client, position))
         return torch.as_tensor(drawn, device=self.s.data.train.y.device)
 
-    def memory_gradients(
-        self, buffers: Buffers, clients: list[int], point: torch.Tensor, t: int, cfg: LocalConfig
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """∇f_i†(point) ``[S, P]`` (zeros for an empty memory) and the memory sizes ``[S]``."""
-        grads = point.new_zeros((len(clients), point.numel()))
+    def memory_gradients(self, clients: list[int], t: int, like: torch.Tensor) -> tuple[Gradients, torch.Tensor]:
+        """∇f_i†(x_t) ``[S, P]`` as the :class:`~fedbench.engine.federation.Gradients` of each memory's draw (rows of
+        an empty memory are zeros; the engine computes them, a population's runs' together) and the memory sizes
+        ``[S]`` (``like``'s dtype and device)."""
         held = [self.memory.size(c) for c in clients]  # on the host: the rows are chosen without a read
-        sizes = point.new_tensor([float(n) for n in held])
+        sizes = like.new_tensor([float(n) for n in held])
         device = self.s.data.train.y.device
-        rows = [row for row, n in enumerate(held) if n > 0]
-        parts = []
+        rows = tuple(row for row, n in enumerate(held) if n > 0)
+        draws = []
         for row in rows:
             c = clients[row]
             if self.cfg.memory.gradient == "full":
-                drawn = self.memory.indices(c)
+                draws.append(self.memory.indices(c))
             else:
-                drawn = self.memory.draw(c, self.cfg.memory.replay_batch, numpy_stream(self.seed, "replay", t, c))
-            parts.append(torch.as_tensor(drawn, device=device))
-        if rows:
-            grads[rows] = full_local_gradients(
-                self.s.model, buffers, self.s.data.train, parts, point, self.spec.local.batch_size, cfg
-            )
-        return grads, sizes
+                draws.append(self.memory.draw(c, self.cfg.memory.replay_batch, numpy_stream(self.seed, "replay", t, c)))
+        if not draws:
+            return Gradients((), ()), sizes
+        joined = to_device(torch.from_numpy(np.concatenate(draws).astype(np.int64)), device)  # one copy
+        return Gradients(rows, tuple(joined.split([len(d) for d in draws]))), sizes
 
     # -- task end --------------------------------------------------------------------------
     def end_task(self, algo: Algorithm, state: Any, buffers: Buffers, cfg: LocalConfig) -> tuple[Any, Logs]:

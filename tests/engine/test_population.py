@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+import fedbench.engine.inputs as inputs
 import fedbench.engine.population as population
 import fedbench.engine.population_rows as population_rows
 import fedbench.engine.population_server as population_server
@@ -427,7 +428,12 @@ def test_continual_runs_train_in_a_population(tmp_path, monkeypatch, name, chang
     assert len({population_key(r.spec, r.seed) for r in members}) == 1
     cache = DataCache(tmp_path, False, torch.device("cpu"))
     store = ResultsStore(tmp_path / "pop")
-    outs = execute_population(members, store, cache, RunOptions(population="3"))
+    resolved, runs_resolve = [], inputs.runs_resolve
+    with monkeypatch.context() as patch:
+        patch.setattr(inputs, "runs_resolve", lambda items: resolved.append(len(items)) or runs_resolve(items))
+        outs = execute_population(members, store, cache, RunOptions(population="3"))
+    # C-FLAG's full and memory gradients: each one computation for the three runs a round
+    assert resolved == [3] * len(ALGORITHMS.capabilities(name).inputs) * continual_raw["rounds"]
     alone_store, alone_outs = alone(tmp_path, members, cache)
     assert_same(store, outs, alone_store, alone_outs)
     for p, a in zip(outs, alone_outs):
@@ -481,13 +487,14 @@ def test_run_summaries_and_finiteness_computed_together_are_each_runs_own():
 @pytest.mark.parametrize("name", ["mimelite", "fedtrack"])
 def test_a_populations_full_gradients_are_one_computation(tmp_path, monkeypatch, name):
     """The engine input full_grad of the runs of a population comes from one joint computation a round (a run
-    left alone asks the per-run provider), and each run is the run it is alone."""
-    import fedbench.engine.inputs as inputs
+    left alone computes its own), and each run is the run it is alone."""
+    import fedbench.engine.runner as runner
 
     calls, alone_calls = [], []
-    joint, single = inputs.JOINT_PROVIDERS["full_grad"], inputs.PROVIDERS["full_grad"]
-    monkeypatch.setitem(inputs.JOINT_PROVIDERS, "full_grad", lambda reqs: calls.append(len(reqs)) or joint(reqs))
-    monkeypatch.setitem(inputs.PROVIDERS, "full_grad", lambda req: alone_calls.append(1) or single(req))
+    joint, single = inputs.runs_resolve, inputs.resolve
+    monkeypatch.setattr(inputs, "runs_resolve", lambda items: calls.append(len(items)) or joint(items))
+    for module in (runner, inputs):  # a run alone, or left alone in its population
+        monkeypatch.setattr(module, "resolve", lambda req, value: alone_calls.append(1) or single(req, value))
     runs = mixed_runs(name)
     cache = DataCache(tmp_path, False, torch.device("cpu"))
     store = ResultsStore(tmp_path / "pop")
