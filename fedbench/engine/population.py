@@ -45,7 +45,7 @@ from fedbench.engine.executor import MEMORY_FRACTION, STATE_ROWS, ClientExecutor
 from fedbench.engine.inputs import joint_inputs
 from fedbench.engine.lease import leased
 from fedbench.engine.pending import PendingRound, read_rounds
-from fedbench.engine.population_rows import MemberRound, evaluate_runs, run_population_clients
+from fedbench.engine.population_rows import MemberRound, client_spreads, evaluate_runs, run_population_clients
 from fedbench.engine.population_server import joint_buffers, server_updates
 from fedbench.engine.precision import run_precision
 from fedbench.engine.runner import Recorder, RoundLoop, RunOutcome, complete_run, execute_run, open_loop, start_record
@@ -383,22 +383,51 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     """Round t of every run of ``loops`` (one population): each samples its round alone, their engine inputs
     are computed together where they can be, each opens its round, their clients train together (``chunk`` rows
     at a time; all when None), their servers are updated together where they can be, each closes its round.
-    Returns each run's round as :meth:`RoundLoop.lazy_round` would (its device values unread)."""
-    sampled = []
-    for loop in loops:
-        with loop.streams(t):
-            sampled.append(loop.sample_round(t))
+    Returns each run's round as :meth:`RoundLoop.lazy_round` would (its device values unread). Nothing of it may
+    draw from torch's global generators (:func:`no_global_draws`)."""
+    with no_global_draws(loops[0].s.x0.device if loops else torch.device("cpu")):
+        return _population_round(loops, t, chunk)
+
+
+@contextmanager
+def no_global_draws(device: torch.device) -> Iterator[None]:
+    """Torch's global generators (the CPU's and ``device``'s) forked for a population round and restored after it,
+    which is to draw nothing from them: a run alone seeds them from its ``("dropout", t)`` stream for its round
+    (:meth:`~fedbench.engine.runner.RoundLoop.streams`, its sequential executor's dropout), while every draw of a
+    population's round is keyed (its dropout masks, plans and replay draws hashed, the rest from generators of
+    the run's own streams). Seeding them for each run and phase of a round cost about 0.1 ms a run a round, so
+    they are checked instead: a round that drew from them raises (a draw that would differ from the run's alone)."""
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else []):
+        before = _global_states(device)
+        yield
+        after = _global_states(device)
+    if any(not torch.equal(a, b) for a, b in zip(before, after)):
+        raise RuntimeError(
+            "a population round drew from torch's global random generators (torch.rand, nn.Dropout, … without a "
+            "generator=): its runs would not be the runs they are alone. Draw from a generator of the run's own "
+            "streams (fedbench.seeding.torch_stream), or train the runs alone (--population off)"
+        )
+
+
+def _global_states(device: torch.device) -> list[torch.Tensor]:
+    """The states of torch's CPU generator and of ``device``'s (a CUDA generator's seed and offset: no wait)."""
+    states = [torch.default_generator.get_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def _population_round(loops: list[RoundLoop], t: int, chunk: int | None) -> list[PendingRound]:
+    """:func:`population_round` inside :func:`no_global_draws`."""
+    sampled = [loop.sample_round(t) for loop in loops]
     asked = {}
     for i, (loop, s) in enumerate(zip(loops, sampled)):
         if s.ids and loop.s.algorithm.caps.inputs:
-            with loop.streams(t):
-                req = loop.input_request(s)
-                asked[i] = (req, loop.asked_inputs(req))
+            req = loop.input_request(s)
+            asked[i] = (req, loop.asked_inputs(req))
     ready = joint_inputs(asked)
-    opened = []
-    for i, (loop, s) in enumerate(zip(loops, sampled)):
-        with loop.streams(t):
-            opened.append(loop.open_sampled(s, ready.get(i)))
+    opened = [loop.open_sampled(s, ready.get(i)) for i, (loop, s) in enumerate(zip(loops, sampled))]
     training = [i for i, o in enumerate(opened) if o.ctx is not None]
     rounds = [
         MemberRound(loop.s.algorithm, o.ctx, o.steps, loop.buffers, loop.fed.batcher, loop.local_cfg)
@@ -413,21 +442,19 @@ def population_round(loops: list[RoundLoop], t: int, chunk: int | None = None) -
     by_loop = dict(zip(training, results))
     received: list[Received | None] = [None] * len(loops)
     for i, result in by_loop.items():
-        with loops[i].streams(t):
-            received[i] = loops[i].receive(opened[i], result)
+        received[i] = loops[i].receive(opened[i], result)
     updates, buffers = server_updates(loops, received), joint_buffers(received)
     settled = []
     for i, (loop, o) in enumerate(zip(loops, opened)):
-        with loop.streams(t):
-            if i in by_loop:
-                settled.append(loop.settle(o, by_loop[i], received[i], updates.get(i), buffers.get(i)))
-            else:
-                settled.append(loop.settle_round(o, None))
-    scores = _test_scores(loops, t)
-    finished = []
-    for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled)):
-        with loop.streams(t):
-            finished.append(loop.finish_round(o, metrics, extra, scores.get(i)))
+        if i in by_loop:
+            settled.append(loop.settle(o, by_loop[i], received[i], updates.get(i), buffers.get(i)))
+        else:
+            settled.append(loop.settle_round(o, None))
+    scores, spreads = _test_scores(loops, t), _client_spreads(loops, t)
+    finished = [
+        loop.finish_round(o, metrics, extra, scores.get(i), spreads.get(i))
+        for i, (loop, o, (metrics, extra)) in enumerate(zip(loops, opened, settled))
+    ]
     return [PendingRound(t, m, e, finite) for (m, e), finite in zip(finished, finite_runs(loops))]
 
 
@@ -463,3 +490,20 @@ def _test_scores(loops: list[RoundLoop], t: int) -> dict[int, tuple[torch.Tensor
         points, buffers = [loops[i].state.x for i in due], [loops[i].buffers for i in due]
         scores.update(zip(due, evaluate_runs(first.model, points, buffers, first.data.test, batch)))
     return scores
+
+
+def _client_spreads(loops: list[RoundLoop], t: int) -> dict[int, torch.Tensor]:
+    """The clients' accuracy spread (``eval.client_spread``) of the runs due to evaluate in round t, computed
+    together (:func:`~fedbench.engine.population_rows.client_spreads`); runs with a plug-in are left to their
+    loop (a continual run's logit mask is its own)."""
+    by_batch: dict[int, list[int]] = {}
+    for i, loop in enumerate(loops):
+        if loop.due(t) and loop.spec.eval.client_spread and not loop.plugins:
+            by_batch.setdefault(loop.spec.eval.batch_size, []).append(i)
+    spreads: dict[int, torch.Tensor] = {}
+    for batch, due in by_batch.items():
+        first = loops[due[0]].s
+        points, buffers = [loops[i].state.x for i in due], [loops[i].buffers for i in due]
+        owners = [loops[i].sample_owners() for i in due]
+        spreads.update(zip(due, client_spreads(first.model, points, buffers, first.data.train, batch, owners)))
+    return spreads

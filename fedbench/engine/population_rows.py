@@ -260,22 +260,38 @@ def evaluate_runs(
     """(accuracy, mean cross-entropy) of each model ``points[r]`` with its BatchNorm ``buffers[r]`` on a
     whole split, as :meth:`FlatModel.scores` gives them one by one (0-d tensors, unread: each run reads
     them with its round, :mod:`fedbench.engine.pending`): each test batch goes through up to
-    :data:`EVAL_RUNS` models at once (``torch.func.vmap`` over the runs), and each run's per-sample
-    losses are reduced alone. A model that does not vmap in eval mode is evaluated one run at a time."""
+    :data:`EVAL_RUNS` models at once (:func:`runs_per_sample`), and each run's per-sample losses are reduced
+    alone."""
     scores: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for hits, loss in runs_per_sample(model, points, buffers, split, batch_size):
+        accuracy = hits.float().mean(1).unbind(0)  # counts of 0/1 summed exactly, in any order
+        scores += [(accuracy[r], loss[r].contiguous().mean()) for r in range(len(hits))]
+    return scores
+
+
+@torch.no_grad()
+def runs_per_sample(
+    model: FlatModel, points: list[torch.Tensor], buffers: list[Buffers], split: ArraySplit, batch_size: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Correctness ``[R_g, n]`` (bool) and cross-entropy ``[R_g, n]`` of the models ``points`` (with their
+    BatchNorm ``buffers``) on a whole split, in eval mode, for groups of up to :data:`EVAL_RUNS` runs in order:
+    each batch of the split goes through a group's models at once (``torch.func.vmap`` over the runs). A model
+    that does not vmap in eval mode is evaluated one run at a time (:meth:`FlatModel.per_sample`)."""
+    groups = []
     for group in chunks(len(points), EVAL_RUNS):
         flats = torch.stack(points[group])
         stacked = {n: torch.stack([b[n] for b in buffers[group]]) for n in buffers[group.start]}
         try:
-            scores += _evaluate_group(model, flats, stacked, split, batch_size)
+            groups.append(_group_per_sample(model, flats, stacked, split, batch_size))
         except RuntimeError:  # a layer without a batching rule in eval mode
-            scores += [model.scores(p, b, split, batch_size) for p, b in zip(points[group], buffers[group])]
-    return scores
+            alone = [model.per_sample(p, b, split, batch_size) for p, b in zip(points[group], buffers[group])]
+            groups.append((torch.stack([c for c, _ in alone]), torch.stack([v for _, v in alone])))
+    return groups
 
 
-def _evaluate_group(
+def _group_per_sample(
     model: FlatModel, flats: torch.Tensor, buffers: Buffers, split: ArraySplit, batch_size: int
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     model.module.eval()
 
     def one(flat: torch.Tensor, own: Buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -289,6 +305,30 @@ def _evaluate_group(
         runs, n = out.shape[:2]
         losses.append(F.cross_entropy(out.flatten(0, 1), y.repeat(runs), reduction="none").view(runs, n))
         correct.append(out.argmax(2) == y)
-    hits, loss = torch.cat(correct, 1), torch.cat(losses, 1)
-    accuracy = hits.float().mean(1).unbind(0)  # counts of 0/1 summed exactly, in any order
-    return [(accuracy[r], loss[r].contiguous().mean()) for r in range(len(flats))]
+    return torch.cat(correct, 1), torch.cat(losses, 1)
+
+
+Owners = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # a run's samples, each one's client, the clients' counts
+
+
+@torch.no_grad()
+def client_spreads(
+    model: FlatModel,
+    points: list[torch.Tensor],
+    buffers: list[Buffers],
+    split: ArraySplit,
+    batch_size: int,
+    owners: list[Owners],
+) -> list[torch.Tensor]:
+    """The std over its clients of each model's accuracy on each client's samples of ``split`` (the training set),
+    as :meth:`~fedbench.engine.runner.RoundLoop.client_accuracy_spread` gives it one by one (0-d tensors, unread):
+    the models' correctness from :func:`runs_per_sample`, every run's per-client means as one ``index_add`` over
+    the runs' clients (``owners[r]``: :meth:`~fedbench.engine.runner.RoundLoop.sample_owners`, exact counts of 0/1
+    divided by the client's), each run's std alone."""
+    hits = torch.cat([h for h, _ in runs_per_sample(model, points, buffers, split, batch_size)])  # [R, n]
+    n, sizes = hits.shape[1], [len(counts) for _, _, counts in owners]
+    bins = torch.cat([owner + sum(sizes[:r]) for r, (_, owner, _) in enumerate(owners)])
+    index = torch.cat([samples + r * n for r, (samples, _, _) in enumerate(owners)])
+    counts = torch.cat([counts for _, _, counts in owners])
+    means = hits.new_zeros(len(counts), dtype=torch.float32).index_add_(0, bins, hits.flatten()[index].float())
+    return [m.std(correction=0) for m in (means / counts).split(sizes)]

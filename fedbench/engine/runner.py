@@ -49,7 +49,7 @@ from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import LAYOUT, resume_point, run_identity, save_checkpoint
 from fedbench.engine.compiled import StepMode, use_compile_cache
 from fedbench.engine.executor import ClientExecutor, choose_executor
-from fedbench.engine.federation import InputRequest
+from fedbench.engine.federation import Federation, InputRequest
 from fedbench.engine.inputs import PROVIDERS, Provided, resolve
 from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
@@ -210,6 +210,7 @@ class RoundLoop:
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
         self._stream_seed = (-1, 0)  # (round, its ("dropout", round) seed): :meth:`streams`, computed once a round
+        self._owners: tuple[Federation, torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # sample_owners
         self.plugins = build_plugins(spec, seed, setup)
         caps = setup.algorithm.caps
         local = spec.local
@@ -408,12 +409,18 @@ class RoundLoop:
         return round_metrics(opened.ctx, result, self.s.model.buffer_numel()), extra
 
     def finish_round(
-        self, opened: OpenRound, metrics: dict[str, Any], extra: dict, scores: Scores | None = None
+        self,
+        opened: OpenRound,
+        metrics: dict[str, Any],
+        extra: dict,
+        scores: Scores | None = None,
+        spread: torch.Tensor | None = None,
     ) -> tuple[dict[str, Any], dict]:
         """:meth:`close_round` from its evaluation on; ``scores``: the test set's (accuracy, loss) when
-        due, computed elsewhere (a population evaluates its runs together). The evaluation's values stay on
-        the device, read with the round's others (:mod:`fedbench.engine.pending`)."""
-        return self._finish(opened.t, opened.start, opened.lr, metrics, extra, opened.begun, scores)
+        due, and ``spread`` the clients' accuracy spread, computed elsewhere (a population evaluates its runs
+        together). The evaluation's values stay on the device, read with the round's others
+        (:mod:`fedbench.engine.pending`)."""
+        return self._finish(opened.t, opened.start, opened.lr, metrics, extra, opened.begun, scores, spread)
 
     def due(self, t: int) -> bool:
         """Whether round t evaluates on the test set (every ``eval.every`` rounds and the last)."""
@@ -542,9 +549,10 @@ class RoundLoop:
         extra: dict,
         begun: dict,
         given: Scores | None = None,
+        spread: torch.Tensor | None = None,
     ) -> tuple[dict, dict]:
-        """Evaluate on schedule (``given``: the test set's scores, computed elsewhere; unread), time the round,
-        add the once-per-run logs."""
+        """Evaluate on schedule (``given``: the test set's scores, ``spread`` the clients' spread, computed elsewhere;
+        unread), time the round, add the once-per-run logs."""
         spec = self.spec
         due = self.due(t)
         scores = self.evaluate(t, due, given, lazy=True)
@@ -554,7 +562,7 @@ class RoundLoop:
             self.state, logs = plugin.after_evaluation(t, self.state, self.buffers, self.local_cfg)
             extra = {**extra, **logs}
         if due and spec.eval.client_spread:
-            metrics["client_acc_std"] = self.client_accuracy_spread(lazy=True)
+            metrics["client_acc_std"] = self.client_accuracy_spread(lazy=True) if spread is None else spread
         metrics["wall_s"] = time.perf_counter() - start
         if t == 1:
             extra = {**extra, **self.run_logs()}
@@ -602,9 +610,23 @@ class RoundLoop:
         tensor, unread, if ``lazy``)."""
         s = self.s
         correct, _ = s.model.per_sample(self.state.x, self.buffers, s.data.train, self.spec.eval.batch_size)
-        per_client = torch.stack([correct[p].float().mean() for p in self.fed.parts])
+        samples, owner, counts = self.sample_owners()
+        hits = torch.zeros(len(counts), dtype=torch.float32, device=correct.device)
+        per_client = hits.index_add_(0, owner, correct[samples].float()) / counts  # each client's mean, exactly
         spread = per_client.std(correction=0)
         return spread if lazy else float(spread)
+
+    def sample_owners(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The clients' training samples end to end, each one's client, and the clients' sample counts (float32),
+        on the data's device: built once a stage, for per-client means without a loop over the clients."""
+        fed = self.fed
+        if self._owners is None or self._owners[0] is not fed:
+            device = fed.parts[0].device
+            sizes = torch.tensor([len(p) for p in fed.parts])
+            owner = torch.repeat_interleave(torch.arange(len(fed.parts)), sizes)
+            counts = sizes.to(torch.float32)
+            self._owners = (fed, torch.cat(fed.parts), *(to_device(v, device) for v in (owner, counts)))
+        return self._owners[1:]
 
     def divergence(self, metrics: dict[str, float | None], finite: bool) -> str | None:
         """Why the round diverged (see the module docstring), or None; ``finite``: whether the model was

@@ -16,7 +16,7 @@ import fedbench.engine.population_rows as population_rows
 import fedbench.engine.population_server as population_server
 from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.population import PopulationRun, execute_population, group_runs, population_key, population_size
-from fedbench.engine.runner import execute_run
+from fedbench.engine.runner import RoundLoop, execute_run
 from fedbench.engine.setup import DataCache
 from fedbench.options import RunOptions
 from fedbench.scenario import parse_scenario, resolve_runs, run_id_of
@@ -67,8 +67,29 @@ def alone(tmp_path, runs, cache):
 def assert_same(pop_store, pop_outs, alone_store, alone_outs):
     for p, a in zip(pop_outs, alone_outs):
         assert p.run_id == a.run_id
-        got, want = pop_store.metrics([p.run_id])[COLS], alone_store.metrics([a.run_id])[COLS]
+        cols = [*COLS, "client_acc_std"]  # the spread computed with the population's
+        got, want = pop_store.metrics([p.run_id])[cols], alone_store.metrics([a.run_id])[cols]
         pd.testing.assert_frame_equal(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_a_population_round_that_draws_from_the_global_generators_trains_its_runs_alone(tmp_path, monkeypatch):
+    """A hook that draws from torch's global generators (here every upload) would make a population's runs differ
+    from themselves alone, so the population's round refuses it: its runs train again one by one (a warning says
+    why), each the run it is alone, and the generators are as they were."""
+    from fedbench.algorithms.base import Algorithm
+
+    upload = Algorithm.upload
+    monkeypatch.setattr(Algorithm, "upload", lambda self, *a: torch.rand(1) is None or upload(self, *a))
+    runs = mixed_runs("fedavg")
+    cache = DataCache(tmp_path, False, torch.device("cpu"))
+    store = ResultsStore(tmp_path / "pop")
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    with pytest.warns(RuntimeWarning, match="global random generators"):
+        outs = execute_population(runs, store, cache, RunOptions(population="3"))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert [o.status for o in outs] == ["finished"] * 3
+    assert_same(store, outs, *alone(tmp_path, runs, cache))
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # a population that falls back to one-by-one fails the test
@@ -314,7 +335,7 @@ def test_run_groups_a_scenarios_seeds_and_entries(tmp_path):
 def test_runs_are_evaluated_together_as_each_alone(tmp_path, model, shape):
     """evaluate_runs' vmapped path (no fallback) gives each model's FlatModel.evaluate, in float64; with
     BatchNorm each run's own running statistics."""
-    from fedbench.engine.population_rows import _evaluate_group
+    from fedbench.engine.population_rows import _group_per_sample, client_spreads
     from fedbench.engine.setup import build_run
 
     spec = spec_of(tiny_scenario(model=model, local={**LOCAL, "batch_size": 8}))
@@ -328,12 +349,20 @@ def test_runs_are_evaluated_together_as_each_alone(tmp_path, model, shape):
     model_ = setups[0].model
     test = setups[0].data.test
     stacked = {n: torch.stack([b[n] for b in buffers]) for n in buffers[0]}
-    together = _evaluate_group(model_, torch.stack(points), stacked, test, 7)
+    hits, losses = _group_per_sample(model_, torch.stack(points), stacked, test, 7)
+    together = [(float(h.float().mean()), float(v.mean())) for h, v in zip(hits, losses)]
     alone = [model_.evaluate(p, b, test, 7) for p, b in zip(points, buffers)]
-    assert [float(v) for pair in together for v in pair] == pytest.approx(
-        [v for pair in alone for v in pair], rel=1e-12
-    )
+    assert [v for pair in together for v in pair] == pytest.approx([v for pair in alone for v in pair], rel=1e-12)
     assert len({a for a, _ in alone}) > 1 or len({loss for _, loss in alone}) > 1  # the runs differ
+    # the clients' accuracy spread on the training set: each run's partition, its clients' means in one index_add
+    loops = [RoundLoop(spec, seed, s, "batched", None, "off") for seed, s in enumerate(setups)]
+    for loop, b in zip(loops, buffers):
+        loop.buffers = b
+    want = [float(loop.client_accuracy_spread()) for loop in loops]
+    owners = [loop.sample_owners() for loop in loops]
+    got = client_spreads(model_, points, buffers, setups[0].data.train, 7, owners)
+    assert [float(v) for v in got] == pytest.approx(want, rel=1e-12, abs=1e-15)
+    assert len(set(want)) > 1
 
 
 def test_a_population_too_big_for_the_device_trains_in_parts(tmp_path, monkeypatch):
