@@ -46,6 +46,7 @@ from torch.func import vmap
 
 from fedbench.algorithms.base import RoundContext, Upload
 from fedbench.algorithms.client_table import ClientTable, DeviceTable
+from fedbench.engine.flat_tree import flatten
 from fedbench.engine.pending import to_device
 
 if TYPE_CHECKING:
@@ -84,18 +85,20 @@ def joint_key(loop: RoundLoop, received: Received | None) -> tuple[Hashable, Fla
         return None
     if not isinstance(received.ctx.lr, float) or not isinstance(algorithm.server.lr, float):
         return None  # a rate already on the device: the run is updated alone
-    leaves, structure = pytree.tree_flatten(server_inputs(loop, received))
+    leaves, signature, structure = flatten(server_inputs(loop, received))
     if any(isinstance(v, ClientTable) and not isinstance(v, DeviceTable) for v in leaves):
         return None  # a table in host memory: the run is updated alone
     shapes = tuple(describe(v) for v in leaves)
-    return (type(algorithm), settings_of(algorithm), structure, shapes, received.ctx.round), (leaves, structure)
+    return (type(algorithm), settings_of(algorithm), signature, shapes, received.ctx.round), (leaves, structure)
 
 
 def describe(leaf: Any) -> Hashable:
     """What of a server input must be equal across a group: a tensor's or table's shape, dtype and device, a
     constant's value."""
-    if isinstance(leaf, torch.Tensor | ClientTable):
-        return (type(leaf).__name__, tuple(leaf.shape), leaf.dtype, leaf.data.device)
+    if isinstance(leaf, torch.Tensor):
+        return (type(leaf), leaf.shape, leaf.dtype, leaf.device)
+    if isinstance(leaf, ClientTable):
+        return (type(leaf), tuple(leaf.shape), leaf.dtype, leaf.data.device)
     return ("constant", repr(leaf))
 
 

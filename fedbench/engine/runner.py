@@ -25,6 +25,7 @@ what it reports beyond the metrics from its declared diagnostics; the loop names
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -83,10 +84,13 @@ class RunOutcome:
     error: str | None = None
 
 
+@functools.lru_cache(maxsize=4096)
 def sample_clients(num: int, per_round: int, seed: int, round_: int) -> np.ndarray:
     """S distinct clients of all N, uniformly without replacement, sorted (the ``("sampling", t)`` stream),
-    on the host."""
-    return sample_among(np.arange(num), per_round, seed, round_)
+    on the host; read-only, and kept for the runs that share the seed (a population's tuning trials draw once)."""
+    chosen = sample_among(np.arange(num), per_round, seed, round_)
+    chosen.setflags(write=False)
+    return chosen
 
 
 def sample_among(eligible: np.ndarray, per_round: int, seed: int, round_: int) -> np.ndarray:
