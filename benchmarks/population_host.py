@@ -2,17 +2,19 @@
 little device time, the per-run host work of a round bounds a population's speed per run).
 
     python -m benchmarks.population_host [--algorithm fedavg] [--runs 16,64] [--rounds 20] [--repeat 3]
-        [--set key=value] [--trials] [--phases] [--profile]
+        [--set key=value] [--trials] [--phases] [--profile] [--device cuda]
 
-Trains R seeds (``--trials``: R tuning trials of seed 0, η_l spread over ½×–2× the scenario's) of a small scenario (digits, an MLP 64-8-10, N = 50, S = 10, 4 local steps of 8, ``local.shuffle:
-device``, float32) as one population on the batched executor, for each R of ``--runs`` (two sizes), and times
-``population_round`` (the rounds, not the runs' opening and closing) in one thread. The model is so small that the
-device work of a round barely grows with R, so the difference of the two sizes per added run and round is the
-host's work for a run: its sampling, context, streams, server key, upload, metrics. Prints the median of ``repeat``
+Trains R seeds (``--trials``: R tuning trials of seed 0, η_l spread over ½×–2× the scenario's) of a small scenario
+(digits, an MLP 64-8-10, N = 50, S = 10, 4 local steps of 8, ``local.shuffle: device``, float32) as one population
+on the batched executor, for each R of ``--runs`` (two sizes), and times ``population_round`` (the rounds, not the
+runs' opening and closing; on ``--device cuda`` to the end of their device work) in one thread. The model is so small
+that the device work of a round barely grows with R, so the difference of the two sizes per added run and round is
+the host's work for a run: its sampling, context, server key, upload, metrics. Prints the median of ``repeat``
 repeats (and each); ``--phases`` adds the microseconds a run a round of each per-run phase of the larger
-population's rounds (its loop's methods and the server key, timed by ``perf_counter`` wrappers); ``--profile`` adds cProfile's top fedbench functions of the larger population. Runs on older commits too
-(``PYTHONPATH=<worktree> python -m benchmarks.population_host``, with this file copied there). It also says how long
-Python's cyclic garbage collector took (a median, per round, over the runs' whole training). Not a timed test.
+population's rounds (its loop's methods and the server key, timed by ``perf_counter`` wrappers); ``--profile`` adds
+cProfile's top fedbench functions of the larger population. Runs on older commits too (``PYTHONPATH=<worktree>
+python -m benchmarks.population_host``, with this file copied there). It also says how long Python's cyclic garbage
+collector took (a median, per round, over the runs' whole training). Not a timed test.
 """
 
 from __future__ import annotations
@@ -101,12 +103,14 @@ def rounds_seconds(
         try:
             return original(*args, **kwargs)
         finally:
+            if DEVICE.type == "cuda":  # the round's device work too
+                torch.cuda.synchronize(DEVICE)
             spent[0] += time.perf_counter() - start
 
     population.population_round = timed
     try:
         store = ResultsStore(Path(tempfile.mkdtemp(prefix="fedbench-host-")))
-        cache = DataCache(Path("data"), False, torch.device("cpu"))
+        cache = DataCache(Path("data"), False, DEVICE)
         options = RunOptions(population=str(runs), executor="batched")
         with Collections() as collections:
             outcomes = execute_population(members, store, cache, options)
@@ -115,6 +119,8 @@ def rounds_seconds(
     assert all(o.status == "finished" for o in outcomes), outcomes
     return spent[0], collections.seconds
 
+
+DEVICE = torch.device("cpu")  # --device: the data's and the runs' device
 
 PHASES = ("sample_round", "asked_inputs", "open_sampled", "receive", "settle", "finish_round")  # RoundLoop's, per run
 
@@ -156,8 +162,11 @@ def main() -> None:
     ap.add_argument("--trials", action="store_true", help="tuning trials of seed 0 in place of seeds")
     ap.add_argument("--phases", action="store_true", help="time each per-run phase of the larger population")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: the rounds are timed to their device work's end")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     small, large = (int(r) for r in args.runs.split(","))
     rounds_seconds(2, 2, args.algorithm, args.set)  # warm-up: imports, data, first calls
     times = {
@@ -167,7 +176,8 @@ def main() -> None:
     per_round = {r: 1e3 * s[len(s) // 2][0] / args.rounds for r, s in times.items()}
     kind = "trials of seed 0" if args.trials else "seeds"
     print(
-        f"{args.algorithm}, {kind}, {args.rounds} rounds, torch {torch.__version__}, one thread, median of {args.repeat}"
+        f"{args.algorithm}, {kind}, {args.rounds} rounds, on {DEVICE}, torch {torch.__version__}, one thread, "
+        f"median of {args.repeat}"
     )
     for r, ms in per_round.items():
         each = ", ".join(f"{1e3 * s / args.rounds:.1f}" for s, _ in times[r])
