@@ -49,7 +49,8 @@ class InputRequest:
     <fedbench.engine.plugins.RoundPlugin.provide>`) may read: the round, its clients ``[S]``, the
     broadcast model x_t ``[P]``, the global buffers, the run's local-work settings (and seed) and
     minibatch size, the model and training data, the clients' data at this stage, the input names
-    wanted and the clients on the host ``ids``."""
+    wanted, the clients on the host ``ids`` and the rows its executor holds at once (``rows``: gradients over
+    samples are computed as many rows a call at least)."""
 
     round: int
     clients: torch.Tensor
@@ -62,3 +63,4 @@ class InputRequest:
     fed: Federation
     wanted: frozenset[str]
     ids: tuple[int, ...]
+    rows: int = 0  # local-step rows the run's batched executor holds at once (at most S; 0: one client at a time)

@@ -16,7 +16,8 @@ Convention (the same on every executor and device):
   from each client's key and the chunk (``keys``; :mod:`fedbench.engine.batched_layers`).
 
 Every chunk of every client is one row of the batched executor's vmapped step (padded to the
-longest chunk and masked), :data:`CHUNK_SAMPLES` samples per call at most: no per-client or
+longest chunk and masked), :data:`CHUNK_SAMPLES` samples per call at most, or as many rows as the
+caller's device holds at once for local steps (``rows``: its executor's chunk, more on a GPU): no per-client or
 per-chunk Python loop, no buffer copies.
 """
 
@@ -33,6 +34,14 @@ from fedbench.engine.pending import to_device
 from fedbench.models.flat import Buffers, FlatModel
 
 CHUNK_SAMPLES = 4096  # (padded) samples evaluated in one vmapped call: rows per call = max(2, this // longest chunk)
+
+
+def rows_per_call(longest: int, rows: int = 0) -> int:
+    """Rows (chunks of at most ``longest`` samples) one vmapped call evaluates: :data:`CHUNK_SAMPLES` samples'
+    worth, or ``rows`` (the rows the device holds at once for local steps of as many samples) where more."""
+    return max(2, CHUNK_SAMPLES // longest, rows)
+
+
 CHUNK_SALT = 0x20000  # keeps the chunks' dropout keys apart from the local steps' (0x10000 + k)
 
 
@@ -69,9 +78,11 @@ def client_gradients(
     batch_size: int,
     squared: bool = False,
     keys: torch.Tensor | None = None,
+    rows: int = 0,
 ) -> torch.Tensor:
     """Per listed client ``[S, P]``: Σ_b (n_b/n_i)·g_b over its chunks (module docstring), g_b ⊙ g_b
-    when ``squared``; ``keys`` ``[S]`` (32-bit) seed each client's dropout masks (zeros when None)."""
+    when ``squared``; ``keys`` ``[S]`` (32-bit) seed each client's dropout masks (zeros when None); ``rows``: see
+    :func:`rows_per_call`."""
     index, mask, client, chunk = _rows(parts, batch_size)
     sizes = to_device(torch.tensor([len(p) for p in parts], dtype=point.dtype), point.device)
     weight = mask.sum(1).to(point.dtype) / sizes[client]
@@ -80,7 +91,7 @@ def client_gradients(
     step = step_function(RowLayers.of(model))
     model.module.train()
     total = point.new_zeros(len(parts), point.numel())
-    for r in chunks(len(index), max(2, CHUNK_SAMPLES // index.shape[1])):
+    for r in chunks(len(index), rows_per_call(index.shape[1], rows)):
         idx, m, k = index[r], mask[r].to(point.dtype), row_keys[r]
         n = len(idx)
         if n == 1:  # one row runs as two, as in BatchedOracle (vmap over one row runs ungrouped convolutions)
@@ -97,11 +108,12 @@ def runs_client_gradients(
     train: ArraySplit,
     runs: list[tuple[Buffers, list[torch.Tensor], torch.Tensor, torch.Tensor]],
     batch_size: int,
+    rows: int = 0,
 ) -> list[torch.Tensor]:
     """:func:`client_gradients` of several runs' clients as one batched computation (a population's): each run
     ``(buffers, parts, point, keys)`` with its own BatchNorm buffers, clients' samples, point and dropout keys;
-    every chunk of every run's clients is one row, at its run's point with its run's buffers. Returns each run's
-    ``[S_r, P]``."""
+    every chunk of every run's clients is one row, at its run's point with its run's buffers (``rows``: see
+    :func:`rows_per_call`). Returns each run's ``[S_r, P]``."""
     parts = [part for _, own, _, _ in runs for part in own]
     index, mask, client, chunk = _rows(parts, batch_size)
     points = torch.stack([point for _, _, point, _ in runs])  # [R, P]
@@ -115,7 +127,7 @@ def runs_client_gradients(
     step = step_function(RowLayers.of(model))
     model.module.train()
     total = points.new_zeros(len(parts), points.shape[1])
-    for r in chunks(len(index), max(2, CHUNK_SAMPLES // index.shape[1])):
+    for r in chunks(len(index), rows_per_call(index.shape[1], rows)):
         idx, m, k, at = index[r], mask[r].to(dtype), row_keys[r], row_run[r]
         n = len(idx)
         if n == 1:  # one row runs as two (client_gradients)
@@ -134,8 +146,9 @@ def full_local_gradients(
     batch_size: int,
     cfg: LocalConfig,
     keys: torch.Tensor | None = None,
+    rows: int = 0,
 ) -> torch.Tensor:
     """∇f_i(point) over each listed client's whole local data ``[S, P]`` (the engine input
     ``full_grad``): :func:`client_gradients` with the run's clipping/weight-decay convention."""
-    grads = client_gradients(model, buffers, train, parts, point, batch_size, keys=keys)
+    grads = client_gradients(model, buffers, train, parts, point, batch_size, keys=keys, rows=rows)
     return cfg.finish(grads, point.unsqueeze(0).expand(len(parts), -1))

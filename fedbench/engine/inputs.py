@@ -69,15 +69,16 @@ def resolve(req: InputRequest, value: Provided) -> torch.Tensor:
     if value.dropout:
         keys = dropout_keys(req.cfg.seed, req.round, [req.ids[r] for r in value.rows], req.point.device)
     grads = full_local_gradients(
-        req.model, req.buffers, req.train, list(value.parts), req.point, req.batch_size, req.cfg, keys
+        req.model, req.buffers, req.train, list(value.parts), req.point, req.batch_size, req.cfg, keys, req.rows
     )
     return _placed(req, value, grads)
 
 
-def runs_resolve(items: list[tuple[InputRequest, Gradients]]) -> list[torch.Tensor]:
+def runs_resolve(items: list[tuple[InputRequest, Gradients]], rows: int = 0) -> list[torch.Tensor]:
     """:func:`resolve` of several runs' :class:`Gradients` (one model, training set and minibatch size) as one
-    batched computation (:func:`~fedbench.engine.full_gradient.runs_client_gradients`), each finished with its
-    run's clipping/weight-decay convention."""
+    batched computation (:func:`~fedbench.engine.full_gradient.runs_client_gradients`, ``rows`` a call at least:
+    the rows the population's local steps hold at once), each finished with its run's clipping/weight-decay
+    convention."""
     first = items[0][0]
     device = first.point.device
     working = [(req, asked) for req, asked in items if asked.parts]
@@ -93,7 +94,7 @@ def runs_resolve(items: list[tuple[InputRequest, Gradients]]) -> list[torch.Tens
         (req.buffers, list(asked.parts), req.point, next(drawn) if asked.dropout else next(zeros))
         for req, asked in working
     ]
-    grads = iter(runs_client_gradients(first.model, first.train, runs, first.batch_size) if runs else ())
+    grads = iter(runs_client_gradients(first.model, first.train, runs, first.batch_size, rows) if runs else ())
     out = []
     for req, asked in items:
         if not asked.parts:
@@ -105,18 +106,20 @@ def runs_resolve(items: list[tuple[InputRequest, Gradients]]) -> list[torch.Tens
 
 
 def joint_inputs(
-    asked: Mapping[int, tuple[InputRequest, Mapping[str, Provided]]],
+    asked: Mapping[int, tuple[InputRequest, Mapping[str, Provided]]], chunk: int | None = None
 ) -> dict[int, dict[str, torch.Tensor]]:
     """The inputs of several runs (keyed by the run's index: its request and what its providers gave,
     :meth:`~fedbench.engine.runner.RoundLoop.asked_inputs`), each input's :class:`Gradients` computed for all the
-    runs that ask for it at once where two or more do (:func:`runs_resolve`), the rest as each run alone would."""
+    runs that ask for it at once where two or more do (:func:`runs_resolve`, as many rows a call as the population's
+    local steps hold: ``chunk``, or all the runs' clients when None), the rest as each run alone would."""
     given: dict[int, dict[str, torch.Tensor]] = {i: {} for i in asked}
     names = sorted({name for _, values in asked.values() for name in values})
     for name in names:
         deferred = [i for i, (_, values) in asked.items() if isinstance(values.get(name), Gradients)]
         if len(deferred) >= 2:
             items = [(asked[i][0], asked[i][1][name]) for i in deferred]
-            for i, value in zip(deferred, runs_resolve(items)):  # type: ignore[arg-type]
+            rows = chunk or sum(len(req.ids) for req, _ in items)
+            for i, value in zip(deferred, runs_resolve(items, rows)):  # type: ignore[arg-type]
                 given[i][name] = value
         for i, (req, values) in asked.items():
             if name in values and name not in given[i]:

@@ -426,7 +426,7 @@ def _population_round(loops: list[RoundLoop], t: int, chunk: int | None) -> list
         if s.ids and loop.s.algorithm.caps.inputs:
             req = loop.input_request(s)
             asked[i] = (req, loop.asked_inputs(req))
-    ready = joint_inputs(asked)
+    ready = joint_inputs(asked, chunk)
     opened = [loop.open_sampled(s, ready.get(i)) for i, (loop, s) in enumerate(zip(loops, sampled))]
     training = [i for i, o in enumerate(opened) if o.ctx is not None]
     rounds = [

@@ -470,6 +470,7 @@ class RoundLoop:
             self.fed,
             frozenset(s.algorithm.caps.inputs),
             tuple(sampled.ids),
+            min(self.executor.chunk or len(sampled.ids), len(sampled.ids)) if self.executor.batched else 0,
         )
 
     def inputs(

@@ -88,6 +88,29 @@ def test_a_single_client_below_one_chunk_and_many_calls_agree_with_one_call(monk
         torch.testing.assert_close(one[0], expected, rtol=1e-9, atol=1e-12)
 
 
+def test_rows_a_call_are_the_samples_bound_or_what_the_device_holds_for_local_steps(monkeypatch: pytest.MonkeyPatch):
+    """``rows`` (the executor's rows at once) raises the rows a vmapped call takes above CHUNK_SAMPLES' share, to
+    the same gradients in fewer calls; below it, it changes nothing."""
+    import fedbench.engine.full_gradient as fg
+
+    assert fg.rows_per_call(50) == 81 and fg.rows_per_call(50, 16) == 81 and fg.rows_per_call(50, 1000) == 1000
+    assert fg.rows_per_call(5000) == 2
+    with default_dtype(torch.float64):
+        torch.manual_seed(1)
+        model = FlatModel(build_model("mlp", {"hidden": [16]}, (12,), 4))
+        train = ArraySplit(torch.randn(40, 12), torch.randint(0, 4, (40,)))
+        parts = [torch.arange(0, 23), torch.arange(23, 40)]
+        point = model.flatten()
+        monkeypatch.setattr(fg, "CHUNK_SAMPLES", 5)  # one row of 5 samples a call: two, at least
+        calls = []
+        step = fg.step_function
+        monkeypatch.setattr(fg, "step_function", lambda layers: lambda *a: calls.append(1) or step(layers)(*a))
+        few, few_calls = client_gradients(model, {}, train, parts, point, 5), len(calls)
+        many = client_gradients(model, {}, train, parts, point, 5, rows=8)
+        torch.testing.assert_close(many, few, rtol=1e-12, atol=0)
+    assert (few_calls, len(calls) - few_calls) == (5, 2)  # 9 rows (5 + 4 chunks): two a call, then eight
+
+
 def test_dropout_masks_follow_each_clients_key():
     """With dropout the gradient depends on the client's key only: the same key gives the same gradient
     whatever client shares the call, another key another gradient."""

@@ -459,7 +459,9 @@ def test_continual_runs_train_in_a_population(tmp_path, monkeypatch, name, chang
     store = ResultsStore(tmp_path / "pop")
     resolved, runs_resolve = [], inputs.runs_resolve
     with monkeypatch.context() as patch:
-        patch.setattr(inputs, "runs_resolve", lambda items: resolved.append(len(items)) or runs_resolve(items))
+        patch.setattr(
+            inputs, "runs_resolve", lambda items, rows: resolved.append(len(items)) or runs_resolve(items, rows)
+        )
         outs = execute_population(members, store, cache, RunOptions(population="3"))
     # C-FLAG's full and memory gradients: each one computation for the three runs a round
     assert resolved == [3] * len(ALGORITHMS.capabilities(name).inputs) * continual_raw["rounds"]
@@ -521,7 +523,7 @@ def test_a_populations_full_gradients_are_one_computation(tmp_path, monkeypatch,
 
     calls, alone_calls = [], []
     joint, single = inputs.runs_resolve, inputs.resolve
-    monkeypatch.setattr(inputs, "runs_resolve", lambda items: calls.append(len(items)) or joint(items))
+    monkeypatch.setattr(inputs, "runs_resolve", lambda items, rows: calls.append(len(items)) or joint(items, rows))
     for module in (runner, inputs):  # a run alone, or left alone in its population
         monkeypatch.setattr(module, "resolve", lambda req, value: alone_calls.append(1) or single(req, value))
     runs = mixed_runs(name)
