@@ -92,7 +92,7 @@ def rounds_seconds(
     """Seconds in ``population_round`` of ``runs`` seeds (or trials) trained ``rounds`` rounds as one population, and
     the seconds the garbage collector took during the whole."""
     members = population_of(runs, rounds, algorithm, changes, trials)
-    clear = getattr(runner.sample_clients, "cache_clear", None)
+    clear = getattr(getattr(runner, "_sampled", None), "cache_clear", None)
     if clear is not None:  # each repeat samples afresh (a population's trials share one draw within it)
         clear()
     spent = [0.0]

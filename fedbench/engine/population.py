@@ -1,28 +1,28 @@
 """A population: R runs trained together, round by round, as one batched computation.
 
 Runs that differ only in their seed, partition, N and S, round count, client availability, server side
-(``server.*``: η_g, momentum, the adaptive optimizer; ``privacy``: clipping and noise of the received rows, each run's
-plug-in with its own noise stream and accountant), uplink compression, wireless uplink (each run's channel,
+(``server.*``: η_g, momentum, the adaptive optimizer; ``privacy``: clipping and noise of the received rows, each
+run's plug-in with its own noise stream and accountant), uplink compression, wireless uplink (each run's channel,
 outages and bit allocation), a continual run's own task partitions, batches and replay memory (one ``continual``
-block, so that every run is in the same task with the same heads), η_l and its decay
-(``Capabilities.row_lr``) and the algorithm parameters it declares per row (``Capabilities.row_params``)
-share everything else their clients' local work reads (:func:`population_key`). Such runs go through
-their rounds in lockstep (:func:`population_round`): each run samples its round alone (sampling, plug-ins:
-:meth:`~fedbench.engine.runner.RoundLoop.sample_round`), the engine inputs the runs declared are computed for
-all of them at once where they can be (their gradients over samples, :func:`~fedbench.engine.inputs.joint_inputs`), each run opens its
-round with them (``prepare_round``), the clients of every run train as one ``[R·S, P]`` batched computation
-(:mod:`fedbench.engine.population_rows`), the servers of the runs whose updates have one shape are updated
-as one vmapped call or through their class's ``server_updates`` (:mod:`fedbench.engine.population_server`;
-the others alone) and their BatchNorm buffers averaged together, the runs due to evaluate are evaluated
-together, and each finishes its round alone (their models' finiteness checked together); each run's rounds
-stay on the device until it evaluates, checkpoints or ends, and the runs
-reading in a round are read to the host in one transfer and committed at once (:mod:`fedbench.engine.pending`).
-A run of a population is the run it would be alone on the batched executor: its own streams, its own store
-record, checkpoint and status. A run that diverges is recorded as diverged and leaves the population; the others
-go on. Runs resume from their own checkpoints, so a population killed mid-round resumes exactly, in a
-population or alone. Should the population itself fail, its unfinished runs are trained again one by one
-(each from its last checkpoint), so a crash is recorded against the run that crashes. On a GPU a
-population too large for the device's memory trains in consecutive parts (:func:`fitting_runs`).
+block, so that every run is in the same task with the same heads), η_l and its decay (``Capabilities.row_lr``) and
+the algorithm parameters it declares per row (``Capabilities.row_params``) share everything else their clients'
+local work reads (:func:`population_key`). Such runs go through their rounds in lockstep (:func:`population_round`):
+each run samples its round alone (sampling, plug-ins: :meth:`~fedbench.engine.runner.RoundLoop.sample_round`), the
+engine inputs the runs declared are computed for all of them at once where they can be (their gradients over
+samples, :func:`~fedbench.engine.inputs.joint_inputs`), each run opens its round with them (``prepare_round``), the
+clients of every run train as one ``[R·S, P]`` batched computation (:mod:`fedbench.engine.population_rows`), the
+servers of the runs whose updates have one shape are updated as one vmapped call or through their class's
+``server_updates`` (:mod:`fedbench.engine.population_server`; the others alone) and their BatchNorm buffers averaged
+together, the runs due to evaluate are evaluated together, and each finishes its round alone (their models'
+finiteness checked together); each run's rounds stay on the device until it evaluates, checkpoints or ends, and the
+runs reading in a round are read to the host in one transfer and committed at once (:mod:`fedbench.engine.pending`).
+A run of a population is the run it would be alone on the batched executor: its own streams (nothing of a
+population's round draws from torch's global generators: :func:`no_global_draws`), its own store record, checkpoint
+and status. A run that diverges is recorded as diverged and leaves the population; the others go on. Runs resume
+from their own checkpoints, so a population killed mid-round resumes exactly, in a population or alone. Should the
+population itself fail, its unfinished runs are trained again one by one (each from its last checkpoint), so a crash
+is recorded against the run that crashes. On a GPU a population too large for the device's memory trains in
+consecutive parts (:func:`fitting_runs`).
 """
 
 from __future__ import annotations

@@ -84,10 +84,15 @@ class RunOutcome:
     error: str | None = None
 
 
-@functools.lru_cache(maxsize=4096)
 def sample_clients(num: int, per_round: int, seed: int, round_: int) -> np.ndarray:
     """S distinct clients of all N, uniformly without replacement, sorted (the ``("sampling", t)`` stream),
-    on the host; read-only, and kept for the runs that share the seed (a population's tuning trials draw once)."""
+    on the host: a copy of the draw kept for the runs that share the seed (a population's tuning trials draw once)."""
+    return _sampled(num, per_round, seed, round_).copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled(num: int, per_round: int, seed: int, round_: int) -> np.ndarray:
+    """:func:`sample_clients`' draws, kept (read-only)."""
     chosen = sample_among(np.arange(num), per_round, seed, round_)
     chosen.setflags(write=False)
     return chosen
