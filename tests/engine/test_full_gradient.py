@@ -70,16 +70,20 @@ def test_the_old_per_chunk_loop_would_have_crashed_on_that_client():
         module(torch.randn(1, 3, 32, 32))
 
 
+def two_clients() -> tuple[FlatModel, ArraySplit, list[torch.Tensor], torch.Tensor]:
+    """An MLP 12-16-4 at its initial point and 40 random samples parted 23 / 17 (in the caller's dtype)."""
+    torch.manual_seed(1)
+    model = FlatModel(build_model("mlp", {"hidden": [16]}, (12,), 4))
+    train = ArraySplit(torch.randn(40, 12), torch.randint(0, 4, (40,)))
+    return model, train, [torch.arange(0, 23), torch.arange(23, 40)], model.flatten()
+
+
 def test_a_single_client_below_one_chunk_and_many_calls_agree_with_one_call(monkeypatch: pytest.MonkeyPatch):
     """Rows split over several vmapped calls (CHUNK_SAMPLES) give what one call gives; one row runs."""
     import fedbench.engine.full_gradient as fg
 
     with default_dtype(torch.float64):
-        torch.manual_seed(1)
-        model = FlatModel(build_model("mlp", {"hidden": [16]}, (12,), 4))
-        train = ArraySplit(torch.randn(40, 12), torch.randint(0, 4, (40,)))
-        parts = [torch.arange(0, 23), torch.arange(23, 40)]
-        point = model.flatten()
+        model, train, parts, point = two_clients()
         whole = client_gradients(model, {}, train, parts, point, 5)
         monkeypatch.setattr(fg, "CHUNK_SAMPLES", 5)  # two rows per call
         torch.testing.assert_close(client_gradients(model, {}, train, parts, point, 5), whole, rtol=1e-12, atol=0)
@@ -96,11 +100,7 @@ def test_rows_a_call_are_the_samples_bound_or_what_the_device_holds_for_local_st
     assert fg.rows_per_call(50) == 81 and fg.rows_per_call(50, 16) == 81 and fg.rows_per_call(50, 1000) == 1000
     assert fg.rows_per_call(5000) == 2
     with default_dtype(torch.float64):
-        torch.manual_seed(1)
-        model = FlatModel(build_model("mlp", {"hidden": [16]}, (12,), 4))
-        train = ArraySplit(torch.randn(40, 12), torch.randint(0, 4, (40,)))
-        parts = [torch.arange(0, 23), torch.arange(23, 40)]
-        point = model.flatten()
+        model, train, parts, point = two_clients()
         monkeypatch.setattr(fg, "CHUNK_SAMPLES", 5)  # one row of 5 samples a call: two, at least
         calls = []
         step = fg.step_function
