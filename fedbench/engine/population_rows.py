@@ -16,6 +16,7 @@ draws) from its slice of the rows.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -327,7 +328,8 @@ def client_spreads(
     divided by the client's), each run's std alone."""
     hits = torch.cat([h for h, _ in runs_per_sample(model, points, buffers, split, batch_size)])  # [R, n]
     n, sizes = hits.shape[1], [len(counts) for _, _, counts in owners]
-    bins = torch.cat([owner + sum(sizes[:r]) for r, (_, owner, _) in enumerate(owners)])
+    starts = itertools.accumulate(sizes[:-1], initial=0)  # each run's first client among all the runs'
+    bins = torch.cat([owner + start for (_, owner, _), start in zip(owners, starts)])
     index = torch.cat([samples + r * n for r, (samples, _, _) in enumerate(owners)])
     counts = torch.cat([counts for _, _, counts in owners])
     means = hits.new_zeros(len(counts), dtype=torch.float32).index_add_(0, bins, hits.flatten()[index].float())
