@@ -15,8 +15,8 @@ device="${DEVICE:-cuda}"; seeds="${SEEDS:-100}"; gradma="${GRADMA:-32}"; py="${P
 . benchmarks/gpu_steps.sh  # the wheels, and step()
 { echo "# Population executor on $device, $(date -u +%F)"; echo; nvidia-smi --query-gpu=name,memory.total --format=csv;
   "$py" -c "import torch; print('torch', torch.__version__)"; } > "$out" 2>&1
-step 90 "every CUDA test (executors, populations, CUDA graphs, device plans, reads between rounds, GradMA's QP_l, LwF's, iCaRL's and TARGET's losses; 21 took 59 s on an H200)" \
-  "$py" -m pytest -q -m gpu tests/engine/test_gpu.py tests/engine/test_population.py tests/engine/test_pending.py \
+step 90 "every CUDA test (executors, populations, CUDA graphs, device plans, reads between rounds, GradMA's QP_l, LwF's, iCaRL's and TARGET's losses; 21 took 59 s on an H200, about 45 now: verbose, so a step cut at its limit still lists each test it finished)" \
+  "$py" -m pytest -v -m gpu tests/engine/test_gpu.py tests/engine/test_population.py tests/engine/test_pending.py \
   tests/engine/test_device_plan.py tests/algorithms/test_projection.py tests/continual/test_own_losses.py
 step 20 "GradMA's worker QP_l (C = 3, tinynn's 10 tensors) for 10, 100 and 1000 rows: read to the host vs on the device" \
   "$py" -m benchmarks.qp_paths --device "$device" --rows 10,100,1000 --repeat 2
