@@ -5,6 +5,9 @@ below the loop, the plug-ins and the run's setup, so that none of them imports a
 
 from __future__ import annotations
 
+import functools
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +15,7 @@ import torch
 from fedbench.data.base import ArraySplit
 from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.local import LocalConfig
+from fedbench.engine.pending import to_device
 from fedbench.models.flat import Buffers, FlatModel
 
 
@@ -28,6 +32,30 @@ class Federation:
     batcher: ClientBatcher
     info: dict[str, float | int]
     label_mask: torch.Tensor | None = None
+
+    @functools.cached_property
+    def owners(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The clients' training samples end to end, each one's client, and the clients' sample counts (float32),
+        on the parts' device: made once a stage, for per-client means without a loop over the clients."""
+        device = self.parts[0].device
+        sizes = torch.tensor([len(p) for p in self.parts])
+        owner = torch.repeat_interleave(torch.arange(len(self.parts)), sizes)
+        return torch.cat(self.parts), to_device(owner, device), to_device(sizes.to(torch.float32), device)
+
+
+def accuracy_spreads(hits: torch.Tensor, feds: Sequence[Federation]) -> list[torch.Tensor]:
+    """The std over its clients of each run's accuracy on its clients' training samples (0-d tensors, unread):
+    ``hits`` ``[R, n]`` each run's correctness on the training set, ``feds[r]`` its clients' data. Every run's
+    per-client means are one ``index_add`` over the runs' clients (:attr:`Federation.owners`: counts of 0/1, exact,
+    divided by the client's, as ``mean`` divides), each run's std alone."""
+    n, sizes = hits.shape[1], [len(fed.parts) for fed in feds]
+    starts = itertools.accumulate(sizes[:-1], initial=0)  # each run's first client among all the runs'
+    bins = torch.cat([fed.owners[1] + start for fed, start in zip(feds, starts)])
+    index = torch.cat([fed.owners[0] + r * n for r, fed in enumerate(feds)])
+    counts = torch.cat([fed.owners[2] for fed in feds])
+    means = torch.zeros(len(counts), dtype=torch.float32, device=hits.device)
+    means.index_add_(0, bins, hits.flatten()[index].float())
+    return [m.std(correction=0) for m in (means / counts).split(sizes)]
 
 
 @dataclass(frozen=True)

@@ -504,6 +504,6 @@ def _client_spreads(loops: list[RoundLoop], t: int) -> dict[int, torch.Tensor]:
     for batch, due in by_batch.items():
         first = loops[due[0]].s
         points, buffers = [loops[i].state.x for i in due], [loops[i].buffers for i in due]
-        owners = [loops[i].sample_owners() for i in due]
-        spreads.update(zip(due, client_spreads(first.model, points, buffers, first.data.train, batch, owners)))
+        feds = [loops[i].fed for i in due]
+        spreads.update(zip(due, client_spreads(first.model, points, buffers, first.data.train, batch, feds)))
     return spreads

@@ -16,7 +16,6 @@ draws) from its slice of the rows.
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -31,6 +30,7 @@ from fedbench.engine.batched import chunks, runs_dropout_keys, train_rows
 from fedbench.engine.batched_layers import RowLayers
 from fedbench.engine.batches import ClientBatcher, seed_ahead
 from fedbench.engine.compiled import StepMode
+from fedbench.engine.federation import Federation, accuracy_spreads
 from fedbench.engine.local import LocalConfig, LocalResult
 from fedbench.engine.pending import to_device
 from fedbench.engine.plan import RoundPlan, draw_plan, hashed_plan, lay_out, on_device, row_draws
@@ -309,9 +309,6 @@ def _group_per_sample(
     return torch.cat(correct, 1), torch.cat(losses, 1)
 
 
-Owners = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # a run's samples, each one's client, the clients' counts
-
-
 @torch.no_grad()
 def client_spreads(
     model: FlatModel,
@@ -319,18 +316,11 @@ def client_spreads(
     buffers: list[Buffers],
     split: ArraySplit,
     batch_size: int,
-    owners: list[Owners],
+    feds: list[Federation],
 ) -> list[torch.Tensor]:
-    """The std over its clients of each model's accuracy on each client's samples of ``split`` (the training set),
-    as :meth:`~fedbench.engine.runner.RoundLoop.client_accuracy_spread` gives it one by one (0-d tensors, unread):
-    the models' correctness from :func:`runs_per_sample`, every run's per-client means as one ``index_add`` over
-    the runs' clients (``owners[r]``: :meth:`~fedbench.engine.runner.RoundLoop.sample_owners`, exact counts of 0/1
-    divided by the client's), each run's std alone."""
+    """The std over its clients of each model's accuracy on each of its clients' samples of ``split`` (the training
+    set; ``feds[r]`` the run's clients), as :meth:`~fedbench.engine.runner.RoundLoop.client_accuracy_spread` gives it
+    one by one (0-d tensors, unread): the models' correctness from :func:`runs_per_sample`, every run's per-client
+    means together (:func:`~fedbench.engine.federation.accuracy_spreads`)."""
     hits = torch.cat([h for h, _ in runs_per_sample(model, points, buffers, split, batch_size)])  # [R, n]
-    n, sizes = hits.shape[1], [len(counts) for _, _, counts in owners]
-    starts = itertools.accumulate(sizes[:-1], initial=0)  # each run's first client among all the runs'
-    bins = torch.cat([owner + start for (_, owner, _), start in zip(owners, starts)])
-    index = torch.cat([samples + r * n for r, (samples, _, _) in enumerate(owners)])
-    counts = torch.cat([counts for _, _, counts in owners])
-    means = hits.new_zeros(len(counts), dtype=torch.float32).index_add_(0, bins, hits.flatten()[index].float())
-    return [m.std(correction=0) for m in (means / counts).split(sizes)]
+    return accuracy_spreads(hits, feds)

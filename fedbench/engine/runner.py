@@ -50,7 +50,7 @@ from fedbench.engine.batches import ClientBatcher
 from fedbench.engine.checkpoint import LAYOUT, resume_point, run_identity, save_checkpoint
 from fedbench.engine.compiled import StepMode, use_compile_cache
 from fedbench.engine.executor import ClientExecutor, choose_executor
-from fedbench.engine.federation import Federation, InputRequest
+from fedbench.engine.federation import InputRequest, accuracy_spreads
 from fedbench.engine.inputs import PROVIDERS, Provided, resolve
 from fedbench.engine.lease import leased
 from fedbench.engine.local import LocalConfig, LocalResult, run_clients_sequential
@@ -219,7 +219,6 @@ class RoundLoop:
         self.state = setup.algorithm.init_state(setup.x0)
         self.buffers = setup.buffers0
         self._stream_seed = (-1, 0)  # (round, its ("dropout", round) seed): :meth:`streams`, computed once a round
-        self._owners: tuple[Federation, torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # sample_owners
         self.plugins = build_plugins(spec, seed, setup)
         caps = setup.algorithm.caps
         local = spec.local
@@ -620,23 +619,8 @@ class RoundLoop:
         tensor, unread, if ``lazy``)."""
         s = self.s
         correct, _ = s.model.per_sample(self.state.x, self.buffers, s.data.train, self.spec.eval.batch_size)
-        samples, owner, counts = self.sample_owners()
-        hits = torch.zeros(len(counts), dtype=torch.float32, device=correct.device)
-        per_client = hits.index_add_(0, owner, correct[samples].float()) / counts  # each client's mean, exactly
-        spread = per_client.std(correction=0)
+        spread = accuracy_spreads(correct.unsqueeze(0), [self.fed])[0]
         return spread if lazy else float(spread)
-
-    def sample_owners(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The clients' training samples end to end, each one's client, and the clients' sample counts (float32),
-        on the data's device: built once a stage, for per-client means without a loop over the clients."""
-        fed = self.fed
-        if self._owners is None or self._owners[0] is not fed:
-            device = fed.parts[0].device
-            sizes = torch.tensor([len(p) for p in fed.parts])
-            owner = torch.repeat_interleave(torch.arange(len(fed.parts)), sizes)
-            counts = sizes.to(torch.float32)
-            self._owners = (fed, torch.cat(fed.parts), *(to_device(v, device) for v in (owner, counts)))
-        return self._owners[1:]
 
     def divergence(self, metrics: dict[str, float | None], finite: bool) -> str | None:
         """Why the round diverged (see the module docstring), or None; ``finite``: whether the model was

@@ -208,7 +208,7 @@ class ContinualStream(RoundPlugin):
                 draws.append(self.memory.draw(c, self.cfg.memory.replay_batch, numpy_stream(self.seed, "replay", t, c)))
         if not draws:
             return Gradients((), ()), sizes
-        joined = to_device(torch.from_numpy(np.concatenate(draws).astype(np.int64)), device)  # one copy
+        joined = to_device(torch.from_numpy(np.concatenate(draws)), device)  # one copy (int64 memory indices)
         return Gradients(rows, tuple(joined.split([len(d) for d in draws]))), sizes
 
     # -- task end --------------------------------------------------------------------------

@@ -359,8 +359,7 @@ def test_runs_are_evaluated_together_as_each_alone(tmp_path, model, shape):
     for loop, b in zip(loops, buffers):
         loop.buffers = b
     want = [float(loop.client_accuracy_spread()) for loop in loops]
-    owners = [loop.sample_owners() for loop in loops]
-    got = client_spreads(model_, points, buffers, setups[0].data.train, 7, owners)
+    got = client_spreads(model_, points, buffers, setups[0].data.train, 7, [loop.fed for loop in loops])
     assert [float(v) for v in got] == pytest.approx(want, rel=1e-12, abs=1e-15)
     assert len(set(want)) > 1
 
